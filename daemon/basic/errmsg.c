@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: MIT */
+#include <stdio.h>
+#include <string.h>
+
+#include "errmsg.h"
+
+int errmsg_set(struct errmsg *e, int r, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!e)
+		return r;
+	va_start(ap, fmt);
+	(void) vsnprintf(e->text, sizeof(e->text), fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+int errmsg_prefix(struct errmsg *e, int r, const char *fmt, ...)
+{
+	char prefix[256], old[sizeof(e->text)];
+	va_list ap;
+
+	if (!e)
+		return r;
+	va_start(ap, fmt);
+	(void) vsnprintf(prefix, sizeof(prefix), fmt, ap);
+	va_end(ap);
+	memcpy(old, e->text, sizeof(old));
+	(void) snprintf(e->text, sizeof(e->text), "%s: %s", prefix, old);
+	return r;
+}

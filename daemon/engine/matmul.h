@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * matmul.h: y = W·x for a batch of activation rows, W in any supported stored type.
+ *
+ * Each activation row is converted once to the weight type's dot partner
+ * (quant_vec_dot_type(): Q8_0, Q8_K, F16, BF16 or F32, as ggml does), then the output rows
+ * are split across the pool's threads; each thread walks its rows and, for every row, all
+ * tokens, so a weight row is read from memory once per batch.
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct threadpool;
+
+/* A weight matrix [n_out rows][n_in values] in its stored type. */
+struct weight {
+	const void *data; /* borrowed: inside the mapping */
+	uint32_t type;
+	int64_t n_in;
+	int64_t n_out;
+	size_t row_bytes;
+};
+
+/* Bytes of scratch matmul() needs for n_tokens rows of w's input. */
+size_t matmul_scratch_bytes(const struct weight *w, int64_t n_tokens);
+
+/*
+ * y[t][o] (row stride n_out) = dot(W row o, x[t]) (row stride n_in), for t < n_tokens.
+ * scratch holds matmul_scratch_bytes(); it may be NULL when w->type is F32.
+ */
+void matmul(struct threadpool *pool, const struct weight *w, const float *x, int64_t n_tokens,
+	    float *y, void *scratch);
