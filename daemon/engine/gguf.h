@@ -145,3 +145,6 @@ size_t gguf_type_size(enum gguf_type t);
 /* ggml's lower-case name of a tensor type ("q8_0", "iq2_xs", ...), covering every type a GGUF
  * file may hold, also those quant.h cannot compute with; NULL for an unknown id. */
 const char *gguf_ggml_type_name(uint32_t type);
+/* Bytes of a row of n values of a ggml type: -EINVAL for an unknown type or n not a multiple
+ * of its block size, -EOVERFLOW when it does not fit an int64_t. */
+int64_t gguf_ggml_row_bytes(uint32_t type, uint64_t n);

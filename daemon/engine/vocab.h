@@ -82,13 +82,14 @@ int64_t vocab_token_to_piece(const struct vocab *v, int32_t id, bool render_spec
 /*
  * Streaming detokenizer: feed ids one by one, get back only whole UTF-8 characters; bytes of
  * a character split across tokens are held until it completes (invalid sequences are passed
- * through once it is clear they cannot complete). SPM drops the leading space of the first
- * piece after BOS, as llama.cpp does.
+ * through once it is clear they cannot complete). As llama.cpp, SPM drops the leading space
+ * of the first piece only when the stream does not start with BOS (after BOS it stays:
+ * [BOS, ▁Once] prints " Once"). `first` means "no token pushed yet".
  */
 struct detok {
 	const struct vocab *vocab; /* borrowed */
 	bool render_special;
-	bool first;                /* no text emitted yet */
+	bool first;                /* no token pushed yet */
 	size_t n_pending;
 	char pending[8];
 };

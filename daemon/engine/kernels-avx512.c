@@ -1,0 +1,458 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels-avx512.c: AVX-512 kernels, in two tables: "avx512" (F, BW, VL, DQ) and
+ * "avx512vnni" (the same plus VNNI dot-product instructions for the integer sums). The file
+ * is compiled with all those -m flags; quant.c calls a table only when cpuid reports every
+ * feature it uses.
+ *
+ * The two tables share one implementation per kernel, an always-inline function with a
+ * constant `vnni` argument, so the "avx512" copies contain no VNNI instruction. Everything
+ * here is intrinsics: a plain C loop could be auto-vectorized into VNNI code (the file has
+ * -mavx512vnni), which a CPU without VNNI would fault on.
+ *
+ * Results: activation conversions are bit-identical to the scalar ones (same float
+ * products, round-half-even, no fused multiply-add on that path); integer sums per block
+ * are exact and identical with and without VNNI (no 16-bit saturation can occur: see
+ * kernels-avx2.c for the byte-product ranges); only the float accumulation order differs.
+ */
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "kernels.h"
+
+#define INLINE static inline __attribute__((always_inline))
+#define ROUND_NEAREST (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+
+INLINE float fp16(uint16_t h)
+{
+	return _cvtsh_ss(h);
+}
+
+/* [lo | hi] from two 256-bit halves */
+INLINE __m512i join_i256(__m256i lo, __m256i hi)
+{
+	return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+INLINE __m512 join_f256(__m256 lo, __m256 hi)
+{
+	return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+
+/* Mask of the first k (0..16) lanes. */
+INLINE __mmask16 first_lanes(int64_t k)
+{
+	return (__mmask16) ((1u << k) - 1);
+}
+
+/* Unsigned bytes u times signed bytes s, summed in groups of 4 into 16 int32 lanes. */
+INLINE __m512i dot_u8i8(__m512i u, __m512i s, bool vnni)
+{
+	if (vnni)
+		return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s);
+	return _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1));
+}
+
+/* Signed bytes w times signed bytes y (never -128, see kernels-avx2.c): |w| * (y * sign w). */
+INLINE __m512i dot_i8i8(__m512i w, __m512i y, bool vnni)
+{
+	const __mmask64 neg = _mm512_movepi8_mask(w);
+	const __m512i sy = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
+
+	return dot_u8i8(_mm512_abs_epi8(w), sy, vnni);
+}
+
+/* acc + the int16 pair products p16 * scale16, summed in pairs. */
+INLINE __m512i madd_acc(__m512i acc, __m512i p16, __m512i scale16, bool vnni)
+{
+	if (vnni)
+		return _mm512_dpwssd_epi32(acc, p16, scale16);
+	return _mm512_add_epi32(acc, _mm512_madd_epi16(p16, scale16));
+}
+
+/* ---- activation conversions ---- */
+
+static void quantize_f16_avx512(const float *x, void *dst, int64_t n)
+{
+	uint16_t *y = dst;
+	int64_t i = 0;
+
+	for (; i + 16 <= n; i += 16)
+		_mm256_storeu_si256((__m256i *) (y + i),
+				    _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+	if (i < n) {
+		const __mmask16 k = first_lanes(n - i);
+		const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(k, x + i),
+						  _MM_FROUND_TO_NEAREST_INT);
+		_mm256_mask_storeu_epi16(y + i, k, h);
+	}
+}
+
+/* f32_to_bf16() on 16 lanes: round to nearest even, NaN stays NaN (quieted). */
+INLINE __m256i f32x16_to_bf16(__m512 v)
+{
+	const __m512i u = _mm512_castps_si512(v);
+	const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+	const __m512i rounded = _mm512_srli_epi32(
+		_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+	const __m512i nan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(64));
+	const __mmask16 is_nan = _mm512_cmpgt_epu32_mask(
+		_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+
+	return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(is_nan, rounded, nan));
+}
+
+static void quantize_bf16_avx512(const float *x, void *dst, int64_t n)
+{
+	uint16_t *y = dst;
+	int64_t i = 0;
+
+	for (; i + 16 <= n; i += 16)
+		_mm256_storeu_si256((__m256i *) (y + i), f32x16_to_bf16(_mm512_loadu_ps(x + i)));
+	if (i < n) {
+		const __mmask16 k = first_lanes(n - i);
+		_mm256_mask_storeu_epi16(y + i, k, f32x16_to_bf16(_mm512_maskz_loadu_ps(k, x + i)));
+	}
+}
+
+INLINE __m512 abs_ps(__m512 v)
+{
+	return _mm512_castsi512_ps(
+		_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
+}
+
+/* round_half_even(v * s) as int32, then saturated to int8 (values are within -128..127). */
+INLINE __m128i round_to_i8(__m512 v, __m512 s)
+{
+	const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(v, s), ROUND_NEAREST);
+
+	return _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(r));
+}
+
+static void quantize_q8_0_avx512(const float *x, void *dst, int64_t n)
+{
+	struct block_q8_0 *y = dst;
+
+	for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+		const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+		/* max_ps returns its second operand when either is NaN: NaNs drop out */
+		const __m512 m1 = _mm512_max_ps(abs_ps(v1), _mm512_setzero_ps());
+		const float max = _mm512_reduce_max_ps(_mm512_max_ps(abs_ps(v0), m1));
+
+		y[i].d = _cvtss_sh(max / 127.f, _MM_FROUND_TO_NEAREST_INT);
+		const __m512 id = _mm512_set1_ps(max != 0.f ? 127.f / max : 0.f);
+		_mm_storeu_si128((__m128i *) y[i].qs, round_to_i8(v0, id));
+		_mm_storeu_si128((__m128i *) (y[i].qs + 16), round_to_i8(v1, id));
+	}
+}
+
+static void quantize_q8_K_avx512(const float *x, void *dst, int64_t n)
+{
+	struct block_q8_K *y = dst;
+
+	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+		__m512 amax16 = _mm512_setzero_ps();
+
+		for (int j = 0; j < QK_K; j += 16)
+			amax16 = _mm512_max_ps(abs_ps(_mm512_loadu_ps(x + j)), amax16); /* NaN: dropped */
+		const float amax = _mm512_reduce_max_ps(amax16);
+		if (amax == 0.f) {
+			memset(&y[i], 0, sizeof(y[i]));
+			continue;
+		}
+
+		/* the scale comes from the first value of that magnitude, with its sign */
+		int first = 0;
+		const __m512 vamax = _mm512_set1_ps(amax);
+		for (int j = 0; j < QK_K; j += 16) {
+			const __mmask16 eq = _mm512_cmp_ps_mask(abs_ps(_mm512_loadu_ps(x + j)), vamax,
+								_CMP_EQ_OQ);
+			if (eq) {
+				first = j + __builtin_ctz((unsigned) eq);
+				break;
+			}
+		}
+		const float iscale = -127.f / x[first];
+		const __m512 vscale = _mm512_set1_ps(iscale);
+
+		for (int j = 0; j < QK_K; j += 16) {
+			const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x + j), vscale),
+							      ROUND_NEAREST);
+			/* saturate before bsums, so they sum the stored bytes */
+			const __m512i q = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(r),
+									    _mm512_set1_epi32(127)),
+							   _mm512_set1_epi32(-128));
+
+			y[i].bsums[j / 16] = (int16_t) _mm512_reduce_add_epi32(q);
+			_mm_storeu_si128((__m128i *) (y[i].qs + j), _mm512_cvtsepi32_epi8(q));
+		}
+		y[i].d = 1.f / iscale;
+	}
+}
+
+/* ---- float dot products ---- */
+
+INLINE __m512 load_f32(const float *p, __mmask16 k)
+{
+	return _mm512_maskz_loadu_ps(k, p);
+}
+
+INLINE __m512 load_f16(const uint16_t *p, __mmask16 k)
+{
+	return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p));
+}
+
+INLINE __m512 load_bf16(const uint16_t *p, __mmask16 k)
+{
+	const __m512i u = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p));
+
+	return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+}
+
+/* The three float dot products differ only in how 16 values are loaded. */
+#define DEFINE_FLOAT_DOT(name, elem_t, load)                                                       \
+	static float name(int64_t n, const void *w, const void *x)                                 \
+	{                                                                                          \
+		const elem_t *a = w, *b = x;                                                       \
+		__m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();                     \
+		int64_t i = 0;                                                                     \
+                                                                                                   \
+		for (; i + 32 <= n; i += 32) {                                                     \
+			acc0 = _mm512_fmadd_ps(load(a + i, 0xffff), load(b + i, 0xffff), acc0);    \
+			acc1 = _mm512_fmadd_ps(load(a + i + 16, 0xffff), load(b + i + 16, 0xffff), \
+					       acc1);                                              \
+		}                                                                                  \
+		for (; i < n; i += 16) {                                                           \
+			const __mmask16 k = n - i >= 16 ? 0xffff : first_lanes(n - i);             \
+			acc0 = _mm512_fmadd_ps(load(a + i, k), load(b + i, k), acc0);              \
+		}                                                                                  \
+		return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));                           \
+	}
+
+DEFINE_FLOAT_DOT(dot_f32_avx512, float, load_f32)
+DEFINE_FLOAT_DOT(dot_f16_avx512, uint16_t, load_f16)
+DEFINE_FLOAT_DOT(dot_bf16_avx512, uint16_t, load_bf16)
+
+/* ---- quantized dot products ---- */
+
+/* Two 32-value blocks per step: int32 lanes 0-7 belong to the first, 8-15 to the second,
+ * and the scale vector carries each block's d_w * d_x on its half. An odd last block is
+ * paired with zeros. */
+INLINE float dot_q8_0_impl(int64_t n, const void *w, const void *x, bool vnni)
+{
+	const struct block_q8_0 *a = w, *b = x;
+	const int64_t nb = n / QK8_0;
+	__m512 acc = _mm512_setzero_ps();
+
+	for (int64_t i = 0; i < nb; i += 2) {
+		const bool pair = i + 1 < nb;
+		const __m256i w0 = _mm256_loadu_si256((const __m256i *) a[i].qs);
+		const __m256i x0 = _mm256_loadu_si256((const __m256i *) b[i].qs);
+		const __m256i w1 = pair ? _mm256_loadu_si256((const __m256i *) a[i + 1].qs)
+					: _mm256_setzero_si256();
+		const __m256i x1 = pair ? _mm256_loadu_si256((const __m256i *) b[i + 1].qs)
+					: _mm256_setzero_si256();
+		const float d0 = fp16(a[i].d) * fp16(b[i].d);
+		const float d1 = pair ? fp16(a[i + 1].d) * fp16(b[i + 1].d) : 0.f;
+		const __m512i p = dot_i8i8(join_i256(w0, w1), join_i256(x0, x1), vnni);
+		const __m512 d = join_f256(_mm256_set1_ps(d0), _mm256_set1_ps(d1));
+
+		acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
+	}
+	return _mm512_reduce_add_ps(acc);
+}
+
+/* 16 bytes of nibbles into 32 levels -8..7 (low nibbles first), as a 256-bit half. */
+INLINE __m256i unpack_q4_0(const uint8_t *qs)
+{
+	const __m128i t = _mm_loadu_si128((const __m128i *) qs);
+	const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t),
+					     _mm256_set1_epi8(0xf));
+
+	return _mm256_sub_epi8(nib, _mm256_set1_epi8(8));
+}
+
+INLINE float dot_q4_0_impl(int64_t n, const void *w, const void *x, bool vnni)
+{
+	const struct block_q4_0 *a = w;
+	const struct block_q8_0 *b = x;
+	const int64_t nb = n / QK4_0;
+	__m512 acc = _mm512_setzero_ps();
+
+	for (int64_t i = 0; i < nb; i += 2) {
+		const bool pair = i + 1 < nb;
+		const __m256i w0 = unpack_q4_0(a[i].qs);
+		const __m256i x0 = _mm256_loadu_si256((const __m256i *) b[i].qs);
+		const __m256i w1 = pair ? unpack_q4_0(a[i + 1].qs) : _mm256_setzero_si256();
+		const __m256i x1 = pair ? _mm256_loadu_si256((const __m256i *) b[i + 1].qs)
+					: _mm256_setzero_si256();
+		const float d0 = fp16(a[i].d) * fp16(b[i].d);
+		const float d1 = pair ? fp16(a[i + 1].d) * fp16(b[i + 1].d) : 0.f;
+		const __m512i p = dot_i8i8(join_i256(w0, w1), join_i256(x0, x1), vnni);
+		const __m512 d = join_f256(_mm256_set1_ps(d0), _mm256_set1_ps(d1));
+
+		acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
+	}
+	return _mm512_reduce_add_ps(acc);
+}
+
+/* [16 x lo | 16 x hi] as int16 */
+INLINE __m512i two_scales16(int lo, int hi)
+{
+	return join_i256(_mm256_set1_epi16((short) lo), _mm256_set1_epi16((short) hi));
+}
+
+/*
+ * Q4_K, 128 values per step: 64 bytes of nibbles hold sub-blocks [4j | 4j+2] in their low
+ * nibbles and [4j+1 | 4j+3] in their high ones (256-bit halves); the activations are
+ * regrouped to match with 128-bit-lane shuffles. The mins term is an integer sum over the
+ * 8 sub-blocks from bsums.
+ */
+INLINE float dot_q4_K_impl(int64_t n, const void *w, const void *x, bool vnni)
+{
+	const struct block_q4_K *a = w;
+	const struct block_q8_K *b = x;
+	const __m512i m4 = _mm512_set1_epi8(0xf);
+	__m512 acc = _mm512_setzero_ps();
+	float acc_m = 0.f;
+
+	for (int64_t i = 0; i < n / QK_K; i++) {
+		uint8_t sc[8], m[8];
+		int64_t m8;
+
+		q4_K_unpack_scales(a[i].scales, sc, m);
+		memcpy(&m8, m, sizeof(m8));
+
+		/* mins: sum_j m_j * (bsums[2j] + bsums[2j+1]) */
+		const __m128i ysum32 = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *) b[i].bsums),
+						      _mm_loadu_si128((const __m128i *) (b[i].bsums + 8)));
+		__m128i pm = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(m8)), ysum32);
+		pm = _mm_add_epi32(pm, _mm_unpackhi_epi64(pm, pm));
+		pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, _MM_SHUFFLE(2, 3, 0, 1)));
+		const int summ = _mm_cvtsi128_si32(pm);
+
+		__m512i sumi = _mm512_setzero_si512();
+		for (int j = 0; j < 2; j++) {
+			const __m512i bits = _mm512_loadu_si512(a[i].qs + 64 * j);
+			const __m512i lo = _mm512_and_si512(bits, m4);
+			const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(bits, 4), m4);
+			const __m512i ya = _mm512_loadu_si512(b[i].qs + 128 * j);      /* 4j | 4j+1 */
+			const __m512i yb = _mm512_loadu_si512(b[i].qs + 128 * j + 64); /* 4j+2 | 4j+3 */
+			const __m512i ylo = _mm512_shuffle_i64x2(ya, yb, 0x44); /* 4j | 4j+2 */
+			const __m512i yhi = _mm512_shuffle_i64x2(ya, yb, 0xee); /* 4j+1 | 4j+3 */
+
+			sumi = madd_acc(sumi, _mm512_maddubs_epi16(lo, ylo),
+					two_scales16(sc[4 * j], sc[4 * j + 2]), vnni);
+			sumi = madd_acc(sumi, _mm512_maddubs_epi16(hi, yhi),
+					two_scales16(sc[4 * j + 1], sc[4 * j + 3]), vnni);
+		}
+		acc = _mm512_fmadd_ps(_mm512_set1_ps(fp16(a[i].d) * b[i].d), _mm512_cvtepi32_ps(sumi),
+				      acc);
+		acc_m += (fp16(a[i].dmin) * b[i].d) * (float) summ;
+	}
+	return _mm512_reduce_add_ps(acc) - acc_m;
+}
+
+/*
+ * Q6_K, 128 values per step: ql's 64 bytes give the low nibbles of values [0..32 | 32..64]
+ * (low nibbles) and [64..96 | 96..128] (high nibbles); qh's 32 bytes hold the top two bits
+ * of values l, l+32, l+64, l+96 in bit pairs 0, 2, 4, 6. The levels 0..63 go to maddubs
+ * unsigned and the -32 offset comes in once per block through bsums, as in kernels-avx2.c.
+ */
+INLINE float dot_q6_K_impl(int64_t n, const void *w, const void *x, bool vnni)
+{
+	const struct block_q6_K *a = w;
+	const struct block_q8_K *b = x;
+	const __m512i m4 = _mm512_set1_epi8(0xf), m2 = _mm512_set1_epi8(3);
+	/* pshufb, per 128-bit lane: bytes 0..3 (of 8 scales) repeated 8 times each */
+	const __m256i pick_lo = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+						 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+	const __m256i pick_hi = _mm256_add_epi8(pick_lo, _mm256_set1_epi8(4));
+	__m512 acc = _mm512_setzero_ps();
+
+	for (int64_t i = 0; i < n / QK_K; i++) {
+		const __m256i scales16 = _mm256_cvtepi8_epi16(
+			_mm_loadu_si128((const __m128i *) a[i].scales));
+		const __m256i bsums = _mm256_loadu_si256((const __m256i *) b[i].bsums);
+		const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(scales16, bsums), 5);
+		__m512i sumi = join_i256(_mm256_sub_epi32(_mm256_setzero_si256(), corr),
+					 _mm256_setzero_si256());
+
+		for (int h = 0; h < QK_K / 128; h++) {
+			const __m512i l = _mm512_loadu_si512(a[i].ql + 64 * h);
+			const __m256i hb = _mm256_loadu_si256((const __m256i *) (a[i].qh + 32 * h));
+			const __m512i h01 = join_i256(hb, _mm256_srli_epi16(hb, 2));
+			const __m512i h23 = join_i256(_mm256_srli_epi16(hb, 4), _mm256_srli_epi16(hb, 6));
+			const __m512i q01 = _mm512_or_si512(_mm512_and_si512(l, m4),
+							    _mm512_slli_epi16(_mm512_and_si512(h01, m2), 4));
+			const __m512i q23 = _mm512_or_si512(
+				_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+				_mm512_slli_epi16(_mm512_and_si512(h23, m2), 4));
+			const __m512i y01 = _mm512_loadu_si512(b[i].qs + 128 * h);
+			const __m512i y23 = _mm512_loadu_si512(b[i].qs + 128 * h + 64);
+			int64_t sc8;
+
+			memcpy(&sc8, a[i].scales + 8 * h, sizeof(sc8));
+			const __m256i s = _mm256_set1_epi64x(sc8);
+			const __m512i sc01 = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(s, pick_lo));
+			const __m512i sc23 = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(s, pick_hi));
+
+			sumi = madd_acc(sumi, _mm512_maddubs_epi16(q01, y01), sc01, vnni);
+			sumi = madd_acc(sumi, _mm512_maddubs_epi16(q23, y23), sc23, vnni);
+		}
+		acc = _mm512_fmadd_ps(_mm512_set1_ps(fp16(a[i].d) * b[i].d), _mm512_cvtepi32_ps(sumi),
+				      acc);
+	}
+	return _mm512_reduce_add_ps(acc);
+}
+
+#define DEFINE_INT_DOTS(kind)                                                                      \
+	static float dot_##kind##_avx512(int64_t n, const void *w, const void *x)                  \
+	{                                                                                          \
+		return dot_##kind##_impl(n, w, x, false);                                          \
+	}                                                                                          \
+	static float dot_##kind##_avx512vnni(int64_t n, const void *w, const void *x)              \
+	{                                                                                          \
+		return dot_##kind##_impl(n, w, x, true);                                           \
+	}
+
+DEFINE_INT_DOTS(q8_0)
+DEFINE_INT_DOTS(q4_0)
+DEFINE_INT_DOTS(q4_K)
+DEFINE_INT_DOTS(q6_K)
+
+const struct quant_kernels quant_kernels_avx512 = {
+	.name = "avx512",
+	.quantize_f16 = quantize_f16_avx512,
+	.quantize_bf16 = quantize_bf16_avx512,
+	.quantize_q8_0 = quantize_q8_0_avx512,
+	.quantize_q8_K = quantize_q8_K_avx512,
+	.dot_f32 = dot_f32_avx512,
+	.dot_f16 = dot_f16_avx512,
+	.dot_bf16 = dot_bf16_avx512,
+	.dot_q8_0 = dot_q8_0_avx512,
+	.dot_q4_0 = dot_q4_0_avx512,
+	.dot_q4_K = dot_q4_K_avx512,
+	.dot_q6_K = dot_q6_K_avx512,
+};
+
+/* Conversions and float dots have no VNNI variant: shared with the table above. */
+const struct quant_kernels quant_kernels_avx512vnni = {
+	.name = "avx512vnni",
+	.quantize_f16 = quantize_f16_avx512,
+	.quantize_bf16 = quantize_bf16_avx512,
+	.quantize_q8_0 = quantize_q8_0_avx512,
+	.quantize_q8_K = quantize_q8_K_avx512,
+	.dot_f32 = dot_f32_avx512,
+	.dot_f16 = dot_f16_avx512,
+	.dot_bf16 = dot_bf16_avx512,
+	.dot_q8_0 = dot_q8_0_avx512vnni,
+	.dot_q4_0 = dot_q4_0_avx512vnni,
+	.dot_q4_K = dot_q4_K_avx512vnni,
+	.dot_q6_K = dot_q6_K_avx512vnni,
+};
+
+#endif /* __x86_64__ */

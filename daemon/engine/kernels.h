@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels.h: private to quant.c and the per-ISA kernel files (kernels-avx2.c,
+ * kernels-avx512.c). It holds the block structs and the table of kernels one SIMD level
+ * provides; quant.c picks a table once (cpuid) and dispatches through it.
+ *
+ * The block structs are packed: GGUF places tensor data at 32-byte offsets, but rows and
+ * blocks inside a tensor follow each other without padding (a Q8_0 block is 34 bytes), so
+ * a block's fp16 and int16 fields are routinely misaligned. Packed structs make the
+ * compiler emit unaligned-safe accesses (no UB, UBSan-clean), and SIMD code uses loadu.
+ *
+ * Every kernel takes n = the number of values, a multiple of the type's block size, and
+ * pointers to rows of n values; none of them allocates or fails.
+ */
+#pragma once
+
+#include <stdint.h>
+
+#include "quant.h"
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the GGUF block layouts are little-endian; a big-endian port needs byte swaps"
+#endif
+
+struct block_q8_0 {
+	uint16_t d; /* fp16 */
+	int8_t qs[QK8_0];
+} __attribute__((packed));
+
+struct block_q4_0 {
+	uint16_t d;              /* fp16 */
+	uint8_t qs[QK4_0 / 2];   /* value j in the low nibble of qs[j], j + 16 in its high one */
+} __attribute__((packed));
+
+struct block_q4_K {
+	uint16_t d;            /* fp16, scale of the 6-bit sub-block scales */
+	uint16_t dmin;         /* fp16, scale of the 6-bit sub-block mins */
+	uint8_t scales[12];    /* 8 scales + 8 mins, 6 bits each; see q4_K_scale_min() */
+	uint8_t qs[QK_K / 2];  /* per 64 values: 32 bytes, low nibbles the first 32 values */
+} __attribute__((packed));
+
+struct block_q6_K {
+	uint8_t ql[QK_K / 2];      /* low 4 bits */
+	uint8_t qh[QK_K / 4];      /* high 2 bits */
+	int8_t scales[QK_K / 16];  /* one per 16 values */
+	uint16_t d;                /* fp16 */
+} __attribute__((packed));
+
+struct block_q8_K {
+	float d;
+	int8_t qs[QK_K];
+	int16_t bsums[QK_K / 16]; /* sums of qs in groups of 16 */
+} __attribute__((packed));
+
+_Static_assert(sizeof(struct block_q8_0) == 34, "block_q8_0 must match ggml");
+_Static_assert(sizeof(struct block_q4_0) == 18, "block_q4_0 must match ggml");
+_Static_assert(sizeof(struct block_q4_K) == 144, "block_q4_K must match ggml");
+_Static_assert(sizeof(struct block_q6_K) == 210, "block_q6_K must match ggml");
+_Static_assert(sizeof(struct block_q8_K) == 292, "block_q8_K must match ggml");
+
+/*
+ * Q4_K packs 8 six-bit scales and 8 six-bit mins into 12 bytes (ggml's get_scale_min_k4):
+ *   bytes 0-3:  scale j (j < 4) in the low 6 bits; the top 2 bits are bits 4-5 of scale j+4
+ *   bytes 4-7:  min j (j < 4) in the low 6 bits; the top 2 bits are bits 4-5 of min j+4
+ *   bytes 8-11: low nibble = bits 0-3 of scale j+4, high nibble = bits 0-3 of min j+4
+ * Unpacks all 16 at once (sc[j], m[j] for sub-block j = values 32j..32j+31).
+ */
+static inline void q4_K_unpack_scales(const uint8_t *s, uint8_t sc[8], uint8_t m[8])
+{
+	for (int j = 0; j < 4; j++) {
+		sc[j] = s[j] & 63;
+		m[j] = s[j + 4] & 63;
+		sc[j + 4] = (uint8_t) ((s[j + 8] & 0xf) | ((s[j] >> 6) << 4));
+		m[j + 4] = (uint8_t) ((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+	}
+}
+
+struct quant_kernels {
+	const char *name; /* the level's name, as quant_simd_level() reports it */
+
+	/* Activation conversions: n floats into a row of the target type. Every level gives
+	 * bit-identical output to the scalar one (tests check it). */
+	void (*quantize_f16)(const float *x, void *dst, int64_t n);
+	void (*quantize_bf16)(const float *x, void *dst, int64_t n);
+	void (*quantize_q8_0)(const float *x, void *dst, int64_t n);
+	void (*quantize_q8_K)(const float *x, void *dst, int64_t n);
+
+	/* Dot products of a weight row with an activation row of its vec_dot type. */
+	float (*dot_f32)(int64_t n, const void *w, const void *x);
+	float (*dot_f16)(int64_t n, const void *w, const void *x);
+	float (*dot_bf16)(int64_t n, const void *w, const void *x);
+	float (*dot_q8_0)(int64_t n, const void *w, const void *x);
+	float (*dot_q4_0)(int64_t n, const void *w, const void *x);
+	float (*dot_q4_K)(int64_t n, const void *w, const void *x);
+	float (*dot_q6_K)(int64_t n, const void *w, const void *x);
+};
+
+extern const struct quant_kernels quant_kernels_scalar; /* quant.c */
+#if defined(__x86_64__)
+extern const struct quant_kernels quant_kernels_avx2;       /* kernels-avx2.c */
+extern const struct quant_kernels quant_kernels_avx512;     /* kernels-avx512.c */
+extern const struct quant_kernels quant_kernels_avx512vnni; /* kernels-avx512.c */
+#endif

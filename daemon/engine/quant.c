@@ -1,0 +1,972 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * quant.c: the type table, fp16/bf16 conversions, the portable scalar reference kernels
+ * and the run-time choice of SIMD kernels (kernels.h).
+ *
+ * The scalar kernels are the reference the SIMD ones are tested against, so they are plain
+ * C without intrinsics. Their arithmetic follows ggml's CPU backend where it matters for
+ * matching llama.cpp's logits: activation conversions are bit-identical to ggml's x86 ones,
+ * dot products use the same integer sums per block and the same per-block float scaling;
+ * blocks are then summed in double here (more accurate than any SIMD order, and the
+ * difference to ggml's float lanes is far below the tolerances anyone compares with).
+ */
+#include <assert.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <strings.h>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+#include "../basic/macro.h"
+#include "kernels.h"
+#include "quant.h"
+
+/* ---- fp16 / bf16 ---- */
+
+float fp16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t) (h & 0x8000) << 16;
+	uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff, x;
+	float f;
+
+	if (e == 0x1f) {
+		x = sign | 0x7f800000 | (m << 13); /* inf, or NaN keeping its payload */
+	} else if (e == 0) {
+		if (m == 0) {
+			x = sign;
+		} else {
+			/* subnormal half m * 2^-24: normalize into an f32 exponent */
+			e = 113;
+			while (!(m & 0x400)) {
+				m <<= 1;
+				e--;
+			}
+			x = sign | (e << 23) | ((m & 0x3ff) << 13);
+		}
+	} else {
+		x = sign | ((e + 112) << 23) | (m << 13);
+	}
+	memcpy(&f, &x, sizeof(f));
+	return f;
+}
+
+uint16_t f32_to_fp16(float f)
+{
+	uint32_t x, ax, sign;
+
+	memcpy(&x, &f, sizeof(x));
+	sign = (x >> 16) & 0x8000;
+	ax = x & 0x7fffffff;
+
+	if (ax > 0x7f800000) /* NaN: quiet it, keep the top payload bits (as F16C does) */
+		return (uint16_t) (sign | 0x7e00 | ((ax >> 13) & 0x3ff));
+	if (ax >= 0x477ff000) /* >= 65520, halfway between 65504 and 2^16: rounds to inf */
+		return (uint16_t) (sign | 0x7c00);
+	if (ax < 0x38800000) { /* below 2^-14: a subnormal half or zero */
+		uint32_t e = ax >> 23, m = (ax & 0x7fffff) | 0x800000;
+		uint32_t shift = 126 - e; /* value = m * 2^(e-150) = (m >> shift) units of 2^-24 */
+
+		if (e == 0 || shift > 24)
+			return (uint16_t) sign; /* below 2^-25 (or exactly it: ties to even 0) */
+		uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+		if (rem > half || (rem == half && (q & 1)))
+			q++;
+		return (uint16_t) (sign | q);
+	}
+	/* normal: rebias the exponent, round the 23-bit mantissa to 10 bits (a carry into the
+	 * exponent is the right answer, up to 0x7bff -> 0x7c00 handled above) */
+	ax -= (uint32_t) (127 - 15) << 23;
+	ax += 0xfff + ((ax >> 13) & 1);
+	return (uint16_t) (sign | (ax >> 13));
+}
+
+float bf16_to_f32(uint16_t h)
+{
+	uint32_t x = (uint32_t) h << 16;
+	float f;
+
+	memcpy(&f, &x, sizeof(f));
+	return f;
+}
+
+uint16_t f32_to_bf16(float f)
+{
+	uint32_t x;
+
+	memcpy(&x, &f, sizeof(x));
+	if ((x & 0x7fffffff) > 0x7f800000) /* NaN: truncate, force quiet so it stays NaN */
+		return (uint16_t) ((x >> 16) | 64);
+	/* round to nearest even; like ggml, subnormals are kept (not flushed) */
+	return (uint16_t) ((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+/* ---- the type table ---- */
+
+struct type_info {
+	const char *name;
+	uint32_t block_values; /* 0: known id, not supported */
+	uint32_t block_bytes;
+	uint32_t vec_dot_type;
+};
+
+static const struct type_info type_table[GGML_TYPE_COUNT_] = {
+	[GGML_TYPE_F32] = { "f32", 1, 4, GGML_TYPE_F32 },
+	[GGML_TYPE_F16] = { "f16", 1, 2, GGML_TYPE_F16 },
+	[GGML_TYPE_Q4_0] = { "q4_0", QK4_0, sizeof(struct block_q4_0), GGML_TYPE_Q8_0 },
+	[GGML_TYPE_Q4_1] = { "q4_1", 0, 0, 0 },
+	[GGML_TYPE_Q5_0] = { "q5_0", 0, 0, 0 },
+	[GGML_TYPE_Q5_1] = { "q5_1", 0, 0, 0 },
+	[GGML_TYPE_Q8_0] = { "q8_0", QK8_0, sizeof(struct block_q8_0), GGML_TYPE_Q8_0 },
+	[GGML_TYPE_Q8_1] = { "q8_1", 0, 0, 0 },
+	[GGML_TYPE_Q2_K] = { "q2_k", 0, 0, 0 },
+	[GGML_TYPE_Q3_K] = { "q3_k", 0, 0, 0 },
+	[GGML_TYPE_Q4_K] = { "q4_k", QK_K, sizeof(struct block_q4_K), GGML_TYPE_Q8_K },
+	[GGML_TYPE_Q5_K] = { "q5_k", 0, 0, 0 },
+	[GGML_TYPE_Q6_K] = { "q6_k", QK_K, sizeof(struct block_q6_K), GGML_TYPE_Q8_K },
+	/* activations only: no dot product takes Q8_K weights */
+	[GGML_TYPE_Q8_K] = { "q8_k", QK_K, sizeof(struct block_q8_K), GGML_TYPE_COUNT_ },
+	[16] = { "iq2_xxs", 0, 0, 0 },
+	[17] = { "iq2_xs", 0, 0, 0 },
+	[18] = { "iq3_xxs", 0, 0, 0 },
+	[19] = { "iq1_s", 0, 0, 0 },
+	[20] = { "iq4_nl", 0, 0, 0 },
+	[21] = { "iq3_s", 0, 0, 0 },
+	[22] = { "iq2_s", 0, 0, 0 },
+	[23] = { "iq4_xs", 0, 0, 0 },
+	[24] = { "i8", 0, 0, 0 },
+	[25] = { "i16", 0, 0, 0 },
+	[26] = { "i32", 0, 0, 0 },
+	[27] = { "i64", 0, 0, 0 },
+	[28] = { "f64", 0, 0, 0 },
+	[29] = { "iq1_m", 0, 0, 0 },
+	[GGML_TYPE_BF16] = { "bf16", 1, 2, GGML_TYPE_BF16 },
+	[34] = { "tq1_0", 0, 0, 0 },
+	[35] = { "tq2_0", 0, 0, 0 },
+	[39] = { "mxfp4", 0, 0, 0 },
+};
+
+static const struct type_info *type_info(uint32_t type)
+{
+	if (type >= GGML_TYPE_COUNT_ || !type_table[type].name)
+		return NULL;
+	return &type_table[type];
+}
+
+bool quant_type_supported(uint32_t type)
+{
+	const struct type_info *t = type_info(type);
+
+	return t && t->block_values > 0;
+}
+
+const char *quant_type_name(uint32_t type)
+{
+	const struct type_info *t = type_info(type);
+
+	return t ? t->name : NULL;
+}
+
+int quant_type_from_name(const char *name, uint32_t *ret)
+{
+	assert_return(name && ret, -EINVAL);
+
+	for (uint32_t i = 0; i < GGML_TYPE_COUNT_; i++)
+		if (type_table[i].name && strcasecmp(type_table[i].name, name) == 0) {
+			*ret = i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+size_t quant_block_values(uint32_t type)
+{
+	return quant_type_supported(type) ? type_table[type].block_values : 0;
+}
+
+size_t quant_block_bytes(uint32_t type)
+{
+	return quant_type_supported(type) ? type_table[type].block_bytes : 0;
+}
+
+int64_t quant_row_bytes(uint32_t type, int64_t n)
+{
+	int64_t bytes;
+
+	if (!quant_type_supported(type) || n < 0 || n % type_table[type].block_values != 0)
+		return -EINVAL;
+	if (__builtin_mul_overflow(n / type_table[type].block_values,
+				   (int64_t) type_table[type].block_bytes, &bytes))
+		return -EOVERFLOW;
+	return bytes;
+}
+
+uint32_t quant_vec_dot_type(uint32_t type)
+{
+	return quant_type_supported(type) ? type_table[type].vec_dot_type : GGML_TYPE_COUNT_;
+}
+
+/* ---- scalar activation conversions ---- */
+
+/* Round to nearest, ties to even: ggml's nearest_int() for the |v| < 2^22 it is used on
+ * (larger values saturate here instead of wrapping). rintf() rather than ggml's
+ * add-a-magic-constant trick, which a compiler may fuse with the multiply before it (FMA
+ * contraction) and so round differently. */
+static inline int nearest_int(float v)
+{
+	if (!(fabsf(v) < 4194304.f))
+		return isnan(v) ? 0 : v > 0 ? 4194304 : -4194304;
+	return (int) rintf(v);
+}
+
+/* What x86's round-then-convert (cvtps2dq after roundps) gives, so the SIMD quantizers
+ * stay bit-identical even on degenerate input: ties to even, and INT32_MIN for NaN or
+ * anything out of int32 range (e.g. x * 127/amax when 127/amax overflowed to inf). The
+ * packing that follows saturates to int8. */
+static inline int32_t round_like_cvtps(float v)
+{
+	if (!(v >= -2147483648.f && v < 2147483648.f))
+		return INT32_MIN;
+	return (int32_t) rintf(v);
+}
+
+static inline int8_t saturate_i8(int32_t v)
+{
+	return (int8_t) (v > 127 ? 127 : v < -128 ? -128 : v);
+}
+
+static void quantize_f16_scalar(const float *x, void *dst, int64_t n)
+{
+	uint16_t *y = dst;
+
+	for (int64_t i = 0; i < n; i++)
+		y[i] = f32_to_fp16(x[i]);
+}
+
+static void quantize_bf16_scalar(const float *x, void *dst, int64_t n)
+{
+	uint16_t *y = dst;
+
+	for (int64_t i = 0; i < n; i++)
+		y[i] = f32_to_bf16(x[i]);
+}
+
+/* ggml's x86 quantize_row_q8_0 (the one llama.cpp's activations go through): d =
+ * fp16(amax/127), q = round_half_even(x * (127/amax)). Not its scalar _ref, which rounds
+ * half away from zero and multiplies by 1/d. NaNs are left out of amax (fmaxf), as the
+ * SIMD versions do. */
+static void quantize_q8_0_scalar(const float *x, void *dst, int64_t n)
+{
+	struct block_q8_0 *y = dst;
+
+	for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+		float amax = 0.f;
+
+		for (int j = 0; j < QK8_0; j++)
+			amax = fmaxf(amax, fabsf(x[j]));
+		y[i].d = f32_to_fp16(amax / 127.f);
+		const float id = amax != 0.f ? 127.f / amax : 0.f;
+		for (int j = 0; j < QK8_0; j++)
+			y[i].qs[j] = saturate_i8(round_like_cvtps(x[j] * id));
+	}
+}
+
+/* ggml's quantize_row_q8_K_ref: the scale comes from the first value of largest
+ * magnitude, m, with iscale = -127/m, so that value maps to -127 exactly. */
+static void quantize_q8_K_scalar(const float *x, void *dst, int64_t n)
+{
+	struct block_q8_K *y = dst;
+
+	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+		float amax = 0.f, m = 0.f;
+
+		for (int j = 0; j < QK_K; j++)
+			if (fabsf(x[j]) > amax) {
+				amax = fabsf(x[j]);
+				m = x[j];
+			}
+		if (amax == 0.f) {
+			memset(&y[i], 0, sizeof(y[i]));
+			continue;
+		}
+		const float iscale = -127.f / m;
+		for (int j = 0; j < QK_K; j++)
+			y[i].qs[j] = saturate_i8(round_like_cvtps(iscale * x[j]));
+		for (int g = 0; g < QK_K / 16; g++) {
+			int sum = 0;
+			for (int j = 0; j < 16; j++)
+				sum += y[i].qs[16 * g + j];
+			y[i].bsums[g] = (int16_t) sum;
+		}
+		y[i].d = 1.f / iscale;
+	}
+}
+
+/* ---- scalar dot products ---- */
+
+static float dot_f32_scalar(int64_t n, const void *w, const void *x)
+{
+	const float *a = w, *b = x;
+	double sum = 0.0;
+
+	for (int64_t i = 0; i < n; i++)
+		sum += (double) (a[i] * b[i]);
+	return (float) sum;
+}
+
+static float dot_f16_scalar(int64_t n, const void *w, const void *x)
+{
+	const uint16_t *a = w, *b = x;
+	double sum = 0.0;
+
+	/* the product of two halves is exact in float */
+	for (int64_t i = 0; i < n; i++)
+		sum += (double) (fp16_to_f32(a[i]) * fp16_to_f32(b[i]));
+	return (float) sum;
+}
+
+static float dot_bf16_scalar(int64_t n, const void *w, const void *x)
+{
+	const uint16_t *a = w, *b = x;
+	double sum = 0.0;
+
+	for (int64_t i = 0; i < n; i++)
+		sum += (double) (bf16_to_f32(a[i]) * bf16_to_f32(b[i]));
+	return (float) sum;
+}
+
+static float dot_q8_0_scalar(int64_t n, const void *w, const void *x)
+{
+	const struct block_q8_0 *a = w, *b = x;
+	double sum = 0.0;
+
+	for (int64_t i = 0; i < n / QK8_0; i++) {
+		int sumi = 0;
+
+		for (int j = 0; j < QK8_0; j++)
+			sumi += a[i].qs[j] * b[i].qs[j];
+		sum += (double) ((float) sumi * (fp16_to_f32(a[i].d) * fp16_to_f32(b[i].d)));
+	}
+	return (float) sum;
+}
+
+static float dot_q4_0_scalar(int64_t n, const void *w, const void *x)
+{
+	const struct block_q4_0 *a = w;
+	const struct block_q8_0 *b = x;
+	double sum = 0.0;
+
+	for (int64_t i = 0; i < n / QK4_0; i++) {
+		int sumi = 0;
+
+		for (int j = 0; j < QK4_0 / 2; j++) {
+			sumi += ((a[i].qs[j] & 0xf) - 8) * b[i].qs[j];
+			sumi += ((a[i].qs[j] >> 4) - 8) * b[i].qs[j + QK4_0 / 2];
+		}
+		sum += (double) ((float) sumi * (fp16_to_f32(a[i].d) * fp16_to_f32(b[i].d)));
+	}
+	return (float) sum;
+}
+
+/*
+ * Per block: d * sum_j sc_j * (q . y)_j - dmin * sum_j m_j * (sum of y)_j, both integer
+ * sums exact; the sums of y are recomputed from qs rather than taken from bsums, so that
+ * tests comparing the SIMD kernels (which use bsums) with this one also check bsums.
+ */
+static float dot_q4_K_scalar(int64_t n, const void *w, const void *x)
+{
+	const struct block_q4_K *a = w;
+	const struct block_q8_K *b = x;
+	double sum = 0.0;
+
+	for (int64_t i = 0; i < n / QK_K; i++) {
+		const uint8_t *q = a[i].qs;
+		const int8_t *y = b[i].qs;
+		uint8_t sc[8], m[8];
+		int sumi = 0, summ = 0;
+
+		q4_K_unpack_scales(a[i].scales, sc, m);
+		for (int j = 0; j < QK_K / 64; j++, q += 32, y += 64) {
+			int lo = 0, hi = 0, ylo = 0, yhi = 0;
+
+			for (int l = 0; l < 32; l++) {
+				lo += (q[l] & 0xf) * y[l];
+				hi += (q[l] >> 4) * y[l + 32];
+				ylo += y[l];
+				yhi += y[l + 32];
+			}
+			sumi += sc[2 * j] * lo + sc[2 * j + 1] * hi;
+			summ += m[2 * j] * ylo + m[2 * j + 1] * yhi;
+		}
+		const float d = fp16_to_f32(a[i].d) * b[i].d;
+		const float dmin = fp16_to_f32(a[i].dmin) * b[i].d;
+		sum += (double) (d * (float) sumi) - (double) (dmin * (float) summ);
+	}
+	return (float) sum;
+}
+
+/* Value l of a 128-value half: ql holds the low nibbles of l (l < 64) or l - 64 (high
+ * nibbles), qh bits 2*(l/32)..+1 the top two bits; q - 32 is the signed level. */
+static inline int q6_K_value(const uint8_t *ql, const uint8_t *qh, int l)
+{
+	int lo = l < 64 ? ql[l] & 0xf : ql[l - 64] >> 4;
+	int hi = (qh[l % 32] >> (2 * (l / 32))) & 3;
+
+	return (lo | hi << 4) - 32;
+}
+
+static float dot_q6_K_scalar(int64_t n, const void *w, const void *x)
+{
+	const struct block_q6_K *a = w;
+	const struct block_q8_K *b = x;
+	double sum = 0.0;
+
+	for (int64_t i = 0; i < n / QK_K; i++) {
+		int sumi = 0;
+
+		for (int h = 0; h < QK_K / 128; h++) {
+			const uint8_t *ql = a[i].ql + 64 * h, *qh = a[i].qh + 32 * h;
+			const int8_t *y = b[i].qs + 128 * h;
+
+			for (int g = 0; g < 8; g++) {
+				int s = 0;
+
+				for (int l = 16 * g; l < 16 * g + 16; l++)
+					s += q6_K_value(ql, qh, l) * y[l];
+				sumi += a[i].scales[8 * h + g] * s;
+			}
+		}
+		sum += (double) ((fp16_to_f32(a[i].d) * b[i].d) * (float) sumi);
+	}
+	return (float) sum;
+}
+
+const struct quant_kernels quant_kernels_scalar = {
+	.name = "scalar",
+	.quantize_f16 = quantize_f16_scalar,
+	.quantize_bf16 = quantize_bf16_scalar,
+	.quantize_q8_0 = quantize_q8_0_scalar,
+	.quantize_q8_K = quantize_q8_K_scalar,
+	.dot_f32 = dot_f32_scalar,
+	.dot_f16 = dot_f16_scalar,
+	.dot_bf16 = dot_bf16_scalar,
+	.dot_q8_0 = dot_q8_0_scalar,
+	.dot_q4_0 = dot_q4_0_scalar,
+	.dot_q4_K = dot_q4_K_scalar,
+	.dot_q6_K = dot_q6_K_scalar,
+};
+
+/* ---- weight quantizers (molly-mkmodel); ggml's reference algorithms, so a model we
+ * quantize from F32 matches llama-quantize's (without an imatrix) ---- */
+
+/* ggml's quantize_row_q4_0_ref: the value of largest magnitude maps to level -8. */
+static void quantize_q4_0_weights(const float *x, void *dst, int64_t n)
+{
+	struct block_q4_0 *y = dst;
+
+	for (int64_t i = 0; i < n / QK4_0; i++, x += QK4_0) {
+		float amax = 0.f, max = 0.f;
+
+		for (int j = 0; j < QK4_0; j++)
+			if (fabsf(x[j]) > amax) {
+				amax = fabsf(x[j]);
+				max = x[j];
+			}
+		const float d = max / -8.f;
+		const float id = d != 0.f ? 1.f / d : 0.f;
+		y[i].d = f32_to_fp16(d);
+		for (int j = 0; j < QK4_0 / 2; j++) {
+			/* x*id is in [-8, 8]; +8.5 and truncation round half up, 16 clamps to 15 */
+			int lo = (int) (x[j] * id + 8.5f), hi = (int) (x[j + QK4_0 / 2] * id + 8.5f);
+			lo = MIN(15, MAX(0, lo));
+			hi = MIN(15, MAX(0, hi));
+			y[i].qs[j] = (uint8_t) (lo | hi << 4);
+		}
+	}
+}
+
+/*
+ * ggml's make_qkx2_quants(): fits x ~ scale * L - min with L in 0..nmax and min >= 0
+ * (min is returned negated in *the_min), minimizing the weighted squared error over
+ * a few candidate scales around (max - min) / nmax.
+ */
+static float make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
+			      float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep)
+{
+	float min = x[0], max = x[0], sum_w = weights[0], sum_x = sum_w * x[0];
+
+	for (int i = 1; i < n; i++) {
+		if (x[i] < min)
+			min = x[i];
+		if (x[i] > max)
+			max = x[i];
+		sum_w += weights[i];
+		sum_x += weights[i] * x[i];
+	}
+	if (min > 0)
+		min = 0;
+	if (max == min) {
+		memset(L, 0, (size_t) n);
+		*the_min = -min;
+		return 0.f;
+	}
+	float iscale = nmax / (max - min);
+	float scale = 1 / iscale;
+	float best_error = 0;
+	for (int i = 0; i < n; i++) {
+		int l = nearest_int(iscale * (x[i] - min));
+		L[i] = (uint8_t) MAX(0, MIN(nmax, l));
+		float diff = scale * L[i] + min - x[i];
+		best_error += weights[i] * (diff * diff);
+	}
+	for (int is = 0; is <= nstep; is++) {
+		float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+
+		iscale = (rmin + rdelta * is + nmax) / (max - min);
+		for (int i = 0; i < n; i++) {
+			int l = nearest_int(iscale * (x[i] - min));
+			l = MAX(0, MIN(nmax, l));
+			Laux[i] = (uint8_t) l;
+			sum_l += weights[i] * l;
+			sum_l2 += weights[i] * l * l;
+			sum_xl += weights[i] * l * x[i];
+		}
+		float D = sum_w * sum_l2 - sum_l * sum_l;
+		if (D > 0) {
+			float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+			float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+			if (this_min > 0) {
+				this_min = 0;
+				this_scale = sum_xl / sum_l2;
+			}
+			float cur_error = 0;
+			for (int i = 0; i < n; i++) {
+				float diff = this_scale * Laux[i] + this_min - x[i];
+				cur_error += weights[i] * (diff * diff);
+			}
+			if (cur_error < best_error) {
+				memcpy(L, Laux, (size_t) n);
+				best_error = cur_error;
+				scale = this_scale;
+				min = this_min;
+			}
+		}
+	}
+	*the_min = -min;
+	return scale;
+}
+
+/* ggml's quantize_row_q4_K_ref. */
+static void quantize_q4_K_weights(const float *x, void *dst, int64_t n)
+{
+	struct block_q4_K *y = dst;
+	uint8_t L[QK_K], Laux[32];
+	float weights[32], mins[QK_K / 32], scales[QK_K / 32];
+
+	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+		float max_scale = 0, max_min = 0;
+
+		for (int j = 0; j < QK_K / 32; j++) {
+			float sum_x2 = 0;
+
+			for (int l = 0; l < 32; l++)
+				sum_x2 += x[32 * j + l] * x[32 * j + l];
+			float av_x = sqrtf(sum_x2 / 32);
+			for (int l = 0; l < 32; l++)
+				weights[l] = av_x + fabsf(x[32 * j + l]);
+			scales[j] = make_qkx2_quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j],
+						     Laux, -1.f, 0.1f, 20);
+			if (scales[j] > max_scale)
+				max_scale = scales[j];
+			if (mins[j] > max_min)
+				max_min = mins[j];
+		}
+
+		float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+		float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+		memset(y[i].scales, 0, sizeof(y[i].scales));
+		for (int j = 0; j < QK_K / 32; j++) {
+			uint8_t ls = (uint8_t) MIN(63, nearest_int(inv_scale * scales[j]));
+			uint8_t lm = (uint8_t) MIN(63, nearest_int(inv_min * mins[j]));
+
+			if (j < 4) {
+				y[i].scales[j] |= ls;
+				y[i].scales[j + 4] |= lm;
+			} else {
+				y[i].scales[j + 4] = (uint8_t) ((ls & 0xf) | (lm & 0xf) << 4);
+				y[i].scales[j - 4] |= (uint8_t) ((ls >> 4) << 6);
+				y[i].scales[j] |= (uint8_t) ((lm >> 4) << 6);
+			}
+		}
+		y[i].d = f32_to_fp16(max_scale / 63.f);
+		y[i].dmin = f32_to_fp16(max_min / 63.f);
+
+		/* requantize against the scales as stored */
+		uint8_t sc[8], m[8];
+		q4_K_unpack_scales(y[i].scales, sc, m);
+		for (int j = 0; j < QK_K / 32; j++) {
+			const float d = fp16_to_f32(y[i].d) * sc[j];
+			if (d == 0.f)
+				continue;
+			const float dm = fp16_to_f32(y[i].dmin) * m[j];
+			for (int l = 0; l < 32; l++) {
+				int q = nearest_int((x[32 * j + l] + dm) / d);
+				L[32 * j + l] = (uint8_t) MAX(0, MIN(15, q));
+			}
+		}
+		for (int j = 0; j < QK_K / 64; j++)
+			for (int l = 0; l < 32; l++)
+				y[i].qs[32 * j + l] = (uint8_t) (L[64 * j + l] | L[64 * j + l + 32] << 4);
+	}
+}
+
+/* ggml's make_qx_quants() with rmse_type 1 and no importance weights: symmetric levels
+ * -nmax..nmax-1, weighted by x^2, trying scales around nmax/max. */
+static float make_qx_quants(int n, int nmax, const float *x, int8_t *L)
+{
+	float max = 0, amax = 0;
+
+	for (int i = 0; i < n; i++)
+		if (fabsf(x[i]) > amax) {
+			amax = fabsf(x[i]);
+			max = x[i];
+		}
+	if (amax < 1e-15f) {
+		memset(L, 0, (size_t) n);
+		return 0.f;
+	}
+	float iscale = -nmax / max;
+	float sumlx = 0, suml2 = 0;
+	for (int i = 0; i < n; i++) {
+		int l = nearest_int(iscale * x[i]);
+		l = MAX(-nmax, MIN(nmax - 1, l));
+		L[i] = (int8_t) (l + nmax);
+		float w = x[i] * x[i];
+		sumlx += w * x[i] * l;
+		suml2 += w * l * l;
+	}
+	float scale = suml2 ? sumlx / suml2 : 0.0f;
+	float best = scale * sumlx;
+	for (int is = -9; is <= 9; is++) {
+		if (is == 0)
+			continue;
+		iscale = -(nmax + 0.1f * is) / max;
+		sumlx = suml2 = 0;
+		for (int i = 0; i < n; i++) {
+			int l = nearest_int(iscale * x[i]);
+			l = MAX(-nmax, MIN(nmax - 1, l));
+			float w = x[i] * x[i];
+			sumlx += w * x[i] * l;
+			suml2 += w * l * l;
+		}
+		if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+			for (int i = 0; i < n; i++) {
+				int l = nearest_int(iscale * x[i]);
+				L[i] = (int8_t) (nmax + MAX(-nmax, MIN(nmax - 1, l)));
+			}
+			scale = sumlx / suml2;
+			best = scale * sumlx;
+		}
+	}
+	return scale;
+}
+
+/* ggml's quantize_row_q6_K_ref. */
+static void quantize_q6_K_weights(const float *x, void *dst, int64_t n)
+{
+	struct block_q6_K *y = dst;
+	int8_t L[QK_K];
+	float scales[QK_K / 16];
+
+	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+		float max_scale = 0, max_abs_scale = 0;
+
+		for (int g = 0; g < QK_K / 16; g++) {
+			scales[g] = make_qx_quants(16, 32, x + 16 * g, L + 16 * g);
+			if (fabsf(scales[g]) > max_abs_scale) {
+				max_abs_scale = fabsf(scales[g]);
+				max_scale = scales[g];
+			}
+		}
+		memset(&y[i], 0, sizeof(y[i]));
+		if (max_abs_scale < 1e-15f)
+			continue; /* all (near) zero: d = 0 */
+
+		const float iscale = -128.f / max_scale;
+		y[i].d = f32_to_fp16(1 / iscale);
+		for (int g = 0; g < QK_K / 16; g++)
+			y[i].scales[g] = (int8_t) MIN(127, nearest_int(iscale * scales[g]));
+
+		for (int g = 0; g < QK_K / 16; g++) {
+			const float d = fp16_to_f32(y[i].d) * y[i].scales[g];
+			if (d == 0.f)
+				continue;
+			for (int l = 0; l < 16; l++) {
+				int q = nearest_int(x[16 * g + l] / d);
+				L[16 * g + l] = (int8_t) (MAX(-32, MIN(31, q)) + 32);
+			}
+		}
+		for (int h = 0; h < QK_K / 128; h++) {
+			const int8_t *l = L + 128 * h;
+			uint8_t *ql = y[i].ql + 64 * h, *qh = y[i].qh + 32 * h;
+
+			for (int k = 0; k < 32; k++) {
+				ql[k] = (uint8_t) ((l[k] & 0xf) | (l[k + 64] & 0xf) << 4);
+				ql[k + 32] = (uint8_t) ((l[k + 32] & 0xf) | (l[k + 96] & 0xf) << 4);
+				qh[k] = (uint8_t) ((l[k] >> 4) | (l[k + 32] >> 4) << 2 |
+						   (l[k + 64] >> 4) << 4 | (l[k + 96] >> 4) << 6);
+			}
+		}
+	}
+}
+
+/* ---- dequantization ---- */
+
+static void dequantize_scalar(uint32_t type, const void *src, float *dst, int64_t n)
+{
+	switch (type) {
+	case GGML_TYPE_F32:
+		memcpy(dst, src, (size_t) n * sizeof(float));
+		break;
+	case GGML_TYPE_F16: {
+		const uint16_t *h = src;
+		for (int64_t i = 0; i < n; i++)
+			dst[i] = fp16_to_f32(h[i]);
+		break;
+	}
+	case GGML_TYPE_BF16: {
+		const uint16_t *h = src;
+		for (int64_t i = 0; i < n; i++)
+			dst[i] = bf16_to_f32(h[i]);
+		break;
+	}
+	case GGML_TYPE_Q8_0: {
+		const struct block_q8_0 *b = src;
+		for (int64_t i = 0; i < n / QK8_0; i++, dst += QK8_0) {
+			const float d = fp16_to_f32(b[i].d);
+			for (int j = 0; j < QK8_0; j++)
+				dst[j] = b[i].qs[j] * d;
+		}
+		break;
+	}
+	case GGML_TYPE_Q4_0: {
+		const struct block_q4_0 *b = src;
+		for (int64_t i = 0; i < n / QK4_0; i++, dst += QK4_0) {
+			const float d = fp16_to_f32(b[i].d);
+			for (int j = 0; j < QK4_0 / 2; j++) {
+				dst[j] = ((b[i].qs[j] & 0xf) - 8) * d;
+				dst[j + QK4_0 / 2] = ((b[i].qs[j] >> 4) - 8) * d;
+			}
+		}
+		break;
+	}
+	case GGML_TYPE_Q4_K: {
+		const struct block_q4_K *b = src;
+		for (int64_t i = 0; i < n / QK_K; i++) {
+			const float d = fp16_to_f32(b[i].d), dmin = fp16_to_f32(b[i].dmin);
+			const uint8_t *q = b[i].qs;
+			uint8_t sc[8], m[8];
+
+			q4_K_unpack_scales(b[i].scales, sc, m);
+			for (int j = 0; j < QK_K / 64; j++, q += 32) {
+				const float d1 = d * sc[2 * j], m1 = dmin * m[2 * j];
+				const float d2 = d * sc[2 * j + 1], m2 = dmin * m[2 * j + 1];
+				for (int l = 0; l < 32; l++)
+					*dst++ = d1 * (q[l] & 0xf) - m1;
+				for (int l = 0; l < 32; l++)
+					*dst++ = d2 * (q[l] >> 4) - m2;
+			}
+		}
+		break;
+	}
+	case GGML_TYPE_Q6_K: {
+		const struct block_q6_K *b = src;
+		for (int64_t i = 0; i < n / QK_K; i++) {
+			const float d = fp16_to_f32(b[i].d);
+			for (int h = 0; h < QK_K / 128; h++)
+				for (int l = 0; l < 128; l++)
+					*dst++ = d * b[i].scales[8 * h + l / 16] *
+						 q6_K_value(b[i].ql + 64 * h, b[i].qh + 32 * h, l);
+		}
+		break;
+	}
+	case GGML_TYPE_Q8_K: {
+		const struct block_q8_K *b = src;
+		for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K) {
+			const float d = b[i].d;
+			for (int j = 0; j < QK_K; j++)
+				dst[j] = b[i].qs[j] * d;
+		}
+		break;
+	}
+	default:
+		assert(!"quant_dequantize_row: unsupported type");
+	}
+}
+
+/* ---- dispatch ---- */
+
+static const struct quant_kernels *kernels_cpu = &quant_kernels_scalar; /* best the CPU runs */
+static const struct quant_kernels *kernels_active = &quant_kernels_scalar;
+static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
+
+/* Best first; each needs all the features its file is compiled with (kernels-*.c get the
+ * -m flags from CMakeLists.txt), and __builtin_cpu_supports() also checks that the OS saves
+ * the vector state (XCR0). */
+static const struct quant_kernels *detect_kernels(void)
+{
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	unsigned int eax, ebx, ecx = 0, edx;
+	/* clang's __builtin_cpu_supports() does not know "f16c": ask cpuid (leaf 1) */
+	bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+	bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+	bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+		      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+		      __builtin_cpu_supports("avx512dq");
+
+	if (avx512 && __builtin_cpu_supports("avx512vnni"))
+		return &quant_kernels_avx512vnni;
+	if (avx512)
+		return &quant_kernels_avx512;
+	if (avx2)
+		return &quant_kernels_avx2;
+#endif
+	return &quant_kernels_scalar;
+}
+
+static void kernels_init(void)
+{
+	kernels_cpu = detect_kernels();
+	__atomic_store_n(&kernels_active, kernels_cpu, __ATOMIC_RELEASE);
+}
+
+static const struct quant_kernels *kernels(void)
+{
+	(void) pthread_once(&kernels_once, kernels_init);
+	return __atomic_load_n(&kernels_active, __ATOMIC_ACQUIRE);
+}
+
+const char *quant_simd_level(void)
+{
+	return kernels()->name;
+}
+
+int quant_force_simd_level(const char *name)
+{
+	/* from the most capable down: a level is allowed when it is the CPU's or below it */
+	static const struct quant_kernels *const levels[] = {
+#if defined(__x86_64__)
+		&quant_kernels_avx512vnni,
+		&quant_kernels_avx512,
+		&quant_kernels_avx2,
+#endif
+		&quant_kernels_scalar,
+	};
+	bool reachable = false;
+
+	assert_return(name, -EINVAL);
+	(void) kernels();
+	for (size_t i = 0; i < ELEMENTSOF(levels); i++) {
+		if (levels[i] == kernels_cpu)
+			reachable = true;
+		if (strcmp(levels[i]->name, name) != 0)
+			continue;
+		if (!reachable)
+			return -ENOTSUP;
+		__atomic_store_n(&kernels_active, levels[i], __ATOMIC_RELEASE);
+		return 0;
+	}
+	return -ENOTSUP;
+}
+
+/* ---- the public entry points ---- */
+
+static void quantize_row(const struct quant_kernels *k, uint32_t type, const float *x, void *dst,
+			 int64_t n)
+{
+	assert(quant_type_supported(type) && n >= 0 && n % type_table[type].block_values == 0);
+	switch (type) {
+	case GGML_TYPE_F32:
+		memcpy(dst, x, (size_t) n * sizeof(float));
+		break;
+	case GGML_TYPE_F16:
+		k->quantize_f16(x, dst, n);
+		break;
+	case GGML_TYPE_BF16:
+		k->quantize_bf16(x, dst, n);
+		break;
+	case GGML_TYPE_Q8_0:
+		k->quantize_q8_0(x, dst, n);
+		break;
+	case GGML_TYPE_Q8_K:
+		k->quantize_q8_K(x, dst, n);
+		break;
+	case GGML_TYPE_Q4_0:
+		quantize_q4_0_weights(x, dst, n);
+		break;
+	case GGML_TYPE_Q4_K:
+		quantize_q4_K_weights(x, dst, n);
+		break;
+	case GGML_TYPE_Q6_K:
+		quantize_q6_K_weights(x, dst, n);
+		break;
+	default:
+		assert(!"quant_quantize_row: unsupported type");
+	}
+}
+
+static float vec_dot(const struct quant_kernels *k, uint32_t type, int64_t n, const void *w,
+		     const void *x)
+{
+	assert(quant_type_supported(type) && n >= 0 && n % type_table[type].block_values == 0);
+	switch (type) {
+	case GGML_TYPE_F32:
+		return k->dot_f32(n, w, x);
+	case GGML_TYPE_F16:
+		return k->dot_f16(n, w, x);
+	case GGML_TYPE_BF16:
+		return k->dot_bf16(n, w, x);
+	case GGML_TYPE_Q8_0:
+		return k->dot_q8_0(n, w, x);
+	case GGML_TYPE_Q4_0:
+		return k->dot_q4_0(n, w, x);
+	case GGML_TYPE_Q4_K:
+		return k->dot_q4_K(n, w, x);
+	case GGML_TYPE_Q6_K:
+		return k->dot_q6_K(n, w, x);
+	default:
+		assert(!"quant_vec_dot: no dot product for this type");
+		return NAN;
+	}
+}
+
+void quant_quantize_row(uint32_t type, const float *x, void *dst, int64_t n)
+{
+	quantize_row(kernels(), type, x, dst, n);
+}
+
+void quant_quantize_row_ref(uint32_t type, const float *x, void *dst, int64_t n)
+{
+	quantize_row(&quant_kernels_scalar, type, x, dst, n);
+}
+
+void quant_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
+{
+	assert(quant_type_supported(type) && n >= 0 && n % type_table[type].block_values == 0);
+	dequantize_scalar(type, src, dst, n);
+}
+
+float quant_vec_dot(uint32_t type, int64_t n, const void *w_row, const void *x_row)
+{
+	return vec_dot(kernels(), type, n, w_row, x_row);
+}
+
+float quant_vec_dot_ref(uint32_t type, int64_t n, const void *w_row, const void *x_row)
+{
+	return vec_dot(&quant_kernels_scalar, type, n, w_row, x_row);
+}

@@ -1,0 +1,338 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * molly-bench: prompt-processing and generation speed of the engine, and how close decode
+ * comes to the memory-bandwidth bound.
+ *
+ *   molly-bench --model M [--threads T] [--pp N] [--tg N] [--reps R] [--json]
+ *
+ * pp: N prompt tokens decoded as one batch from an empty context. tg: N tokens decoded one
+ * at a time from an empty context (as llama-bench's tg). Each is repeated R times; median,
+ * min and max are reported. In the same run, interleaved with the reps, it measures memory
+ * read bandwidth: all threads, widest vector loads the CPU has, a 2 GiB buffer, best of 5.
+ *
+ * roofline_frac = tg_tok_s × bytes_per_token / bandwidth, where bytes_per_token is the bytes
+ * of every weight tensor read for one token (all matrices and norms, `output` included; one
+ * row of `token_embd`), KV cache excluded; GB = 1e9.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <immintrin.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/gguf.h"
+#include "engine/model.h"
+#include "engine/quant.h"
+#include "engine/threadpool.h"
+
+#define BW_BYTES (2ull << 30)
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *) a, y = *(const double *) b;
+
+	return (x > y) - (x < y);
+}
+
+/* ---- bandwidth ---- */
+
+struct bw_job {
+	const char *buf;
+	size_t bytes;
+	uint64_t sink[64];
+};
+
+__attribute__((target("avx512f"))) static uint64_t read_avx512(const char *p, size_t n)
+{
+	__m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+
+	for (size_t i = 0; i + 256 <= n; i += 256) {
+		a0 = _mm512_xor_si512(a0, _mm512_load_si512((const void *) (p + i)));
+		a1 = _mm512_xor_si512(a1, _mm512_load_si512((const void *) (p + i + 64)));
+		a2 = _mm512_xor_si512(a2, _mm512_load_si512((const void *) (p + i + 128)));
+		a3 = _mm512_xor_si512(a3, _mm512_load_si512((const void *) (p + i + 192)));
+	}
+	a0 = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
+	return (uint64_t) _mm512_reduce_add_epi64(a0);
+}
+
+__attribute__((target("avx2"))) static uint64_t read_avx2(const char *p, size_t n)
+{
+	__m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+
+	for (size_t i = 0; i + 128 <= n; i += 128) {
+		a0 = _mm256_xor_si256(a0, _mm256_load_si256((const __m256i *) (p + i)));
+		a1 = _mm256_xor_si256(a1, _mm256_load_si256((const __m256i *) (p + i + 32)));
+		a2 = _mm256_xor_si256(a2, _mm256_load_si256((const __m256i *) (p + i + 64)));
+		a3 = _mm256_xor_si256(a3, _mm256_load_si256((const __m256i *) (p + i + 96)));
+	}
+	a0 = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+	return (uint64_t) _mm256_extract_epi64(a0, 0) ^ (uint64_t) _mm256_extract_epi64(a0, 3);
+}
+
+static uint64_t read_scalar(const char *p, size_t n)
+{
+	uint64_t acc = 0;
+
+	for (size_t i = 0; i + 8 <= n; i += 8)
+		acc ^= *(const uint64_t *) (p + i);
+	return acc;
+}
+
+static const char *bw_isa(void)
+{
+	if (__builtin_cpu_supports("avx512f"))
+		return "avx512";
+	if (__builtin_cpu_supports("avx2"))
+		return "avx2";
+	return "scalar";
+}
+
+static void bw_read(void *arg, int ith, int nth)
+{
+	struct bw_job *j = arg;
+	long b, e;
+
+	threadpool_split((long) j->bytes, 4096, ith, nth, &b, &e);
+	if (__builtin_cpu_supports("avx512f"))
+		j->sink[ith % 64] += read_avx512(j->buf + b, (size_t) (e - b));
+	else if (__builtin_cpu_supports("avx2"))
+		j->sink[ith % 64] += read_avx2(j->buf + b, (size_t) (e - b));
+	else
+		j->sink[ith % 64] += read_scalar(j->buf + b, (size_t) (e - b));
+}
+
+static void bw_touch(void *arg, int ith, int nth)
+{
+	struct bw_job *j = arg;
+	long b, e;
+
+	/* Each thread faults in its own part, so pages land near the thread that reads them. */
+	threadpool_split((long) j->bytes, 4096, ith, nth, &b, &e);
+	memset((char *) j->buf + b, ith + 1, (size_t) (e - b));
+}
+
+/* One measurement: GB/s of one pass over the buffer. */
+static double bw_measure(struct threadpool *pool, struct bw_job *j)
+{
+	double t0 = now_s();
+
+	threadpool_run(pool, bw_read, j);
+	return (double) j->bytes / (now_s() - t0) / 1e9;
+}
+
+/* ---- model bytes ---- */
+
+static uint64_t bytes_per_token(const struct model *m)
+{
+	const struct gguf *g = m->gguf;
+	uint64_t total = 0;
+
+	for (size_t i = 0; i < gguf_n_tensors(g); i++) {
+		const struct gguf_tensor *t = gguf_tensor_at(g, i);
+
+		if (strcmp(t->name, "token_embd.weight") == 0)
+			total += t->ne[1] ? t->n_bytes / t->ne[1] : 0; /* one row */
+		else
+			total += t->n_bytes;
+	}
+	if (m->hp.tied_output) /* output reuses token_embd: all of it is read per token */
+		total += m->output.row_bytes * (uint64_t) m->output.n_out;
+	return total;
+}
+
+/* ---- runs ---- */
+
+static int run_pp(const struct model *m, struct threadpool *pool, int n, double *tok_s)
+{
+	_cleanup_(model_ctx_freep) struct model_ctx *c = NULL;
+	_cleanup_free_ int32_t *ids = malloc(sizeof(int32_t) * n);
+	_cleanup_free_ float *logits = malloc(sizeof(float) * m->hp.n_vocab);
+	double t0;
+	int r;
+
+	if (!ids || !logits)
+		return -ENOMEM;
+	for (int i = 0; i < n; i++)
+		ids[i] = (int32_t) ((i * 7919u + 13) % m->hp.n_vocab);
+	r = model_ctx_new(m, (uint32_t) n + 1, (uint32_t) n, &c);
+	if (r < 0)
+		return r;
+	t0 = now_s();
+	r = model_decode(c, pool, ids, (size_t) n, logits);
+	if (r < 0)
+		return r;
+	*tok_s = n / (now_s() - t0);
+	return 0;
+}
+
+static int run_tg(const struct model *m, struct threadpool *pool, int n, double *tok_s)
+{
+	_cleanup_(model_ctx_freep) struct model_ctx *c = NULL;
+	_cleanup_free_ float *logits = malloc(sizeof(float) * m->hp.n_vocab);
+	int32_t id = 1;
+	double t0;
+	int r;
+
+	if (!logits)
+		return -ENOMEM;
+	r = model_ctx_new(m, (uint32_t) n + 1, 1, &c);
+	if (r < 0)
+		return r;
+	t0 = now_s();
+	for (int i = 0; i < n; i++) {
+		r = model_decode(c, pool, &id, 1, logits);
+		if (r < 0)
+			return r;
+		id = (int32_t) ((id * 7919u + 13) % m->hp.n_vocab);
+	}
+	*tok_s = n / (now_s() - t0);
+	return 0;
+}
+
+struct stats {
+	double median, min, max;
+};
+
+static struct stats summarize(double *v, int n)
+{
+	qsort(v, (size_t) n, sizeof(*v), cmp_double);
+	return (struct stats){
+		.median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2,
+		.min = v[0],
+		.max = v[n - 1],
+	};
+}
+
+static void usage(FILE *f)
+{
+	fputs("usage: molly-bench --model M [--threads T] [--pp N] [--tg N] [--reps R] [--json]\n", f);
+}
+
+static int run(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "model", required_argument, NULL, 'm' }, { "threads", required_argument, NULL, 't' },
+		{ "pp", required_argument, NULL, 'p' },    { "tg", required_argument, NULL, 'g' },
+		{ "reps", required_argument, NULL, 'r' },  { "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },        {}
+	};
+	_cleanup_(model_freep) struct model *m = NULL;
+	_cleanup_(threadpool_freep) struct threadpool *pool = NULL;
+	const char *path = NULL;
+	int threads = (int) sysconf(_SC_NPROCESSORS_ONLN), pp = 128, tg = 64, reps = 5, c;
+	bool json = false;
+	struct errmsg e = {};
+	struct bw_job bw = { .bytes = BW_BYTES };
+	double *pp_v, *tg_v, bw_best = 0, t_load;
+	int r;
+
+	while ((c = getopt_long(argc, argv, "m:t:h", longopts, NULL)) >= 0) {
+		long v = 0;
+		char *end = NULL;
+
+		if (c != 'm' && c != 'j' && c != 'h' && optarg) {
+			v = strtol(optarg, &end, 10);
+			if (*end || v < 0 || v > 1000000) {
+				fprintf(stderr, "molly-bench: bad number '%s'\n", optarg);
+				return -EINVAL;
+			}
+		}
+		switch (c) {
+		case 'm': path = optarg; break;
+		case 't': threads = (int) v; break;
+		case 'p': pp = (int) v; break;
+		case 'g': tg = (int) v; break;
+		case 'r': reps = (int) v; break;
+		case 'j': json = true; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return -EINVAL;
+		}
+	}
+	if (!path || threads < 1 || reps < 1) {
+		usage(stderr);
+		return -EINVAL;
+	}
+	t_load = now_s();
+	r = model_load(path, &m, &e);
+	if (r < 0) {
+		fprintf(stderr, "molly-bench: %s: %s\n", path, e.text[0] ? e.text : strerror(-r));
+		return r;
+	}
+	t_load = now_s() - t_load;
+	r = threadpool_new(threads, &pool);
+	if (r < 0)
+		return r;
+	bw.buf = mmap(NULL, BW_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (bw.buf == MAP_FAILED) {
+		fprintf(stderr, "molly-bench: cannot map the 2 GiB bandwidth buffer: %m\n");
+		return -ENOMEM;
+	}
+	threadpool_run(pool, bw_touch, &bw);
+
+	pp_v = calloc((size_t) reps, sizeof(double));
+	tg_v = calloc((size_t) reps, sizeof(double));
+	if (!pp_v || !tg_v)
+		return -ENOMEM;
+	/* warm-up: fault the weights in */
+	if (tg > 0 && (r = run_tg(m, pool, 2, &tg_v[0])) < 0)
+		return r;
+	for (int i = 0; i < reps; i++) {
+		if (pp > 0 && (r = run_pp(m, pool, pp, &pp_v[i])) < 0)
+			return r;
+		if (i < 5)
+			bw_best = MAX(bw_best, bw_measure(pool, &bw));
+		if (tg > 0 && (r = run_tg(m, pool, tg, &tg_v[i])) < 0)
+			return r;
+	}
+	for (int i = reps; i < 5; i++)
+		bw_best = MAX(bw_best, bw_measure(pool, &bw));
+	munmap((void *) bw.buf, BW_BYTES);
+
+	struct stats sp = summarize(pp_v, reps), st = summarize(tg_v, reps);
+	uint64_t bpt = bytes_per_token(m);
+	double frac = st.median * (double) bpt / (bw_best * 1e9);
+
+	if (json) {
+		printf("{\"model\":\"%s\",\"threads\":%d,\"simd\":\"%s\",\"bandwidth_isa\":\"%s\","
+		       "\"pp\":%d,\"tg\":%d,\"reps\":%d,\"pp_tok_s\":%.3f,\"pp_tok_s_min\":%.3f,"
+		       "\"pp_tok_s_max\":%.3f,\"tg_tok_s\":%.3f,\"tg_tok_s_min\":%.3f,"
+		       "\"tg_tok_s_max\":%.3f,\"bytes_per_token\":%" PRIu64 ",\"bandwidth_gb_s\":%.3f,"
+		       "\"roofline_frac\":%.4f,\"load_s\":%.3f}\n",
+		       m->name, threads, quant_simd_level(), bw_isa(), pp, tg, reps, sp.median, sp.min,
+		       sp.max, st.median, st.min, st.max, bpt, bw_best, frac, t_load);
+	} else {
+		printf("model %s: %s, %u layers, %.1f MB read per token\n", path,
+		       model_arch_name(m->hp.arch), m->hp.n_layer, bpt / 1e6);
+		printf("threads %d, kernels %s, bandwidth loads %s\n", threads, quant_simd_level(), bw_isa());
+		if (pp > 0)
+			printf("pp%-4d %9.2f tok/s  (min %.2f, max %.2f, %d reps)\n", pp, sp.median, sp.min,
+			       sp.max, reps);
+		if (tg > 0)
+			printf("tg%-4d %9.2f tok/s  (min %.2f, max %.2f, %d reps)\n", tg, st.median, st.min,
+			       st.max, reps);
+		printf("bandwidth %.2f GB/s (best of 5, 2 GiB)\n", bw_best);
+		printf("roofline_frac %.3f\n", frac);
+	}
+	free(pp_v);
+	free(tg_v);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	return run(argc, argv) < 0 ? 1 : 0;
+}
