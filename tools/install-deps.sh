@@ -9,6 +9,13 @@ packages=(
 	libpcre2-dev                       # BPE pre-tokenizers (PCRE2 with Unicode properties + JIT)
 	clang libclang-rt-14-dev           # libFuzzer targets and their sanitizer runtimes
 	python3 python3-jinja2             # cross-check of chat templates against real Jinja
+	libjson-c-dev                      # JSON: PEFT configs, HTTP bodies
+	liburing-dev                       # adapter loading (io_uring, O_DIRECT)
+	liblmdb-dev                        # registry, priors and audit store
+	libsystemd-dev                     # sd-bus, sd_notify, journal
+	libmicrohttpd-dev                  # OpenAI-compatible HTTP front end
+	libcurl4-openssl-dev               # remote tiers
+	dbus libglib2.0-bin util-linux curl # private bus and real clients in tests
 )
 
 missing=()

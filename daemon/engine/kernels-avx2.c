@@ -329,6 +329,12 @@ static float dot_q4_0_avx2(int64_t n, const void *w, const void *x)
 	return hsum_f32x8(_mm256_add_ps(acc0, acc1));
 }
 
+/* pshufb patterns over 16-bit lanes: PICK(a, b) repeats int16 a of the low 128-bit lane 8
+ * times there and int16 b of the high lane 8 times there. */
+#define PICK2(a) (2 * (a)), (2 * (a) + 1)
+#define PICK8(a) PICK2(a), PICK2(a), PICK2(a), PICK2(a), PICK2(a), PICK2(a), PICK2(a), PICK2(a)
+#define PICK(a, b) { PICK8(a), PICK8(b) }
+
 /*
  * Q4_K: per 64 values, 32 bytes of nibbles (low = sub-block 2j, high = 2j+1) against 64
  * activation bytes. Nibbles are unsigned, so maddubs takes them directly; the 16-bit pair
@@ -337,6 +343,8 @@ static float dot_q4_0_avx2(int64_t n, const void *w, const void *x)
  */
 static float dot_q4_K_avx2(int64_t n, const void *w, const void *x)
 {
+	static const uint8_t pick[8][32] = { PICK(0, 0), PICK(1, 1), PICK(2, 2), PICK(3, 3),
+					     PICK(4, 4), PICK(5, 5), PICK(6, 6), PICK(7, 7) };
 	const struct block_q4_K *a = w;
 	const struct block_q8_K *b = x;
 	const __m256i m4 = _mm256_set1_epi8(0xf);
@@ -344,18 +352,17 @@ static float dot_q4_K_avx2(int64_t n, const void *w, const void *x)
 	__m128 acc_m = _mm_setzero_ps();
 
 	for (int64_t i = 0; i < n / QK_K; i++) {
-		uint8_t sc[8], m[8];
-		uint64_t m8;
+		uint32_t words[4];
 
-		q4_K_unpack_scales(a[i].scales, sc, m);
-		memcpy(&m8, m, sizeof(m8));
+		q4_K_scales_words(a[i].scales, words);
+		const __m128i scm = _mm_loadu_si128((const __m128i *) words); /* 8 scales, 8 mins */
+		const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm));
 
 		/* mins: 8 int16 mins times the 8 sums of 32 activations */
 		const __m128i bs_lo = _mm_loadu_si128((const __m128i *) b[i].bsums);
 		const __m128i bs_hi = _mm_loadu_si128((const __m128i *) (b[i].bsums + 8));
 		const __m128i ysum32 = _mm_hadd_epi16(bs_lo, bs_hi); /* |.| <= 32 * 127 */
-		const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long) m8));
-		const __m128i pm = _mm_madd_epi16(mins, ysum32);
+		const __m128i pm = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(scm, 8)), ysum32);
 		acc_m = _mm_fmadd_ps(_mm_set1_ps(fp16(a[i].dmin) * b[i].d), _mm_cvtepi32_ps(pm), acc_m);
 
 		const uint8_t *q4 = a[i].qs;
@@ -368,10 +375,13 @@ static float dot_q4_K_avx2(int64_t n, const void *w, const void *x)
 			const __m256i plo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *) q8));
 			const __m256i phi = _mm256_maddubs_epi16(hi,
 								 _mm256_loadu_si256((const __m256i *) (q8 + 32)));
+			const __m256i sc_lo = _mm256_shuffle_epi8(
+				scales, _mm256_loadu_si256((const __m256i *) pick[2 * j]));
+			const __m256i sc_hi = _mm256_shuffle_epi8(
+				scales, _mm256_loadu_si256((const __m256i *) pick[2 * j + 1]));
 
-			sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, _mm256_set1_epi16(sc[2 * j])));
-			sumi = _mm256_add_epi32(sumi,
-						_mm256_madd_epi16(phi, _mm256_set1_epi16(sc[2 * j + 1])));
+			sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, sc_lo));
+			sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, sc_hi));
 		}
 		acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi),
 				      acc);
@@ -389,33 +399,27 @@ static float dot_q4_K_avx2(int64_t n, const void *w, const void *x)
  */
 static float dot_q6_K_avx2(int64_t n, const void *w, const void *x)
 {
+	/* run k of a half covers scale groups 2k (low 128-bit lane) and 2k+1 (high lane) */
+	static const uint8_t pick[4][32] = { PICK(0, 1), PICK(2, 3), PICK(4, 5), PICK(6, 7) };
 	const struct block_q6_K *a = w;
 	const struct block_q8_K *b = x;
 	const __m256i m4 = _mm256_set1_epi8(0xf), m2 = _mm256_set1_epi8(3);
-	/* pshufb patterns: scale bytes k and k+1 each repeated 8 times, k = 0, 2, .., 14 */
-	static const uint8_t scale_pick[8][16] = {
-		{ 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1 },
-		{ 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3 },
-		{ 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5 },
-		{ 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7 },
-		{ 8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9 },
-		{ 10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11 },
-		{ 12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13 },
-		{ 14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15 },
-	};
 	__m256 acc = _mm256_setzero_ps();
 
 	for (int64_t i = 0; i < n / QK_K; i++) {
 		const __m128i scales8 = _mm_loadu_si128((const __m128i *) a[i].scales);
-		const __m256i scales16 = _mm256_cvtepi8_epi16(scales8);
 		const __m256i bsums = _mm256_loadu_si256((const __m256i *) b[i].bsums);
 		/* 32 * sum_g sc_g * bsums[g], spread over 8 lanes */
-		__m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(),
-						_mm256_slli_epi32(_mm256_madd_epi16(scales16, bsums), 5));
+		__m256i sumi = _mm256_sub_epi32(
+			_mm256_setzero_si256(),
+			_mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(scales8), bsums), 5));
 
 		for (int h = 0; h < QK_K / 128; h++) {
 			const uint8_t *ql = a[i].ql + 64 * h, *qh = a[i].qh + 32 * h;
 			const int8_t *q8 = b[i].qs + 128 * h;
+			/* this half's 8 scales as int16, in both 128-bit lanes */
+			const __m256i sc16 = _mm256_broadcastsi128_si256(
+				_mm_cvtepi8_epi16(h ? _mm_srli_si128(scales8, 8) : scales8));
 			const __m256i l0 = _mm256_loadu_si256((const __m256i *) ql);
 			const __m256i l1 = _mm256_loadu_si256((const __m256i *) (ql + 32));
 			const __m256i hb = _mm256_loadu_si256((const __m256i *) qh);
@@ -432,8 +436,8 @@ static float dot_q6_K_avx2(int64_t n, const void *w, const void *x)
 			for (int k = 0; k < 4; k++) {
 				const __m256i p16 = _mm256_maddubs_epi16(
 					q[k], _mm256_loadu_si256((const __m256i *) (q8 + 32 * k)));
-				const __m128i pick = _mm_loadu_si128((const __m128i *) scale_pick[4 * h + k]);
-				const __m256i sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales8, pick));
+				const __m256i sc = _mm256_shuffle_epi8(
+					sc16, _mm256_loadu_si256((const __m256i *) pick[k]));
 
 				sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, sc));
 			}

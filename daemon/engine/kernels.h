@@ -15,6 +15,7 @@
 #pragma once
 
 #include <stdint.h>
+#include <string.h>
 
 #include "quant.h"
 
@@ -63,16 +64,27 @@ _Static_assert(sizeof(struct block_q8_K) == 292, "block_q8_K must match ggml");
  *   bytes 0-3:  scale j (j < 4) in the low 6 bits; the top 2 bits are bits 4-5 of scale j+4
  *   bytes 4-7:  min j (j < 4) in the low 6 bits; the top 2 bits are bits 4-5 of min j+4
  *   bytes 8-11: low nibble = bits 0-3 of scale j+4, high nibble = bits 0-3 of min j+4
- * Unpacks all 16 at once (sc[j], m[j] for sub-block j = values 32j..32j+31).
+ * q4_K_scales_words() unpacks them four bytes at a time: words 0-1 are scales 0-7, words 2-3
+ * mins 0-7 (little-endian, so byte j of the 8 is sub-block j = values 32j..32j+31).
  */
+static inline void q4_K_scales_words(const uint8_t *s, uint32_t out[4])
+{
+	uint32_t u[3];
+
+	memcpy(u, s, sizeof(u));
+	out[0] = u[0] & 0x3f3f3f3f;
+	out[1] = (u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030); /* bits 6-7 -> 4-5 */
+	out[2] = u[1] & 0x3f3f3f3f;
+	out[3] = ((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030);
+}
+
 static inline void q4_K_unpack_scales(const uint8_t *s, uint8_t sc[8], uint8_t m[8])
 {
-	for (int j = 0; j < 4; j++) {
-		sc[j] = s[j] & 63;
-		m[j] = s[j + 4] & 63;
-		sc[j + 4] = (uint8_t) ((s[j + 8] & 0xf) | ((s[j] >> 6) << 4));
-		m[j + 4] = (uint8_t) ((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
-	}
+	uint32_t w[4];
+
+	q4_K_scales_words(s, w);
+	memcpy(sc, w, 8);
+	memcpy(m, w + 2, 8);
 }
 
 struct quant_kernels {

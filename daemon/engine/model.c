@@ -19,6 +19,7 @@
 #include "quant.h"
 #include "threadpool.h"
 #include "vocab.h"
+#include "forward.h"
 
 const char *model_arch_name(enum model_arch a)
 {
@@ -337,7 +338,7 @@ struct model *model_free(struct model *m)
 	return NULL;
 }
 
-/* ---- per-sequence context ---- */
+/* ---- per-sequence context: one sequence on the batched forward pass ---- */
 
 struct model_ctx {
 	const struct model *m; /* borrowed: must outlive the context */
@@ -345,15 +346,13 @@ struct model_ctx {
 	uint32_t n_batch;
 	uint32_t n_past;
 
-	float *k_cache; /* owned: [n_layer][n_ctx][kv_dim] */
-	float *v_cache; /* owned: [n_layer][n_ctx][kv_dim] */
-
-	/* scratch, owned, sized for n_batch tokens */
-	float *x, *h, *q, *k, *v, *attn, *gate, *up;
-	float *scores; /* [n_head][n_ctx] */
-	float *logits_norm;
-	void *mm_scratch;
-	float *rope_cos, *rope_sin; /* [n_batch][rope_dim/2] */
+	struct kv_store kv;     /* owned: base is a private array of blocks */
+	uint32_t *blocks;       /* owned: identity block table */
+	uint32_t n_blocks;
+	struct forward_ws *ws;  /* owned */
+	struct forward_row *rows; /* owned: [n_batch] */
+	struct forward_lora *loras; /* owned copy */
+	size_t n_loras;
 };
 
 uint32_t model_ctx_n_ctx(const struct model_ctx *c)
@@ -372,58 +371,35 @@ void model_ctx_truncate(struct model_ctx *c, uint32_t n_past)
 		c->n_past = n_past;
 }
 
-static size_t max_scratch(const struct model *m, uint32_t n_batch)
-{
-	size_t s = matmul_scratch_bytes(&m->output, 1);
-
-	for (uint32_t i = 0; i < m->hp.n_layer; i++) {
-		const struct model_layer *L = &m->layers[i];
-		const struct weight *ws[] = { &L->wq, &L->wk, &L->wv, &L->wo,
-					      &L->ffn_gate, &L->ffn_up, &L->ffn_down };
-
-		for (size_t j = 0; j < ELEMENTSOF(ws); j++)
-			s = MAX(s, matmul_scratch_bytes(ws[j], n_batch));
-	}
-	return s;
-}
+#define CTX_MAX_LORAS 64
 
 int model_ctx_new(const struct model *m, uint32_t n_ctx, uint32_t n_batch, struct model_ctx **ret)
 {
-	const struct model_hparams *hp;
 	_cleanup_(model_ctx_freep) struct model_ctx *c = NULL;
-	size_t kv_dim, q_dim, cache_floats;
+	size_t block_bytes;
+	int r;
 
 	assert_return(m && ret && n_ctx > 0 && n_batch > 0, -EINVAL);
-	hp = &m->hp;
 	assert_return(n_ctx <= (1u << 24) && n_batch <= 65536, -E2BIG);
-	kv_dim = (size_t) hp->n_head_kv * hp->head_dim;
-	q_dim = (size_t) hp->n_head * hp->head_dim;
-	if (__builtin_mul_overflow((size_t) hp->n_layer * n_ctx, kv_dim, &cache_floats))
-		return -E2BIG;
-
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	*c = (struct model_ctx){ .m = m, .n_ctx = n_ctx, .n_batch = n_batch };
-	c->k_cache = malloc(cache_floats * sizeof(float));
-	c->v_cache = malloc(cache_floats * sizeof(float));
-	c->x = malloc((size_t) n_batch * hp->n_embd * sizeof(float));
-	c->h = malloc((size_t) n_batch * MAX(hp->n_embd, q_dim) * sizeof(float));
-	c->q = malloc((size_t) n_batch * q_dim * sizeof(float));
-	c->k = malloc((size_t) n_batch * kv_dim * sizeof(float));
-	c->v = malloc((size_t) n_batch * kv_dim * sizeof(float));
-	c->attn = malloc((size_t) n_batch * q_dim * sizeof(float));
-	c->gate = malloc((size_t) n_batch * hp->n_ff * sizeof(float));
-	c->up = malloc((size_t) n_batch * hp->n_ff * sizeof(float));
-	c->scores = malloc((size_t) hp->n_head * n_ctx * sizeof(float));
-	c->logits_norm = malloc(hp->n_embd * sizeof(float));
-	c->mm_scratch = malloc(MAX(max_scratch(m, n_batch), (size_t) 64));
-	c->rope_cos = malloc((size_t) n_batch * (hp->rope_dim / 2) * sizeof(float));
-	c->rope_sin = malloc((size_t) n_batch * (hp->rope_dim / 2) * sizeof(float));
-	if (!c->k_cache || !c->v_cache || !c->x || !c->h || !c->q || !c->k || !c->v || !c->attn ||
-	    !c->gate || !c->up || !c->scores || !c->logits_norm || !c->mm_scratch || !c->rope_cos ||
-	    !c->rope_sin)
+	c->m = m;
+	c->n_ctx = n_ctx;
+	c->n_batch = n_batch;
+	c->n_blocks = (n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
+	block_bytes = forward_kv_block_bytes(m);
+	c->kv.page_bytes = block_bytes;
+	c->kv.base = malloc((size_t) c->n_blocks * block_bytes);
+	c->blocks = malloc(c->n_blocks * sizeof(*c->blocks));
+	c->rows = malloc((size_t) n_batch * sizeof(*c->rows));
+	if (!c->kv.base || !c->blocks || !c->rows)
 		return -ENOMEM;
+	for (uint32_t i = 0; i < c->n_blocks; i++)
+		c->blocks[i] = i;
+	r = forward_ws_new(m, n_batch, n_ctx, n_batch * CTX_MAX_LORAS, 64, &c->ws);
+	if (r < 0)
+		return r;
 	*ret = TAKE_PTR(c);
 	return 0;
 }
@@ -432,238 +408,74 @@ struct model_ctx *model_ctx_free(struct model_ctx *c)
 {
 	if (!c)
 		return NULL;
-	free(c->k_cache);
-	free(c->v_cache);
-	free(c->x);
-	free(c->h);
-	free(c->q);
-	free(c->k);
-	free(c->v);
-	free(c->attn);
-	free(c->gate);
-	free(c->up);
-	free(c->scores);
-	free(c->logits_norm);
-	free(c->mm_scratch);
-	free(c->rope_cos);
-	free(c->rope_sin);
+	free(c->kv.base);
+	free(c->blocks);
+	free(c->rows);
+	free(c->loras);
+	forward_ws_free(c->ws);
 	free(c);
 	return NULL;
 }
 
-/* ---- forward pass ---- */
-
-/* y = rmsnorm(x) * w, as ggml: float squares summed in double, scale in float. */
-static void rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
+int model_ctx_set_loras(struct model_ctx *c, const struct forward_lora *loras, size_t n)
 {
-	double sum = 0.0;
-	float mean, scale;
+	struct forward_lora *copy = NULL;
 
-	for (int64_t i = 0; i < n; i++)
-		sum += (double) (x[i] * x[i]);
-	mean = (float) (sum / (double) n);
-	scale = 1.0f / sqrtf(mean + eps);
-	for (int64_t i = 0; i < n; i++)
-		y[i] = (x[i] * scale) * w[i];
-}
-
-/* Per-token cos/sin of every rotated pair, angles as ggml computes them. */
-static void rope_tables(struct model_ctx *c, uint32_t pos0, uint32_t n)
-{
-	const struct model_hparams *hp = &c->m->hp;
-	uint32_t half = hp->rope_dim / 2;
-	float theta_scale = powf(hp->rope_base, -2.0f / (float) hp->rope_dim);
-
-	for (uint32_t t = 0; t < n; t++) {
-		float theta = (float) (pos0 + t);
-
-		for (uint32_t i = 0; i < half; i++) {
-			float ff = c->m->rope_freq_factors ? c->m->rope_freq_factors[i] : 1.0f;
-			float th = hp->rope_freq_scale * (theta / ff);
-
-			c->rope_cos[t * half + i] = cosf(th);
-			c->rope_sin[t * half + i] = sinf(th);
-			theta *= theta_scale;
-		}
+	assert_return(c && (loras || n == 0), -EINVAL);
+	assert_return(n <= CTX_MAX_LORAS, -E2BIG);
+	if (n) {
+		copy = malloc(n * sizeof(*copy));
+		if (!copy)
+			return -ENOMEM;
+		memcpy(copy, loras, n * sizeof(*copy));
 	}
-}
-
-static void rope_apply(const struct model_ctx *c, float *vec, uint32_t n_heads, uint32_t t)
-{
-	const struct model_hparams *hp = &c->m->hp;
-	uint32_t half = hp->rope_dim / 2;
-	const float *cs = c->rope_cos + (size_t) t * half, *sn = c->rope_sin + (size_t) t * half;
-
-	for (uint32_t hd = 0; hd < n_heads; hd++) {
-		float *v = vec + (size_t) hd * hp->head_dim;
-
-		for (uint32_t i = 0; i < half; i++) {
-			uint32_t a = hp->rope_style == ROPE_STYLE_NEOX ? i : 2 * i;
-			uint32_t b = hp->rope_style == ROPE_STYLE_NEOX ? i + half : 2 * i + 1;
-			float x0 = v[a], x1 = v[b];
-
-			v[a] = x0 * cs[i] - x1 * sn[i];
-			v[b] = x0 * sn[i] + x1 * cs[i];
-		}
-	}
-}
-
-struct attn_job {
-	struct model_ctx *c;
-	uint32_t layer;
-	uint32_t pos0;
-	uint32_t n;
-};
-
-/* Causal attention of the batch's queries over the cache, one head per task. */
-static void attention_heads(void *arg, int ith, int nth)
-{
-	struct attn_job *j = arg;
-	struct model_ctx *c = j->c;
-	const struct model_hparams *hp = &c->m->hp;
-	size_t kv_dim = (size_t) hp->n_head_kv * hp->head_dim;
-	size_t q_dim = (size_t) hp->n_head * hp->head_dim;
-	uint32_t group = hp->n_head / hp->n_head_kv;
-	const float *kc = c->k_cache + (size_t) j->layer * c->n_ctx * kv_dim;
-	const float *vc = c->v_cache + (size_t) j->layer * c->n_ctx * kv_dim;
-	float scale = 1.0f / sqrtf((float) hp->head_dim);
-	long hb, he;
-
-	threadpool_split(hp->n_head, 1, ith, nth, &hb, &he);
-	for (long hd = hb; hd < he; hd++) {
-		uint32_t kvh = (uint32_t) hd / group; /* query head i reads KV head i / group */
-		float *sc = c->scores + (size_t) hd * c->n_ctx;
-
-		for (uint32_t t = 0; t < j->n; t++) {
-			const float *q = c->q + t * q_dim + hd * hp->head_dim;
-			float *out = c->attn + t * q_dim + hd * hp->head_dim;
-			uint32_t n_kv = j->pos0 + t + 1;
-			float maxv = -INFINITY;
-			double sum = 0.0;
-
-			for (uint32_t p = 0; p < n_kv; p++) {
-				const float *k = kc + p * kv_dim + kvh * hp->head_dim;
-				float d = 0.0f;
-
-				for (uint32_t i = 0; i < hp->head_dim; i++)
-					d += q[i] * k[i];
-				sc[p] = d * scale;
-				maxv = MAX(maxv, sc[p]);
-			}
-			for (uint32_t p = 0; p < n_kv; p++) {
-				sc[p] = expf(sc[p] - maxv);
-				sum += sc[p];
-			}
-			float inv = (float) (1.0 / sum);
-
-			memset(out, 0, hp->head_dim * sizeof(float));
-			for (uint32_t p = 0; p < n_kv; p++) {
-				const float *v = vc + p * kv_dim + kvh * hp->head_dim;
-				float w = sc[p] * inv;
-
-				for (uint32_t i = 0; i < hp->head_dim; i++)
-					out[i] += w * v[i];
-			}
-		}
-	}
-}
-
-static float silu(float x)
-{
-	return x / (1.0f + expf(-x));
-}
-
-static int decode_batch(struct model_ctx *c, struct threadpool *pool, const int32_t *tokens,
-			uint32_t n, float *logits)
-{
-	const struct model *m = c->m;
-	const struct model_hparams *hp = &m->hp;
-	size_t kv_dim = (size_t) hp->n_head_kv * hp->head_dim;
-	size_t q_dim = (size_t) hp->n_head * hp->head_dim;
-	uint32_t pos0 = c->n_past;
-
-	for (uint32_t t = 0; t < n; t++) {
-		const char *row = (const char *) m->tok_embd.data +
-				  (size_t) tokens[t] * m->tok_embd.row_bytes;
-
-		quant_dequantize_row(m->tok_embd.type, row, c->x + (size_t) t * hp->n_embd, hp->n_embd);
-	}
-	rope_tables(c, pos0, n);
-
-	for (uint32_t il = 0; il < hp->n_layer; il++) {
-		const struct model_layer *L = &m->layers[il];
-		float *kc = c->k_cache + ((size_t) il * c->n_ctx + pos0) * kv_dim;
-		float *vc = c->v_cache + ((size_t) il * c->n_ctx + pos0) * kv_dim;
-		struct attn_job aj = { .c = c, .layer = il, .pos0 = pos0, .n = n };
-
-		for (uint32_t t = 0; t < n; t++)
-			rmsnorm(c->h + (size_t) t * hp->n_embd, c->x + (size_t) t * hp->n_embd,
-				L->attn_norm, hp->n_embd, hp->rms_eps);
-		matmul(pool, &L->wq, c->h, n, c->q, c->mm_scratch);
-		matmul(pool, &L->wk, c->h, n, c->k, c->mm_scratch);
-		matmul(pool, &L->wv, c->h, n, c->v, c->mm_scratch);
-		for (uint32_t t = 0; t < n; t++) {
-			float *q = c->q + t * q_dim, *k = c->k + t * kv_dim, *v = c->v + t * kv_dim;
-
-			if (L->bq) {
-				for (size_t i = 0; i < q_dim; i++)
-					q[i] += L->bq[i];
-				for (size_t i = 0; i < kv_dim; i++) {
-					k[i] += L->bk[i];
-					v[i] += L->bv[i];
-				}
-			}
-			rope_apply(c, q, hp->n_head, t);
-			rope_apply(c, k, hp->n_head_kv, t);
-		}
-		memcpy(kc, c->k, (size_t) n * kv_dim * sizeof(float));
-		memcpy(vc, c->v, (size_t) n * kv_dim * sizeof(float));
-		threadpool_run(pool, attention_heads, &aj);
-
-		/* x += Wo·attn */
-		matmul(pool, &L->wo, c->attn, n, c->h, c->mm_scratch);
-		for (size_t i = 0; i < (size_t) n * hp->n_embd; i++)
-			c->x[i] += c->h[i];
-
-		for (uint32_t t = 0; t < n; t++)
-			rmsnorm(c->h + (size_t) t * hp->n_embd, c->x + (size_t) t * hp->n_embd,
-				L->ffn_norm, hp->n_embd, hp->rms_eps);
-		matmul(pool, &L->ffn_gate, c->h, n, c->gate, c->mm_scratch);
-		matmul(pool, &L->ffn_up, c->h, n, c->up, c->mm_scratch);
-		for (size_t i = 0; i < (size_t) n * hp->n_ff; i++)
-			c->gate[i] = silu(c->gate[i]) * c->up[i];
-		matmul(pool, &L->ffn_down, c->gate, n, c->h, c->mm_scratch);
-		for (size_t i = 0; i < (size_t) n * hp->n_embd; i++)
-			c->x[i] += c->h[i];
-	}
-	c->n_past += n;
-
-	if (logits) {
-		rmsnorm(c->logits_norm, c->x + (size_t) (n - 1) * hp->n_embd, m->output_norm,
-			hp->n_embd, hp->rms_eps);
-		matmul(pool, &m->output, c->logits_norm, 1, logits, c->mm_scratch);
-	}
+	free(c->loras);
+	c->loras = copy;
+	c->n_loras = n;
 	return 0;
 }
 
 int model_decode(struct model_ctx *c, struct threadpool *pool, const int32_t *tokens, size_t n,
 		 float *logits)
 {
+	struct forward_seq seq;
+
 	assert_return(c && pool && (tokens || n == 0), -EINVAL);
 	if (n == 0)
 		return -EINVAL;
 	if (n > c->n_ctx - c->n_past)
 		return -ENOSPC;
+	if (threadpool_n_threads(pool) > 64)
+		return -E2BIG;
 	for (size_t i = 0; i < n; i++)
 		if (tokens[i] < 0 || (uint32_t) tokens[i] >= c->m->hp.n_vocab)
 			return -EINVAL;
+	seq = (struct forward_seq){ .blocks = c->blocks, .n_blocks = c->n_blocks };
 	for (size_t done = 0; done < n;) {
 		uint32_t chunk = (uint32_t) MIN((size_t) c->n_batch, n - done);
 		bool last = done + chunk == n;
-		int r = decode_batch(c, pool, tokens + done, chunk, last ? logits : NULL);
+		struct forward_batch b = {
+			.rows = c->rows,
+			.n_rows = chunk,
+			.seqs = &seq,
+			.loras = c->loras,
+			.logits = logits,
+		};
+		int r;
 
+		for (uint32_t i = 0; i < chunk; i++)
+			c->rows[i] = (struct forward_row){
+				.token = tokens[done + i],
+				.pos = c->n_past + i,
+				.seq = 0,
+				.lora_first = 0,
+				.n_loras = (uint32_t) c->n_loras,
+				.logits_index = last && logits && i + 1 == chunk ? 0 : -1,
+			};
+		r = model_forward(c->m, c->ws, pool, &c->kv, &b);
 		if (r < 0)
 			return r;
+		c->n_past += chunk;
 		done += chunk;
 	}
 	return 0;

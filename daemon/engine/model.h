@@ -99,6 +99,11 @@ uint32_t model_ctx_n_past(const struct model_ctx *c);
 /* Forgets everything from position n_past on. */
 void model_ctx_truncate(struct model_ctx *c, uint32_t n_past);
 
+/* The adapters applied to every token of this context from now on (copied; the residents
+ * must outlive their use). At most 64. */
+struct forward_lora;
+int model_ctx_set_loras(struct model_ctx *c, const struct forward_lora *loras, size_t n);
+
 /*
  * Runs n tokens (any n >= 1: split internally into batches of n_batch) at positions
  * n_past .. n_past+n-1, appending to the cache. When logits is non-NULL it receives the

@@ -257,8 +257,8 @@ static void quantize_bf16_scalar(const float *x, void *dst, int64_t n)
 
 /* ggml's x86 quantize_row_q8_0 (the one llama.cpp's activations go through): d =
  * fp16(amax/127), q = round_half_even(x * (127/amax)). Not its scalar _ref, which rounds
- * half away from zero and multiplies by 1/d. NaNs are left out of amax (fmaxf), as the
- * SIMD versions do. */
+ * half away from zero and multiplies by 1/d. NaNs are left out of amax, as the SIMD
+ * versions do. */
 static void quantize_q8_0_scalar(const float *x, void *dst, int64_t n)
 {
 	struct block_q8_0 *y = dst;
@@ -267,7 +267,8 @@ static void quantize_q8_0_scalar(const float *x, void *dst, int64_t n)
 		float amax = 0.f;
 
 		for (int j = 0; j < QK8_0; j++)
-			amax = fmaxf(amax, fabsf(x[j]));
+			if (fabsf(x[j]) > amax) /* not fmaxf(): glibc's returns NaN for a signalling one */
+				amax = fabsf(x[j]);
 		y[i].d = f32_to_fp16(amax / 127.f);
 		const float id = amax != 0.f ? 127.f / amax : 0.f;
 		for (int j = 0; j < QK8_0; j++)

@@ -1,0 +1,465 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * forward.c: the forward pass (see forward.h).
+ *
+ * The arithmetic follows ggml's CPU backend where the order of float operations decides
+ * whether our logits can match llama.cpp's reference runs: RMSNorm sums float squares in
+ * double and scales by 1/sqrtf(mean + eps) in float; RoPE angles come from repeated float
+ * multiplication by base^(-2/n_dims); softmax sums in double; activations are converted to
+ * the weight type's dot partner before every matrix product (matmul.h); LoRA deltas are added
+ * to the product before the bias, as llama.cpp does.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../lora/resident.h"
+#include "forward.h"
+#include "matmul.h"
+#include "model.h"
+#include "quant.h"
+#include "threadpool.h"
+
+struct forward_ws {
+	uint32_t max_rows, max_ctx, max_pairs;
+	int max_threads;
+	float *x, *h, *q, *k, *v, *attn, *gate, *up;
+	float *scores;              /* [max_threads][max_ctx] */
+	float *rope_cos, *rope_sin; /* [max_rows][rope_dim/2] */
+	float *norm_rows;           /* [max_rows][n_embd] rows that need logits */
+	void *mm_scratch;
+	struct lora_pair *pairs;    /* [max_pairs] */
+	float *lora_tmp;            /* [max_pairs][max_rank] */
+	uint32_t lora_tmp_rank;
+};
+
+size_t forward_kv_block_bytes(const struct model *m)
+{
+	const struct model_hparams *hp = &m->hp;
+
+	return (size_t) KV_BLOCK_TOKENS * hp->n_layer * 2 * hp->n_head_kv * hp->head_dim *
+	       sizeof(float);
+}
+
+static size_t max_scratch(const struct model *m, uint32_t n_rows)
+{
+	size_t s = matmul_scratch_bytes(&m->output, n_rows);
+
+	for (uint32_t i = 0; i < m->hp.n_layer; i++) {
+		const struct model_layer *L = &m->layers[i];
+		const struct weight *ws[] = { &L->wq, &L->wk, &L->wv, &L->wo,
+					      &L->ffn_gate, &L->ffn_up, &L->ffn_down };
+
+		for (size_t j = 0; j < ELEMENTSOF(ws); j++)
+			s = MAX(s, matmul_scratch_bytes(ws[j], n_rows));
+	}
+	return s;
+}
+
+#define LORA_MAX_RANK 512
+
+int forward_ws_new(const struct model *m, uint32_t max_rows, uint32_t max_ctx, uint32_t max_pairs,
+		   int max_threads, struct forward_ws **ret)
+{
+	const struct model_hparams *hp;
+	_cleanup_(forward_ws_freep) struct forward_ws *ws = NULL;
+	size_t q_dim, kv_dim, emb;
+
+	assert_return(m && ret && max_rows > 0 && max_ctx > 0 && max_threads > 0, -EINVAL);
+	assert_return(max_rows <= 65536 && max_ctx <= (1u << 24) && max_pairs <= (1u << 20), -E2BIG);
+	hp = &m->hp;
+	q_dim = (size_t) hp->n_head * hp->head_dim;
+	kv_dim = (size_t) hp->n_head_kv * hp->head_dim;
+	emb = MAX((size_t) hp->n_embd, q_dim);
+	ws = calloc(1, sizeof(*ws));
+	if (!ws)
+		return -ENOMEM;
+	*ws = (struct forward_ws){ .max_rows = max_rows, .max_ctx = max_ctx, .max_pairs = max_pairs,
+				   .max_threads = max_threads };
+	ws->x = malloc((size_t) max_rows * hp->n_embd * sizeof(float));
+	ws->h = malloc((size_t) max_rows * emb * sizeof(float));
+	ws->q = malloc((size_t) max_rows * q_dim * sizeof(float));
+	ws->k = malloc((size_t) max_rows * kv_dim * sizeof(float));
+	ws->v = malloc((size_t) max_rows * kv_dim * sizeof(float));
+	ws->attn = malloc((size_t) max_rows * q_dim * sizeof(float));
+	ws->gate = malloc((size_t) max_rows * hp->n_ff * sizeof(float));
+	ws->up = malloc((size_t) max_rows * hp->n_ff * sizeof(float));
+	ws->scores = malloc((size_t) max_threads * max_ctx * sizeof(float));
+	ws->rope_cos = malloc((size_t) max_rows * (hp->rope_dim / 2) * sizeof(float));
+	ws->rope_sin = malloc((size_t) max_rows * (hp->rope_dim / 2) * sizeof(float));
+	ws->norm_rows = malloc((size_t) max_rows * hp->n_embd * sizeof(float));
+	ws->mm_scratch = malloc(MAX(max_scratch(m, max_rows), (size_t) 64));
+	ws->pairs = malloc(MAX((size_t) max_pairs, (size_t) 1) * sizeof(*ws->pairs));
+	if (!ws->x || !ws->h || !ws->q || !ws->k || !ws->v || !ws->attn || !ws->gate || !ws->up ||
+	    !ws->scores || !ws->rope_cos || !ws->rope_sin || !ws->norm_rows || !ws->mm_scratch ||
+	    !ws->pairs)
+		return -ENOMEM;
+	*ret = TAKE_PTR(ws);
+	return 0;
+}
+
+struct forward_ws *forward_ws_free(struct forward_ws *ws)
+{
+	if (!ws)
+		return NULL;
+	free(ws->x);
+	free(ws->h);
+	free(ws->q);
+	free(ws->k);
+	free(ws->v);
+	free(ws->attn);
+	free(ws->gate);
+	free(ws->up);
+	free(ws->scores);
+	free(ws->rope_cos);
+	free(ws->rope_sin);
+	free(ws->norm_rows);
+	free(ws->mm_scratch);
+	free(ws->pairs);
+	free(ws->lora_tmp);
+	free(ws);
+	return NULL;
+}
+
+/* y = rmsnorm(x) * w, as ggml: float squares summed in double, scale in float. */
+static void rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
+{
+	double sum = 0.0;
+	float mean, scale;
+
+	for (int64_t i = 0; i < n; i++)
+		sum += (double) (x[i] * x[i]);
+	mean = (float) (sum / (double) n);
+	scale = 1.0f / sqrtf(mean + eps);
+	for (int64_t i = 0; i < n; i++)
+		y[i] = (x[i] * scale) * w[i];
+}
+
+/* Per-row cos/sin of every rotated pair, angles as ggml computes them. */
+static void rope_tables(const struct model *m, struct forward_ws *ws, const struct forward_batch *b)
+{
+	const struct model_hparams *hp = &m->hp;
+	uint32_t half = hp->rope_dim / 2;
+	float theta_scale = powf(hp->rope_base, -2.0f / (float) hp->rope_dim);
+
+	for (uint32_t r = 0; r < b->n_rows; r++) {
+		float theta = (float) b->rows[r].pos;
+
+		for (uint32_t i = 0; i < half; i++) {
+			float ff = m->rope_freq_factors ? m->rope_freq_factors[i] : 1.0f;
+			float th = hp->rope_freq_scale * (theta / ff);
+
+			ws->rope_cos[r * half + i] = cosf(th);
+			ws->rope_sin[r * half + i] = sinf(th);
+			theta *= theta_scale;
+		}
+	}
+}
+
+static void rope_apply(const struct model *m, const struct forward_ws *ws, float *vec,
+		       uint32_t n_heads, uint32_t r)
+{
+	const struct model_hparams *hp = &m->hp;
+	uint32_t half = hp->rope_dim / 2;
+	const float *cs = ws->rope_cos + (size_t) r * half, *sn = ws->rope_sin + (size_t) r * half;
+	bool neox = hp->rope_style == ROPE_STYLE_NEOX;
+
+	for (uint32_t hd = 0; hd < n_heads; hd++) {
+		float *v = vec + (size_t) hd * hp->head_dim;
+
+		for (uint32_t i = 0; i < half; i++) {
+			uint32_t a = neox ? i : 2 * i, c = neox ? i + half : 2 * i + 1;
+			float x0 = v[a], x1 = v[c];
+
+			v[a] = x0 * cs[i] - x1 * sn[i];
+			v[c] = x0 * sn[i] + x1 * cs[i];
+		}
+	}
+}
+
+/* Address of position pos's K (or V) vector in layer il of a sequence. */
+static float *kv_at(const struct model *m, const struct kv_store *kv, const struct forward_seq *s,
+		    uint32_t il, bool value, uint32_t pos)
+{
+	const struct model_hparams *hp = &m->hp;
+	size_t kv_dim = (size_t) hp->n_head_kv * hp->head_dim;
+	char *page = kv->base + (size_t) s->blocks[pos / KV_BLOCK_TOKENS] * kv->page_bytes;
+	size_t off = (((size_t) il * 2 + value) * KV_BLOCK_TOKENS + pos % KV_BLOCK_TOKENS) * kv_dim;
+
+	return (float *) page + off;
+}
+
+struct attn_job {
+	const struct model *m;
+	struct forward_ws *ws;
+	const struct kv_store *kv;
+	const struct forward_batch *b;
+	uint32_t layer;
+};
+
+/* Causal attention: one task per (row, head); each row reads its own sequence's blocks. */
+static void attention(void *arg, int ith, int nth)
+{
+	struct attn_job *j = arg;
+	const struct model *m = j->m;
+	const struct model_hparams *hp = &m->hp;
+	size_t q_dim = (size_t) hp->n_head * hp->head_dim;
+	uint32_t group = hp->n_head / hp->n_head_kv, hdim = hp->head_dim;
+	float scale = 1.0f / sqrtf((float) hdim);
+	float *sc = j->ws->scores + (size_t) ith * j->ws->max_ctx;
+	long tb, te;
+
+	threadpool_split((long) j->b->n_rows * hp->n_head, 1, ith, nth, &tb, &te);
+	for (long t = tb; t < te; t++) {
+		uint32_t r = (uint32_t) (t / hp->n_head), hd = (uint32_t) (t % hp->n_head);
+		const struct forward_row *row = &j->b->rows[r];
+		const struct forward_seq *s = &j->b->seqs[row->seq];
+		uint32_t kvh = hd / group; /* query head i reads KV head i / group */
+		const float *q = j->ws->q + r * q_dim + (size_t) hd * hdim;
+		float *out = j->ws->attn + r * q_dim + (size_t) hd * hdim;
+		uint32_t n_kv = row->pos + 1;
+		float maxv = -INFINITY;
+		double sum = 0.0;
+
+		for (uint32_t p = 0; p < n_kv; p++) {
+			const float *k = kv_at(m, j->kv, s, j->layer, false, p) + (size_t) kvh * hdim;
+			float d = 0.0f;
+
+			for (uint32_t i = 0; i < hdim; i++)
+				d += q[i] * k[i];
+			sc[p] = d * scale;
+			maxv = MAX(maxv, sc[p]);
+		}
+		for (uint32_t p = 0; p < n_kv; p++) {
+			sc[p] = expf(sc[p] - maxv);
+			sum += sc[p];
+		}
+		float inv = (float) (1.0 / sum);
+
+		memset(out, 0, hdim * sizeof(float));
+		for (uint32_t p = 0; p < n_kv; p++) {
+			const float *v = kv_at(m, j->kv, s, j->layer, true, p) + (size_t) kvh * hdim;
+			float w = sc[p] * inv;
+
+			for (uint32_t i = 0; i < hdim; i++)
+				out[i] += w * v[i];
+		}
+	}
+}
+
+static float silu(float x)
+{
+	return x / (1.0f + expf(-x));
+}
+
+struct keyed_pair {
+	uint64_t order;
+	uint32_t row;
+	uint32_t slot;
+	struct lora_pair pair;
+};
+
+static int cmp_keyed_pair(const void *a, const void *b)
+{
+	const struct keyed_pair *x = a, *y = b;
+
+	if (x->order != y->order)
+		return x->order < y->order ? -1 : 1;
+	if (x->row != y->row)
+		return x->row < y->row ? -1 : 1;
+	return (x->slot > y->slot) - (x->slot < y->slot);
+}
+
+/* Collects the (row, adapter matrix, scale) pairs of one projection into ws->pairs, grouped
+ * by adapter (segments, in `order`) and by row within a segment. Returns the count. */
+static size_t collect_pairs(struct forward_ws *ws, struct keyed_pair *keyed,
+			    const struct forward_batch *b, uint32_t layer, enum lora_target target)
+{
+	size_t n = 0;
+
+	for (uint32_t r = 0; r < b->n_rows; r++) {
+		const struct forward_row *row = &b->rows[r];
+
+		for (uint32_t i = 0; i < row->n_loras && n < ws->max_pairs; i++) {
+			const struct forward_lora *l = &b->loras[row->lora_first + i];
+			const struct lora_resident_mat *mat;
+
+			if (layer >= l->res->n_layer)
+				continue;
+			mat = l->res->mats[(size_t) layer * LORA_TARGET_COUNT_ + target];
+			if (!mat)
+				continue;
+			keyed[n++] = (struct keyed_pair){
+				.order = l->order,
+				.row = r,
+				.slot = i,
+				.pair = { .mat = mat, .row = r, .scale = l->scale * mat->scale },
+			};
+		}
+	}
+	qsort(keyed, n, sizeof(*keyed), cmp_keyed_pair);
+	for (size_t i = 0; i < n; i++)
+		ws->pairs[i] = keyed[i].pair;
+	return n;
+}
+
+struct lora_ctx {
+	struct forward_ws *ws;
+	struct keyed_pair *keyed;
+	const struct forward_batch *b;
+	bool any;
+};
+
+/* y (already W·x) += the batch's LoRA deltas for (layer, target). */
+static void apply_lora(struct lora_ctx *lc, struct threadpool *pool, uint32_t layer,
+		       enum lora_target target, const float *x, float *y)
+{
+	size_t n;
+
+	if (!lc->any)
+		return;
+	n = collect_pairs(lc->ws, lc->keyed, lc->b, layer, target);
+	if (n)
+		lora_sgmv(pool, x, y, lc->ws->pairs, n, lc->ws->lora_tmp);
+}
+
+static int check_batch(const struct model *m, struct forward_ws *ws, const struct forward_batch *b,
+		       bool *any_lora, uint32_t *max_rank)
+{
+	size_t n_pairs = 0;
+
+	if (b->n_rows == 0 || b->n_rows > ws->max_rows)
+		return -E2BIG;
+	*any_lora = false;
+	*max_rank = 0;
+	for (uint32_t r = 0; r < b->n_rows; r++) {
+		const struct forward_row *row = &b->rows[r];
+		const struct forward_seq *s = &b->seqs[row->seq];
+
+		if (row->token < 0 || (uint32_t) row->token >= m->hp.n_vocab)
+			return -EINVAL;
+		if (row->pos >= ws->max_ctx)
+			return -E2BIG;
+		if (row->pos / KV_BLOCK_TOKENS >= s->n_blocks)
+			return -EINVAL;
+		if (row->logits_index >= (int32_t) ws->max_rows)
+			return -EINVAL;
+		for (uint32_t i = 0; i < row->n_loras; i++) {
+			const struct lora_resident *res = b->loras[row->lora_first + i].res;
+
+			*any_lora = true;
+			*max_rank = MAX(*max_rank, res->max_rank);
+			n_pairs++;
+		}
+	}
+	if (n_pairs > ws->max_pairs || *max_rank > LORA_MAX_RANK)
+		return -E2BIG;
+	return 0;
+}
+
+int model_forward(const struct model *m, struct forward_ws *ws, struct threadpool *pool,
+		  const struct kv_store *kv, const struct forward_batch *b)
+{
+	const struct model_hparams *hp = &m->hp;
+	size_t kv_dim = (size_t) hp->n_head_kv * hp->head_dim;
+	size_t q_dim = (size_t) hp->n_head * hp->head_dim;
+	uint32_t n = b->n_rows, max_rank, n_logits = 0;
+	_cleanup_free_ struct keyed_pair *keyed = NULL;
+	struct lora_ctx lc = { .ws = ws, .b = b };
+	int r;
+
+	assert_return(m && ws && pool && kv && b, -EINVAL);
+	r = check_batch(m, ws, b, &lc.any, &max_rank);
+	if (r < 0)
+		return r;
+	if (lc.any) {
+		if (ws->lora_tmp_rank < max_rank) {
+			float *t = realloc(ws->lora_tmp, (size_t) ws->max_pairs * max_rank * sizeof(float));
+			if (!t)
+				return -ENOMEM;
+			ws->lora_tmp = t;
+			ws->lora_tmp_rank = max_rank;
+		}
+		keyed = malloc((size_t) ws->max_pairs * sizeof(*keyed));
+		if (!keyed)
+			return -ENOMEM;
+		lc.keyed = keyed;
+	}
+
+	for (uint32_t t = 0; t < n; t++) {
+		const char *row = (const char *) m->tok_embd.data +
+				  (size_t) b->rows[t].token * m->tok_embd.row_bytes;
+
+		quant_dequantize_row(m->tok_embd.type, row, ws->x + (size_t) t * hp->n_embd, hp->n_embd);
+	}
+	rope_tables(m, ws, b);
+
+	for (uint32_t il = 0; il < hp->n_layer; il++) {
+		const struct model_layer *L = &m->layers[il];
+		struct attn_job aj = { .m = m, .ws = ws, .kv = kv, .b = b, .layer = il };
+
+		for (uint32_t t = 0; t < n; t++)
+			rmsnorm(ws->h + (size_t) t * hp->n_embd, ws->x + (size_t) t * hp->n_embd,
+				L->attn_norm, hp->n_embd, hp->rms_eps);
+		matmul(pool, &L->wq, ws->h, n, ws->q, ws->mm_scratch);
+		apply_lora(&lc, pool, il, LORA_TARGET_Q, ws->h, ws->q);
+		matmul(pool, &L->wk, ws->h, n, ws->k, ws->mm_scratch);
+		apply_lora(&lc, pool, il, LORA_TARGET_K, ws->h, ws->k);
+		matmul(pool, &L->wv, ws->h, n, ws->v, ws->mm_scratch);
+		apply_lora(&lc, pool, il, LORA_TARGET_V, ws->h, ws->v);
+		for (uint32_t t = 0; t < n; t++) {
+			const struct forward_row *row = &b->rows[t];
+			const struct forward_seq *s = &b->seqs[row->seq];
+			float *q = ws->q + t * q_dim, *k = ws->k + t * kv_dim, *v = ws->v + t * kv_dim;
+
+			if (L->bq) {
+				for (size_t i = 0; i < q_dim; i++)
+					q[i] += L->bq[i];
+				for (size_t i = 0; i < kv_dim; i++) {
+					k[i] += L->bk[i];
+					v[i] += L->bv[i];
+				}
+			}
+			rope_apply(m, ws, q, hp->n_head, t);
+			rope_apply(m, ws, k, hp->n_head_kv, t);
+			memcpy(kv_at(m, kv, s, il, false, row->pos), k, kv_dim * sizeof(float));
+			memcpy(kv_at(m, kv, s, il, true, row->pos), v, kv_dim * sizeof(float));
+		}
+		threadpool_run(pool, attention, &aj);
+
+		/* x += Wo·attn */
+		matmul(pool, &L->wo, ws->attn, n, ws->h, ws->mm_scratch);
+		apply_lora(&lc, pool, il, LORA_TARGET_O, ws->attn, ws->h);
+		for (size_t i = 0; i < (size_t) n * hp->n_embd; i++)
+			ws->x[i] += ws->h[i];
+
+		for (uint32_t t = 0; t < n; t++)
+			rmsnorm(ws->h + (size_t) t * hp->n_embd, ws->x + (size_t) t * hp->n_embd,
+				L->ffn_norm, hp->n_embd, hp->rms_eps);
+		matmul(pool, &L->ffn_gate, ws->h, n, ws->gate, ws->mm_scratch);
+		apply_lora(&lc, pool, il, LORA_TARGET_GATE, ws->h, ws->gate);
+		matmul(pool, &L->ffn_up, ws->h, n, ws->up, ws->mm_scratch);
+		apply_lora(&lc, pool, il, LORA_TARGET_UP, ws->h, ws->up);
+		for (size_t i = 0; i < (size_t) n * hp->n_ff; i++)
+			ws->gate[i] = silu(ws->gate[i]) * ws->up[i];
+		matmul(pool, &L->ffn_down, ws->gate, n, ws->h, ws->mm_scratch);
+		apply_lora(&lc, pool, il, LORA_TARGET_DOWN, ws->gate, ws->h);
+		for (size_t i = 0; i < (size_t) n * hp->n_embd; i++)
+			ws->x[i] += ws->h[i];
+	}
+
+	/* final norm of the rows that want logits, then one output matmul over them */
+	for (uint32_t t = 0; t < n; t++) {
+		int32_t li = b->rows[t].logits_index;
+
+		if (li < 0)
+			continue;
+		rmsnorm(ws->norm_rows + (size_t) li * hp->n_embd, ws->x + (size_t) t * hp->n_embd,
+			m->output_norm, hp->n_embd, hp->rms_eps);
+		n_logits = MAX(n_logits, (uint32_t) li + 1);
+	}
+	if (n_logits)
+		matmul(pool, &m->output, ws->norm_rows, n_logits, b->logits, ws->mm_scratch);
+	return 0;
+}

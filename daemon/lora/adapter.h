@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * adapter.h: LoRA adapters — reading the formats people have (PEFT directories, llama.cpp
+ * GGUF LoRA files) and Molly's own adapter file, into one uniform description.
+ *
+ * Conventions (all formats map to these):
+ *   For a targeted projection y = W·x (W: [n_out][n_in]), the adapter adds
+ *   s · B·(A·x) with A: [rank][n_in] and B: [n_out][rank], both row-major, and
+ *   s = user_scale · mat->scale, where mat->scale = alpha/rank (alpha/sqrt(rank) with
+ *   rsLoRA; PEFT's rank_pattern / alpha_pattern apply per module).
+ *   Targets: q, k, v, o, gate, up, down (PEFT q_proj ... down_proj; GGUF attn_q ...
+ *   ffn_down). Anything else (embeddings, lm_head, modules_to_save, DoRA magnitudes) is an
+ *   error naming it unless skip_unsupported.
+ *
+ * Identity: content_hash = SHA-256 over the weights (as stored, F16/BF16) and the
+ * canonical config; base_fingerprint = SHA-256 over the base model's architecture, every
+ * tensor's name and shape (not its type: an adapter made on an F32 base loads on its Q8_0
+ * file) and its tokenizer. A mismatch with the loaded base is an error naming the adapter,
+ * the base it was made for and the base that is loaded.
+ *
+ * Lifetime: an adapter is immutable after open; weights are read on demand with
+ * lora_adapter_read() (Molly files: pread at page-aligned offsets, O_DIRECT-capable; public
+ * formats: converted at open and held in memory). Threading: reads may run concurrently.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../basic/errmsg.h"
+#include "../basic/macro.h"
+
+struct model;
+
+enum lora_target {
+	LORA_TARGET_Q,
+	LORA_TARGET_K,
+	LORA_TARGET_V,
+	LORA_TARGET_O,
+	LORA_TARGET_GATE,
+	LORA_TARGET_UP,
+	LORA_TARGET_DOWN,
+	LORA_TARGET_COUNT_,
+};
+
+/* "q", "k", "v", "o", "gate", "up", "down" */
+const char *lora_target_name(enum lora_target t);
+int lora_target_from_name(const char *name, enum lora_target *ret);
+
+struct lora_mat {
+	uint32_t layer;
+	enum lora_target target;
+	uint32_t rank;
+	uint32_t n_in;
+	uint32_t n_out;
+	float scale;     /* alpha/rank (or rsLoRA / pattern-adjusted); user scale not included */
+	uint32_t dtype;  /* GGML_TYPE_F16 or GGML_TYPE_BF16: the row type of A and B */
+};
+
+struct lora_adapter_meta {
+	char *name;          /* owned */
+	char **domains;      /* owned, n_domains */
+	size_t n_domains;
+	char **exemplars;    /* owned, n_exemplars: a few example prompts for the router */
+	size_t n_exemplars;
+};
+
+struct lora_adapter {
+	struct lora_adapter_meta meta;
+	uint8_t content_hash[32];
+	uint8_t base_fingerprint[32];
+	uint8_t base_weights_hash[32]; /* information only; all zero when unknown */
+	bool has_base_weights_hash;
+	char *base_description;        /* owned: e.g. "llama 5x64 vocab 512 (stories260K)" */
+	uint32_t max_rank;
+	size_t n_mats;
+	struct lora_mat *mats;         /* owned, sorted by (layer, target) */
+	/* private to adapter.c: data source */
+	void *priv;
+};
+
+struct lora_open_opts {
+	bool skip_unsupported;  /* unsupported targets become warnings (see warnings below) */
+	uint32_t dtype;         /* F16 (default when 0) or BF16: for public formats' F32 data */
+	const char *name;       /* overrides the name (default: the file or directory name) */
+	/* Needed for public formats, which do not record the base: the model they are for. */
+	const struct model *base;
+};
+
+/*
+ * Opens an adapter in any supported format: a PEFT directory (adapter_config.json +
+ * adapter_model.safetensors), a GGUF LoRA file, or a Molly adapter file. Errors name the
+ * file, the tensor or key, and what was wrong. Warnings (skipped tensors) are appended to
+ * warn (if non-NULL) one per line.
+ */
+int lora_adapter_open(const char *path, const struct lora_open_opts *opts,
+		      struct lora_adapter **ret, struct errmsg *warn, struct errmsg *e);
+struct lora_adapter *lora_adapter_free(struct lora_adapter *a);
+DEFINE_CLEANUP_FUNC(struct lora_adapter *, lora_adapter_free, NULL)
+
+/* Fills dst with matrix i's A ([rank][n_in]) or B ([n_out][rank]) rows in mats[i].dtype.
+ * dst_bytes must be exactly the matrix's size. -EIO/-EBADMSG on a short or corrupt read. */
+int lora_adapter_read(const struct lora_adapter *a, size_t i, bool b_matrix, void *dst,
+		      size_t dst_bytes);
+/* Bytes of matrix i's A or B. */
+size_t lora_mat_bytes(const struct lora_mat *m, bool b_matrix);
+
+/* 0 when the adapter was made for this base (fingerprints equal and every matrix's shape
+ * fits the model); -EXDEV with the names of both bases otherwise. */
+int lora_adapter_check_base(const struct lora_adapter *a, const struct model *m,
+			    struct errmsg *e);
+
+/* The base fingerprint of a loaded model (see above). */
+void lora_base_fingerprint(const struct model *m, uint8_t ret[32]);

@@ -1,0 +1,350 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../engine/quant.h"
+#include "../engine/threadpool.h"
+#include "resident.h"
+
+/* TEMPORARY while adapter.c is being written: lets the library link. */
+#pragma weak lora_adapter_read
+#pragma weak lora_mat_bytes
+
+static size_t dtype_bytes(uint32_t dtype)
+{
+	return dtype == GGML_TYPE_F32 ? 4 : 2;
+}
+
+/* Packs rows into pages: a page holds floor(page_bytes / row_bytes) rows of one matrix. */
+struct packer {
+	size_t page_bytes;
+	lora_page_alloc_fn alloc;
+	void *userdata;
+	struct lora_resident *r;
+	size_t pages_cap;
+	char *cur;      /* current page */
+	size_t cur_used;
+};
+
+static void *packer_row(struct packer *p, size_t row_bytes)
+{
+	void *row;
+
+	if (!p->cur || p->cur_used + row_bytes > p->page_bytes) {
+		uint32_t id;
+
+		if (p->r->n_pages == p->pages_cap)
+			return NULL; /* the count from lora_resident_pages_needed() was exceeded */
+		p->cur = p->alloc(p->userdata, &id);
+		if (!p->cur)
+			return NULL;
+		p->r->pages[p->r->n_pages++] = id;
+		p->cur_used = 0;
+	}
+	row = p->cur + p->cur_used;
+	p->cur_used += ALIGN_UP(row_bytes, 64); /* cache-line aligned rows */
+	return row;
+}
+
+/* Walks the matrices as lora_resident_new() lays them out, counting pages. */
+size_t lora_resident_pages_needed(const struct lora_adapter *a, size_t page_bytes)
+{
+	size_t pages = 0, used = page_bytes; /* forces a first page */
+
+	for (size_t i = 0; i < a->n_mats; i++) {
+		const struct lora_mat *m = &a->mats[i];
+		size_t eb = dtype_bytes(m->dtype);
+		size_t rows[2] = { ALIGN_UP(m->n_in * eb, 64), ALIGN_UP(m->n_out * eb, 64) };
+
+		for (int w = 0; w < 2; w++) {
+			if (rows[w] > page_bytes)
+				return (size_t) -1;
+			for (uint32_t k = 0; k < m->rank; k++) {
+				if (used + rows[w] > page_bytes) {
+					pages++;
+					used = 0;
+				}
+				used += rows[w];
+			}
+		}
+	}
+	return pages;
+}
+
+/* dst[k][o] = src[o][k] for B ([n_out][rank] → [rank][n_out]), in the element type. */
+static void transpose(const void *src, void **dst_rows, uint32_t n_out, uint32_t rank, size_t eb)
+{
+	for (uint32_t o = 0; o < n_out; o++)
+		for (uint32_t k = 0; k < rank; k++)
+			memcpy((char *) dst_rows[k] + (size_t) o * eb,
+			       (const char *) src + ((size_t) o * rank + k) * eb, eb);
+}
+
+int lora_resident_new(const struct lora_adapter *a, uint32_t n_layer, size_t page_bytes,
+		      lora_page_alloc_fn alloc, void *userdata, struct lora_resident **ret,
+		      struct errmsg *e)
+{
+	struct lora_resident *r;
+	struct packer p = { .page_bytes = page_bytes, .alloc = alloc, .userdata = userdata };
+	size_t need = lora_resident_pages_needed(a, page_bytes);
+	int res = 0;
+
+	assert_return(a && ret && alloc && page_bytes > 0, -EINVAL);
+	*ret = NULL;
+	if (need == (size_t) -1)
+		return errmsg_set(e, -E2BIG, "adapter '%s': a row does not fit a %zu-byte page",
+				  a->meta.name ?: "?", page_bytes);
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	*ret = r;
+	r->name = strdup(a->meta.name ? a->meta.name : "");
+	r->n_layer = n_layer;
+	r->max_rank = a->max_rank;
+	r->mats = calloc((size_t) n_layer * LORA_TARGET_COUNT_, sizeof(*r->mats));
+	r->pages = calloc(need + 1, sizeof(*r->pages));
+	if (!r->name || !r->mats || !r->pages)
+		return -ENOMEM;
+	p.r = r;
+	p.pages_cap = need;
+
+	for (size_t i = 0; i < a->n_mats && res == 0; i++) {
+		const struct lora_mat *m = &a->mats[i];
+		size_t eb = dtype_bytes(m->dtype);
+		size_t a_bytes = lora_mat_bytes(m, false), b_bytes = lora_mat_bytes(m, true);
+		struct lora_resident_mat *rm;
+		_cleanup_free_ void *buf = NULL;
+
+		if (m->layer >= n_layer || m->target >= LORA_TARGET_COUNT_)
+			return errmsg_set(e, -EINVAL, "adapter '%s': matrix %zu for layer %u out of range",
+					  r->name, i, m->layer);
+		if (m->dtype != GGML_TYPE_F32 && m->dtype != GGML_TYPE_F16 && m->dtype != GGML_TYPE_BF16)
+			return errmsg_set(e, -EINVAL, "adapter '%s': unsupported row type %u", r->name,
+					  m->dtype);
+		rm = calloc(1, sizeof(*rm) + 2 * (size_t) m->rank * sizeof(void *));
+		if (!rm)
+			return -ENOMEM;
+		r->mats[(size_t) m->layer * LORA_TARGET_COUNT_ + m->target] = rm;
+		*rm = (struct lora_resident_mat){ .rank = m->rank, .n_in = m->n_in, .n_out = m->n_out,
+						  .dtype = m->dtype, .scale = m->scale };
+		rm->a_rows = (const void **) (rm + 1);
+		rm->bt_rows = rm->a_rows + m->rank;
+
+		buf = malloc(MAX(a_bytes, b_bytes));
+		if (!buf)
+			return -ENOMEM;
+		res = lora_adapter_read(a, i, false, buf, a_bytes);
+		if (res < 0)
+			return errmsg_set(e, res, "adapter '%s': reading A of matrix %zu: %s", r->name, i,
+					  strerror(-res));
+		for (uint32_t k = 0; k < m->rank; k++) {
+			void *row = packer_row(&p, m->n_in * eb);
+			if (!row)
+				return errmsg_set(e, -ENOSPC, "adapter '%s': out of pages", r->name);
+			memcpy(row, (char *) buf + (size_t) k * m->n_in * eb, m->n_in * eb);
+			rm->a_rows[k] = row;
+		}
+		res = lora_adapter_read(a, i, true, buf, b_bytes);
+		if (res < 0)
+			return errmsg_set(e, res, "adapter '%s': reading B of matrix %zu: %s", r->name, i,
+					  strerror(-res));
+		for (uint32_t k = 0; k < m->rank; k++) {
+			void *row = packer_row(&p, m->n_out * eb);
+			if (!row)
+				return errmsg_set(e, -ENOSPC, "adapter '%s': out of pages", r->name);
+			rm->bt_rows[k] = row;
+		}
+		transpose(buf, (void **) rm->bt_rows, m->n_out, m->rank, eb);
+		r->bytes += a_bytes + b_bytes;
+	}
+	return res;
+}
+
+struct lora_resident *lora_resident_free(struct lora_resident *r)
+{
+	if (!r)
+		return NULL;
+	if (r->mats)
+		for (size_t i = 0; i < (size_t) r->n_layer * LORA_TARGET_COUNT_; i++)
+			free(r->mats[i]);
+	free(r->mats);
+	free(r->pages);
+	free(r->name);
+	free(r);
+	return NULL;
+}
+
+/* ---- kernels ---- */
+
+static float load_elem(const void *row, uint32_t dtype, size_t i)
+{
+	switch (dtype) {
+	case GGML_TYPE_F16:
+		return fp16_to_f32(((const uint16_t *) row)[i]);
+	case GGML_TYPE_BF16:
+		return bf16_to_f32(((const uint16_t *) row)[i]);
+	default:
+		return ((const float *) row)[i];
+	}
+}
+
+__attribute__((target("avx2,fma,f16c"))) static float dot_avx2(const float *x, const void *row,
+							      uint32_t dtype, size_t n)
+{
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+	size_t i = 0;
+
+	for (; i + 16 <= n; i += 16) {
+		__m256 w0, w1;
+
+		if (dtype == GGML_TYPE_F16) {
+			w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) ((const uint16_t *) row + i)));
+			w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) ((const uint16_t *) row + i + 8)));
+		} else if (dtype == GGML_TYPE_BF16) {
+			__m128i h0 = _mm_loadu_si128((const __m128i *) ((const uint16_t *) row + i));
+			__m128i h1 = _mm_loadu_si128((const __m128i *) ((const uint16_t *) row + i + 8));
+			w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h0), 16));
+			w1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h1), 16));
+		} else {
+			w0 = _mm256_loadu_ps((const float *) row + i);
+			w1 = _mm256_loadu_ps((const float *) row + i + 8);
+		}
+		acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), w0, acc0);
+		acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), w1, acc1);
+	}
+	acc0 = _mm256_add_ps(acc0, acc1);
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(acc0), _mm256_extractf128_ps(acc0, 1));
+	s = _mm_hadd_ps(s, s);
+	s = _mm_hadd_ps(s, s);
+	float sum = _mm_cvtss_f32(s);
+	for (; i < n; i++)
+		sum += x[i] * load_elem(row, dtype, i);
+	return sum;
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void axpy_avx2(float *y, float a, const void *row,
+							       uint32_t dtype, size_t b, size_t e)
+{
+	__m256 va = _mm256_set1_ps(a);
+	size_t i = b;
+
+	for (; i + 8 <= e; i += 8) {
+		__m256 w;
+
+		if (dtype == GGML_TYPE_F16)
+			w = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) ((const uint16_t *) row + i)));
+		else if (dtype == GGML_TYPE_BF16)
+			w = _mm256_castsi256_ps(_mm256_slli_epi32(
+				_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *) ((const uint16_t *) row + i))),
+				16));
+		else
+			w = _mm256_loadu_ps((const float *) row + i);
+		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, w, _mm256_loadu_ps(y + i)));
+	}
+	for (; i < e; i++)
+		y[i] = fmaf(a, load_elem(row, dtype, i), y[i]);
+}
+
+static float dot_scalar(const float *x, const void *row, uint32_t dtype, size_t n)
+{
+	float sum = 0;
+
+	for (size_t i = 0; i < n; i++)
+		sum += x[i] * load_elem(row, dtype, i);
+	return sum;
+}
+
+static void axpy_scalar(float *y, float a, const void *row, uint32_t dtype, size_t b, size_t e)
+{
+	for (size_t i = b; i < e; i++)
+		y[i] = fmaf(a, load_elem(row, dtype, i), y[i]);
+}
+
+static bool have_avx2(void)
+{
+	static int cached = -1;
+
+	if (cached < 0)
+		cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+			 __builtin_cpu_supports("f16c");
+	return cached;
+}
+
+struct sgmv_job {
+	const float *x;
+	float *y;
+	const struct lora_pair *pairs;
+	size_t n_pairs;
+	float *tmp;
+	uint32_t max_rank;
+	uint32_t n_in;  /* of the projection: every pair shares it */
+	uint32_t n_out;
+	bool avx2;
+};
+
+static void sgmv_shrink(void *arg, int ith, int nth)
+{
+	struct sgmv_job *j = arg;
+	long b, e;
+
+	/* flat (pair, k) index: each tmp entry is one dot product, computed by one thread */
+	threadpool_split((long) (j->n_pairs * j->max_rank), 1, ith, nth, &b, &e);
+	for (long t = b; t < e; t++) {
+		size_t pi = (size_t) t / j->max_rank;
+		uint32_t k = (uint32_t) ((size_t) t % j->max_rank);
+		const struct lora_pair *p = &j->pairs[pi];
+		const float *x = j->x + (size_t) p->row * j->n_in;
+
+		if (k >= p->mat->rank)
+			continue;
+		j->tmp[t] = j->avx2 ? dot_avx2(x, p->mat->a_rows[k], p->mat->dtype, j->n_in)
+				    : dot_scalar(x, p->mat->a_rows[k], p->mat->dtype, j->n_in);
+	}
+}
+
+static void sgmv_expand(void *arg, int ith, int nth)
+{
+	struct sgmv_job *j = arg;
+	long b, e;
+
+	/* Output columns are split; within a column range every pair and k is applied in list
+	 * order, so a row's result is the same whatever the batch and the thread count. */
+	threadpool_split(j->n_out, 16, ith, nth, &b, &e);
+	if (b >= e)
+		return;
+	for (size_t pi = 0; pi < j->n_pairs; pi++) {
+		const struct lora_pair *p = &j->pairs[pi];
+		float *y = j->y + (size_t) p->row * j->n_out;
+
+		for (uint32_t k = 0; k < p->mat->rank; k++) {
+			float a = p->scale * j->tmp[pi * j->max_rank + k];
+
+			if (j->avx2)
+				axpy_avx2(y, a, p->mat->bt_rows[k], p->mat->dtype, (size_t) b, (size_t) e);
+			else
+				axpy_scalar(y, a, p->mat->bt_rows[k], p->mat->dtype, (size_t) b, (size_t) e);
+		}
+	}
+}
+
+void lora_sgmv(struct threadpool *pool, const float *x, float *y, const struct lora_pair *pairs,
+	       size_t n_pairs, float *tmp)
+{
+	struct sgmv_job j = { .x = x, .y = y, .pairs = pairs, .n_pairs = n_pairs, .tmp = tmp,
+			      .avx2 = have_avx2() };
+
+	if (n_pairs == 0)
+		return;
+	j.n_in = pairs[0].mat->n_in;
+	j.n_out = pairs[0].mat->n_out;
+	for (size_t i = 0; i < n_pairs; i++)
+		j.max_rank = MAX(j.max_rank, pairs[i].mat->rank);
+	if (n_pairs * j.max_rank >= 64)
+		threadpool_run(pool, sgmv_shrink, &j);
+	else
+		sgmv_shrink(&j, 0, 1);
+	threadpool_run(pool, sgmv_expand, &j);
+}

@@ -1,0 +1,1136 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sched.c: the iteration-level scheduler (see sched.h).
+ *
+ * One step:
+ *   1. (locked) apply cancellations; admit waiting requests while there is room, choosing
+ *      among the oldest few the one whose adapter has the fewest running sequences (so one
+ *      busy adapter or caller cannot starve the others) and making its adapters resident;
+ *   2. (locked) build the batch: one row for every decoding sequence first, then prefill
+ *      chunks, oldest first, under the step's token budget; every row's KV block is
+ *      allocated from the pool — when it is empty, unused adapters are evicted (least
+ *      recently used first), then the newest sequence not yet in the batch is preempted;
+ *   3. (unlocked) the forward pass;
+ *   4. sample for every sequence whose last row produced logits, emit events, finish
+ *      sequences (their blocks go back to the pool).
+ * Events are delivered with the lock released, so callbacks may call sched_cancel().
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../engine/forward.h"
+#include "../engine/model.h"
+#include "../engine/threadpool.h"
+#include "../engine/vocab.h"
+#include "../lora/adapter.h"
+#include "../lora/resident.h"
+#include "page-pool.h"
+#include "sched.h"
+
+#define MAX_LORAS_PER_REQUEST 8
+#define ADMIT_WINDOW 16 /* how far into the queue admission looks for fairness */
+
+struct adapter_entry {
+	struct lora_adapter *adapter; /* owned */
+	struct lora_resident *res;    /* owned when resident */
+	uint64_t serial;              /* apply order, stable for the adapter's lifetime */
+	bool pinned;
+	bool prefetch;
+	uint32_t users;               /* waiting + running requests that name it */
+	uint32_t running_users;       /* running sequences: while > 0 it cannot be evicted */
+	uint64_t requests;
+	uint64_t last_used;           /* step number */
+};
+
+enum seq_state {
+	SEQ_WAITING,
+	SEQ_RUNNING,
+};
+
+struct seq_lora {
+	struct adapter_entry *entry;
+	float scale;
+};
+
+struct seq {
+	uint64_t id;
+	enum seq_state state;
+	int32_t *tokens;      /* owned: prompt, then generated */
+	uint32_t n_tokens;
+	uint32_t n_prompt;
+	uint32_t n_computed;  /* tokens whose KV is in the cache */
+	uint32_t n_generated;
+	uint32_t *blocks;     /* owned: [max_blocks] */
+	uint32_t n_blocks;
+	struct seq_lora loras[MAX_LORAS_PER_REQUEST];
+	uint32_t n_loras;
+	struct sampler *sampler; /* owned */
+	struct detok detok;
+	uint32_t max_tokens;
+	bool ignore_eos;
+	sched_event_fn on_event;
+	void *userdata;
+	bool cancel;
+	bool in_batch;
+	uint64_t admitted;    /* admission counter: larger = newer */
+	/* this step */
+	uint32_t row_first, row_count;
+};
+
+struct pending_event {
+	struct sched_event ev;
+	sched_event_fn fn;
+	void *userdata;
+	char text[512];
+	char message[256];
+};
+
+struct sched {
+	const struct model *m; /* borrowed */
+	struct sched_params p;
+	struct page_pool *pool;        /* owned */
+	struct threadpool *threads;    /* owned */
+	struct forward_ws *ws;         /* owned */
+	float *logits;                 /* owned: [max_sequences][n_vocab] */
+	struct forward_row *rows;      /* owned: [max_rows] */
+	struct forward_seq *fseqs;     /* owned: [max_sequences] */
+	struct forward_lora *floras;   /* owned: [max_sequences * MAX_LORAS_PER_REQUEST] */
+	uint32_t max_rows;
+	uint32_t max_blocks;
+
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	pthread_cond_t idle;
+	pthread_t thread;
+	bool thread_started;
+	bool stopping;
+	bool accepting;
+
+	struct seq **waiting; /* FIFO, [queue_length + max_sequences] (preempted go to the front) */
+	uint32_t n_waiting;
+	struct seq **running; /* [max_sequences], in admission order */
+	uint32_t n_running;
+	uint64_t next_id;
+	uint64_t admit_counter;
+
+	struct adapter_entry **adapters; /* owned */
+	size_t n_adapters;
+	uint64_t adapter_serial;
+
+	struct pending_event *events; /* owned: [max_sequences + queue_length + ...] */
+	size_t n_events, cap_events;
+
+	struct sched_stats stats;
+};
+
+const char *sched_finish_name(enum sched_finish f)
+{
+	switch (f) {
+	case SCHED_FINISH_STOP:
+		return "stop";
+	case SCHED_FINISH_LENGTH:
+		return "length";
+	case SCHED_FINISH_CANCELLED:
+		return "cancelled";
+	}
+	return "unknown";
+}
+
+/* ---- events ---- */
+
+static struct pending_event *event_new(struct sched *s, const struct seq *q, enum sched_event_type t)
+{
+	struct pending_event *pe;
+
+	if (s->n_events == s->cap_events) {
+		size_t cap = s->cap_events ? s->cap_events * 2 : 64;
+		struct pending_event *n = realloc(s->events, cap * sizeof(*n));
+
+		if (!n)
+			return NULL; /* the event is lost; never happens with the pre-sized array */
+		s->events = n;
+		s->cap_events = cap;
+	}
+	pe = &s->events[s->n_events++];
+	memset(pe, 0, sizeof(*pe));
+	pe->ev.type = t;
+	pe->ev.id = q->id;
+	pe->ev.prompt_tokens = q->n_prompt;
+	pe->ev.completion_tokens = q->n_generated;
+	pe->fn = q->on_event;
+	pe->userdata = q->userdata;
+	return pe;
+}
+
+/* Delivers queued events; call without the lock. */
+static void events_flush(struct sched *s, struct pending_event *evs, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct pending_event *pe = &evs[i];
+
+		if (pe->ev.type == SCHED_EVENT_TOKEN)
+			pe->ev.text = pe->text;
+		if (pe->ev.type == SCHED_EVENT_ERROR)
+			pe->ev.message = pe->message;
+		if (pe->fn)
+			pe->fn(&pe->ev, pe->userdata);
+	}
+	(void) s;
+}
+
+/* Takes the queued events out (under the lock) for delivery after unlocking. */
+static struct pending_event *events_take(struct sched *s, size_t *n)
+{
+	struct pending_event *evs;
+
+	*n = s->n_events;
+	if (s->n_events == 0)
+		return NULL;
+	evs = malloc(s->n_events * sizeof(*evs));
+	if (evs)
+		memcpy(evs, s->events, s->n_events * sizeof(*evs));
+	else
+		*n = 0;
+	s->n_events = 0;
+	return evs;
+}
+
+/* ---- adapters ---- */
+
+static struct adapter_entry *adapter_find(struct sched *s, const char *name)
+{
+	for (size_t i = 0; i < s->n_adapters; i++)
+		if (strcmp(s->adapters[i]->adapter->meta.name, name) == 0)
+			return s->adapters[i];
+	return NULL;
+}
+
+static void *pool_page_for_adapter(void *userdata, uint32_t *ret_id)
+{
+	struct sched *s = userdata;
+	uint32_t pg = page_pool_alloc(s->pool, PAGE_KIND_ADAPTER, 0);
+
+	if (pg == PAGE_NONE)
+		return NULL;
+	*ret_id = pg;
+	return page_pool_addr(s->pool, pg);
+}
+
+static void adapter_evict(struct sched *s, struct adapter_entry *a)
+{
+	if (!a->res)
+		return;
+	for (size_t i = 0; i < a->res->n_pages; i++)
+		page_pool_release(s->pool, a->res->pages[i]);
+	a->res = lora_resident_free(a->res);
+	s->stats.adapter_evictions++;
+}
+
+/* Evicts the least recently used adapter that no running sequence uses and that is not
+ * pinned or `keep`. false when there is none. */
+static bool evict_one_adapter(struct sched *s, const struct seq *keep)
+{
+	struct adapter_entry *victim = NULL;
+
+	for (size_t i = 0; i < s->n_adapters; i++) {
+		struct adapter_entry *a = s->adapters[i];
+		bool kept = false;
+
+		if (!a->res || a->pinned || a->running_users > 0)
+			continue;
+		for (uint32_t j = 0; keep && j < keep->n_loras; j++)
+			kept = kept || keep->loras[j].entry == a;
+		if (kept)
+			continue;
+		if (!victim || a->last_used < victim->last_used)
+			victim = a;
+	}
+	if (!victim)
+		return false;
+	adapter_evict(s, victim);
+	return true;
+}
+
+/* Makes a resident, evicting others (never those `keep` needs). -ENOSPC if it cannot fit. */
+static int adapter_make_resident(struct sched *s, struct adapter_entry *a, const struct seq *keep)
+{
+	size_t need = lora_resident_pages_needed(a->adapter, page_pool_page_bytes(s->pool));
+	struct lora_resident *res = NULL;
+	int r;
+
+	if (a->res)
+		return 0;
+	if (need == (size_t) -1)
+		return -E2BIG;
+	while (page_pool_n_free(s->pool) < need)
+		if (!evict_one_adapter(s, keep))
+			return -ENOSPC;
+	r = lora_resident_new(a->adapter, s->m->hp.n_layer, page_pool_page_bytes(s->pool),
+			      pool_page_for_adapter, s, &res, NULL);
+	if (r < 0) {
+		if (res)
+			for (size_t i = 0; i < res->n_pages; i++)
+				page_pool_release(s->pool, res->pages[i]);
+		lora_resident_free(res);
+		return r;
+	}
+	a->res = res;
+	return 0;
+}
+
+/* ---- sequences ---- */
+
+static void seq_free(struct seq *q)
+{
+	if (!q)
+		return;
+	free(q->tokens);
+	free(q->blocks);
+	sampler_free(q->sampler);
+	free(q);
+}
+
+static void seq_release_blocks(struct sched *s, struct seq *q)
+{
+	for (uint32_t i = 0; i < q->n_blocks; i++)
+		page_pool_release(s->pool, q->blocks[i]);
+	q->n_blocks = 0;
+	q->n_computed = 0;
+}
+
+static void seq_drop_adapter_refs(struct seq *q, bool running)
+{
+	for (uint32_t i = 0; i < q->n_loras; i++) {
+		if (running)
+			q->loras[i].entry->running_users--;
+		q->loras[i].entry->users--;
+	}
+}
+
+static void running_remove(struct sched *s, struct seq *q)
+{
+	for (uint32_t i = 0; i < s->n_running; i++)
+		if (s->running[i] == q) {
+			memmove(&s->running[i], &s->running[i + 1],
+				(s->n_running - i - 1) * sizeof(*s->running));
+			s->n_running--;
+			return;
+		}
+}
+
+static void waiting_remove_at(struct sched *s, uint32_t i)
+{
+	memmove(&s->waiting[i], &s->waiting[i + 1], (s->n_waiting - i - 1) * sizeof(*s->waiting));
+	s->n_waiting--;
+}
+
+/* Ends a sequence: DONE event (or ERROR when error < 0), blocks back, adapters released. */
+static void seq_finish(struct sched *s, struct seq *q, enum sched_finish why, int error,
+		       const char *message)
+{
+	struct pending_event *pe;
+	bool running = q->state == SEQ_RUNNING;
+
+	if (running) {
+		seq_release_blocks(s, q);
+		running_remove(s, q);
+	}
+	seq_drop_adapter_refs(q, running);
+	pe = event_new(s, q, error < 0 ? SCHED_EVENT_ERROR : SCHED_EVENT_DONE);
+	if (pe) {
+		pe->ev.finish = why;
+		pe->ev.error = error;
+		if (message)
+			snprintf(pe->message, sizeof(pe->message), "%s", message);
+	}
+	seq_free(q);
+}
+
+/* Preemption: the sequence gives its blocks back and waits at the front of the queue; its
+ * tokens (prompt and generated so far) are recomputed when it is admitted again. */
+static void seq_preempt(struct sched *s, struct seq *q)
+{
+	seq_release_blocks(s, q);
+	running_remove(s, q);
+	for (uint32_t i = 0; i < q->n_loras; i++)
+		q->loras[i].entry->running_users--;
+	q->state = SEQ_WAITING;
+	memmove(&s->waiting[1], &s->waiting[0], s->n_waiting * sizeof(*s->waiting));
+	s->waiting[0] = q;
+	s->n_waiting++;
+	s->stats.preemptions++;
+}
+
+/* A free page for a KV block of q: evicts unused adapters, then preempts the newest running
+ * sequence that has no rows in this batch. PAGE_NONE when nothing can give way. */
+static uint32_t kv_page_for(struct sched *s, struct seq *q)
+{
+	for (;;) {
+		uint32_t pg = page_pool_alloc(s->pool, PAGE_KIND_KV, q->id);
+		struct seq *victim = NULL;
+
+		if (pg != PAGE_NONE)
+			return pg;
+		if (evict_one_adapter(s, NULL))
+			continue;
+		for (uint32_t i = 0; i < s->n_running; i++) {
+			struct seq *c = s->running[i];
+
+			if (c != q && !c->in_batch && (!victim || c->admitted > victim->admitted))
+				victim = c;
+		}
+		if (!victim)
+			return PAGE_NONE;
+		seq_preempt(s, victim);
+	}
+}
+
+/* Ensures blocks for positions [0, upto) of q. false when the pool cannot give them. */
+static bool seq_reserve(struct sched *s, struct seq *q, uint32_t upto)
+{
+	uint32_t need = (upto + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
+
+	while (q->n_blocks < need) {
+		uint32_t pg = kv_page_for(s, q);
+
+		if (pg == PAGE_NONE)
+			return false;
+		q->blocks[q->n_blocks++] = pg;
+	}
+	return true;
+}
+
+/* ---- admission ---- */
+
+static uint32_t running_users_of_first_adapter(const struct seq *q)
+{
+	return q->n_loras ? q->loras[0].entry->running_users : 0;
+}
+
+static void admit(struct sched *s)
+{
+	while (s->n_running < s->p.max_sequences && s->n_waiting > 0) {
+		uint32_t best = 0, window = MIN(s->n_waiting, (uint32_t) ADMIT_WINDOW);
+		struct seq *q;
+		bool ok = true;
+
+		/* preempted sequences (at the front) go first; otherwise fairness by adapter */
+		if (s->waiting[0]->n_computed == 0 && s->waiting[0]->n_tokens == s->waiting[0]->n_prompt)
+			for (uint32_t i = 1; i < window; i++)
+				if (running_users_of_first_adapter(s->waiting[i]) <
+				    running_users_of_first_adapter(s->waiting[best]))
+					best = i;
+		q = s->waiting[best];
+		/* Admit only with room for its first chunk, unless nothing runs: otherwise it would
+		 * be preempted again at once. */
+		if (s->n_running > 0) {
+			uint32_t first = MIN(q->n_tokens, s->p.step_tokens);
+
+			if (page_pool_n_free(s->pool) < (first + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS)
+				break;
+		}
+		for (uint32_t i = 0; i < q->n_loras && ok; i++) {
+			int r = adapter_make_resident(s, q->loras[i].entry, q);
+
+			if (r == -ENOSPC) {
+				ok = false; /* wait for memory */
+			} else if (r < 0) {
+				char msg[160];
+
+				snprintf(msg, sizeof(msg), "adapter '%s' could not be loaded: %s",
+					 q->loras[i].entry->adapter->meta.name, strerror(-r));
+				waiting_remove_at(s, best);
+				seq_finish(s, q, SCHED_FINISH_STOP, r, msg);
+				ok = false;
+				q = NULL;
+			}
+		}
+		if (!q)
+			continue;
+		if (!ok)
+			break;
+		waiting_remove_at(s, best);
+		q->state = SEQ_RUNNING;
+		q->admitted = ++s->admit_counter;
+		for (uint32_t i = 0; i < q->n_loras; i++) {
+			q->loras[i].entry->running_users++;
+			q->loras[i].entry->last_used = s->stats.steps;
+		}
+		s->running[s->n_running++] = q;
+	}
+}
+
+/* ---- one step ---- */
+
+static void add_rows(struct sched *s, struct seq *q, uint32_t count, uint32_t *n_rows)
+{
+	q->in_batch = true;
+	q->row_first = *n_rows;
+	q->row_count = count;
+	for (uint32_t i = 0; i < count; i++)
+		s->rows[(*n_rows)++] = (struct forward_row){
+			.token = q->tokens[q->n_computed + i],
+			.pos = q->n_computed + i,
+			.logits_index = -1,
+		};
+}
+
+static float logprob_of(const float *logits, uint32_t n, int32_t id)
+{
+	float maxv = -INFINITY;
+	double sum = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		maxv = MAX(maxv, logits[i]);
+	for (uint32_t i = 0; i < n; i++)
+		sum += exp((double) (logits[i] - maxv));
+	return (float) ((double) (logits[id] - maxv) - log(sum));
+}
+
+static int step_locked_build(struct sched *s, uint32_t *ret_rows, uint32_t *ret_logits)
+{
+	uint32_t n_rows = 0, budget = s->p.step_tokens, n_logits = 0, n_loras = 0;
+
+	/* cancellations */
+	for (uint32_t i = 0; i < s->n_running;) {
+		struct seq *q = s->running[i];
+
+		if (q->cancel)
+			seq_finish(s, q, SCHED_FINISH_CANCELLED, 0, NULL);
+		else
+			i++;
+	}
+	for (uint32_t i = 0; i < s->n_waiting;) {
+		struct seq *q = s->waiting[i];
+
+		if (q->cancel) {
+			waiting_remove_at(s, i);
+			seq_finish(s, q, SCHED_FINISH_CANCELLED, 0, NULL);
+		} else {
+			i++;
+		}
+	}
+	admit(s);
+
+	for (uint32_t i = 0; i < s->n_running; i++)
+		s->running[i]->in_batch = false;
+	/* pass 1: decoding sequences, one row each; pass 2: prefill chunks — oldest first */
+	for (int pass = 0; pass < 2; pass++) {
+		for (uint32_t i = 0; i < s->n_running && budget > 0; i++) {
+			struct seq *q = s->running[i];
+			uint32_t left = q->n_tokens - q->n_computed, count;
+
+			if (q->in_batch || (pass == 0) != (left == 1))
+				continue;
+			count = MIN(left, budget);
+			if (!seq_reserve(s, q, q->n_computed + count)) {
+				/* nothing could give way: q is the only one left holding memory */
+				if (n_rows == 0 && s->n_running == 1) {
+					char msg[160];
+
+					snprintf(msg, sizeof(msg),
+						 "the KV pool (%zu pages) cannot hold %u positions",
+						 page_pool_n_pages(s->pool), q->n_computed + count);
+					seq_finish(s, q, SCHED_FINISH_LENGTH, -ENOSPC, msg);
+					return step_locked_build(s, ret_rows, ret_logits);
+				}
+				seq_preempt(s, q);
+				i--; /* running[] shifted */
+				continue;
+			}
+			add_rows(s, q, count, &n_rows);
+			budget -= count;
+		}
+	}
+
+	/* forward descriptors: sequences, adapters, logits rows */
+	uint32_t n_seqs = 0;
+	for (uint32_t i = 0; i < s->n_running; i++) {
+		struct seq *q = s->running[i];
+
+		if (!q->in_batch)
+			continue;
+		s->fseqs[n_seqs] = (struct forward_seq){ .blocks = q->blocks, .n_blocks = q->n_blocks };
+		for (uint32_t k = 0; k < q->n_loras; k++)
+			s->floras[n_loras + k] = (struct forward_lora){
+				.res = q->loras[k].entry->res,
+				.scale = q->loras[k].scale,
+				.order = q->loras[k].entry->serial,
+			};
+		for (uint32_t r = q->row_first; r < q->row_first + q->row_count; r++) {
+			s->rows[r].seq = n_seqs;
+			s->rows[r].lora_first = n_loras;
+			s->rows[r].n_loras = q->n_loras;
+		}
+		if (q->n_computed + q->row_count == q->n_tokens)
+			s->rows[q->row_first + q->row_count - 1].logits_index = (int32_t) n_logits++;
+		n_loras += q->n_loras;
+		n_seqs++;
+	}
+	*ret_rows = n_rows;
+	*ret_logits = n_logits;
+	return 0;
+}
+
+/* After the forward pass: advance, sample, emit, finish. Locked. */
+static void step_locked_finish(struct sched *s)
+{
+	uint32_t n_vocab = s->m->hp.n_vocab, li = 0;
+
+	for (uint32_t i = 0; i < s->n_running;) {
+		struct seq *q = s->running[i];
+		struct pending_event *pe;
+		const float *logits;
+		int64_t len;
+		int32_t id;
+
+		if (!q->in_batch) {
+			i++;
+			continue;
+		}
+		q->in_batch = false;
+		q->n_computed += q->row_count;
+		if (q->n_computed < q->n_tokens) {
+			s->stats.tokens_prefilled += q->row_count;
+			i++;
+			continue;
+		}
+		s->stats.tokens_prefilled += q->row_count - (q->n_generated > 0 && q->row_count == 1);
+		logits = s->logits + (size_t) li++ * n_vocab;
+		id = sampler_sample(q->sampler, logits);
+		sampler_accept(q->sampler, id);
+		q->tokens[q->n_tokens++] = id;
+		q->n_generated++;
+		s->stats.tokens_generated++;
+
+		bool eog = vocab_is_eog(s->m->vocab, id) && !q->ignore_eos;
+		pe = event_new(s, q, SCHED_EVENT_TOKEN);
+		if (pe) {
+			pe->ev.token = id;
+			pe->ev.logprob = logprob_of(logits, n_vocab, id);
+			len = eog ? 0 : detok_push(&q->detok, id, pe->text, sizeof(pe->text) - 1);
+			pe->ev.text_len = len > 0 ? (size_t) len : 0;
+		}
+		if (eog) {
+			seq_finish(s, q, SCHED_FINISH_STOP, 0, NULL);
+			continue; /* running[i] is now the next sequence */
+		}
+		if ((q->max_tokens && q->n_generated >= q->max_tokens) || q->n_tokens >= s->p.max_context) {
+			char tail[16];
+			int64_t n = detok_flush(&q->detok, tail, sizeof(tail));
+
+			if (n > 0 && pe && pe->ev.text_len + (size_t) n < sizeof(pe->text)) {
+				memcpy(pe->text + pe->ev.text_len, tail, (size_t) n);
+				pe->ev.text_len += (size_t) n;
+			}
+			seq_finish(s, q, SCHED_FINISH_LENGTH, 0, NULL);
+			continue;
+		}
+		i++;
+	}
+}
+
+int sched_step(struct sched *s)
+{
+	struct pending_event *evs;
+	uint32_t n_rows = 0, n_logits = 0;
+	size_t n_evs;
+	int r = 0;
+
+	pthread_mutex_lock(&s->lock);
+	step_locked_build(s, &n_rows, &n_logits);
+	pthread_mutex_unlock(&s->lock);
+
+	if (n_rows > 0) {
+		struct forward_batch b = {
+			.rows = s->rows,
+			.n_rows = n_rows,
+			.seqs = s->fseqs,
+			.loras = s->floras,
+			.logits = s->logits,
+		};
+		struct kv_store kv = { .base = page_pool_base(s->pool),
+				       .page_bytes = page_pool_page_bytes(s->pool) };
+
+		r = model_forward(s->m, s->ws, s->threads, &kv, &b);
+	}
+
+	pthread_mutex_lock(&s->lock);
+	if (r < 0) {
+		/* should not happen (the batch was built within limits): fail what ran */
+		char msg[128];
+
+		snprintf(msg, sizeof(msg), "forward pass failed: %s", strerror(-r));
+		while (s->n_running)
+			seq_finish(s, s->running[0], SCHED_FINISH_STOP, r, msg);
+	} else if (n_rows > 0) {
+		step_locked_finish(s);
+		s->stats.steps++;
+	}
+	evs = events_take(s, &n_evs);
+	if (s->n_running == 0 && s->n_waiting == 0)
+		pthread_cond_broadcast(&s->idle);
+	pthread_mutex_unlock(&s->lock);
+
+	events_flush(s, evs, n_evs);
+	free(evs);
+	return r < 0 ? r : (int) n_rows;
+}
+
+/* ---- thread ---- */
+
+static void *sched_thread(void *arg)
+{
+	struct sched *s = arg;
+
+	for (;;) {
+		pthread_mutex_lock(&s->lock);
+		while (!s->stopping && s->n_waiting == 0 && s->n_running == 0)
+			pthread_cond_wait(&s->wake, &s->lock);
+		bool stop = s->stopping;
+		pthread_mutex_unlock(&s->lock);
+		if (stop)
+			return NULL;
+		if (sched_step(s) == 0) {
+			/* waiting requests that cannot be admitted yet (memory): do not spin hot */
+			struct timespec ts = { 0, 1000000 };
+			nanosleep(&ts, NULL);
+		}
+	}
+}
+
+int sched_start(struct sched *s)
+{
+	int r;
+
+	assert_return(s && !s->thread_started, -EINVAL);
+	r = pthread_create(&s->thread, NULL, sched_thread, s);
+	if (r != 0)
+		return -r;
+	s->thread_started = true;
+	return 0;
+}
+
+/* ---- construction ---- */
+
+int sched_new(const struct model *m, const struct sched_params *params, struct sched **ret,
+	      struct errmsg *e)
+{
+	struct sched_params p = params ? *params : (struct sched_params){};
+	struct sched *s;
+	size_t page_bytes, n_pages, row_max;
+	int r;
+
+	assert_return(m && ret, -EINVAL);
+	if (p.max_sequences == 0)
+		p.max_sequences = 8;
+	if (p.queue_length == 0)
+		p.queue_length = 64;
+	if (p.max_context == 0)
+		p.max_context = MIN(m->hp.n_ctx_train, 8192u);
+	if (p.step_tokens == 0)
+		p.step_tokens = 256;
+	if (p.n_threads <= 0)
+		p.n_threads = (int) MAX(sysconf(_SC_NPROCESSORS_ONLN), 1L);
+	if (p.max_sequences > 1024 || p.queue_length > 65536 || p.max_context > (1u << 20) ||
+	    p.step_tokens > 16384 || p.n_threads > 256)
+		return errmsg_set(e, -EINVAL, "scheduler limits out of range");
+	row_max = MAX(MAX((size_t) m->hp.n_embd, (size_t) m->hp.n_ff),
+		      (size_t) m->hp.n_head * m->hp.head_dim) * sizeof(float);
+	page_bytes = ALIGN_UP(MAX(forward_kv_block_bytes(m), ALIGN_UP(row_max, 64)), 4096);
+	if (p.pool_bytes == 0) {
+		size_t blocks = (p.max_context + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
+
+		p.pool_bytes = (blocks * p.max_sequences + blocks / 4 + 16) * page_bytes;
+	}
+	n_pages = p.pool_bytes / page_bytes;
+	if (n_pages < 2)
+		return errmsg_set(e, -EINVAL, "pool of %zu bytes holds fewer than 2 pages of %zu bytes",
+				  p.pool_bytes, page_bytes);
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->m = m;
+	s->p = p;
+	s->accepting = true;
+	s->max_rows = p.step_tokens + p.max_sequences;
+	s->max_blocks = (p.max_context + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->wake, NULL);
+	pthread_cond_init(&s->idle, NULL);
+	r = page_pool_new(page_bytes, n_pages, &s->pool);
+	if (r >= 0)
+		r = threadpool_new(p.n_threads, &s->threads);
+	if (r >= 0)
+		r = forward_ws_new(m, s->max_rows, p.max_context,
+				   s->max_rows * MAX_LORAS_PER_REQUEST, p.n_threads, &s->ws);
+	if (r < 0) {
+		sched_free(s);
+		return errmsg_set(e, r, "setting up the scheduler: %s", strerror(-r));
+	}
+	s->logits = malloc((size_t) p.max_sequences * m->hp.n_vocab * sizeof(float));
+	s->rows = malloc(s->max_rows * sizeof(*s->rows));
+	s->fseqs = malloc(p.max_sequences * sizeof(*s->fseqs));
+	s->floras = malloc((size_t) p.max_sequences * MAX_LORAS_PER_REQUEST * sizeof(*s->floras));
+	s->waiting = malloc(((size_t) p.queue_length + p.max_sequences) * sizeof(*s->waiting));
+	s->running = malloc(p.max_sequences * sizeof(*s->running));
+	s->cap_events = (size_t) p.max_sequences * 2 + p.queue_length + 16;
+	s->events = malloc(s->cap_events * sizeof(*s->events));
+	if (!s->logits || !s->rows || !s->fseqs || !s->floras || !s->waiting || !s->running ||
+	    !s->events) {
+		sched_free(s);
+		return -ENOMEM;
+	}
+	s->stats.page_bytes = page_bytes;
+	*ret = s;
+	return 0;
+}
+
+struct sched *sched_free(struct sched *s)
+{
+	struct pending_event *evs;
+	size_t n_evs;
+
+	if (!s)
+		return NULL;
+	pthread_mutex_lock(&s->lock);
+	s->stopping = true;
+	s->accepting = false;
+	pthread_cond_broadcast(&s->wake);
+	pthread_mutex_unlock(&s->lock);
+	if (s->thread_started)
+		pthread_join(s->thread, NULL);
+
+	pthread_mutex_lock(&s->lock);
+	while (s->running && s->n_running)
+		seq_finish(s, s->running[0], SCHED_FINISH_CANCELLED, 0, NULL);
+	while (s->waiting && s->n_waiting) {
+		struct seq *q = s->waiting[0];
+
+		waiting_remove_at(s, 0);
+		seq_finish(s, q, SCHED_FINISH_CANCELLED, 0, NULL);
+	}
+	evs = events_take(s, &n_evs);
+	pthread_mutex_unlock(&s->lock);
+	events_flush(s, evs, n_evs);
+	free(evs);
+
+	for (size_t i = 0; i < s->n_adapters; i++) {
+		adapter_evict(s, s->adapters[i]);
+		lora_adapter_free(s->adapters[i]->adapter);
+		free(s->adapters[i]);
+	}
+	free(s->adapters);
+	page_pool_free(s->pool);
+	threadpool_free(s->threads);
+	forward_ws_free(s->ws);
+	free(s->logits);
+	free(s->rows);
+	free(s->fseqs);
+	free(s->floras);
+	free(s->waiting);
+	free(s->running);
+	free(s->events);
+	pthread_mutex_destroy(&s->lock);
+	pthread_cond_destroy(&s->wake);
+	pthread_cond_destroy(&s->idle);
+	free(s);
+	return NULL;
+}
+
+/* ---- requests ---- */
+
+int sched_submit(struct sched *s, const struct sched_request *req, uint64_t *ret_id,
+		 struct errmsg *e)
+{
+	struct seq *q;
+	uint64_t total;
+	int r;
+
+	assert_return(s && req && (req->prompt || req->n_prompt == 0), -EINVAL);
+	if (req->n_prompt == 0)
+		return errmsg_set(e, -EINVAL, "the prompt is empty");
+	if (req->n_loras > MAX_LORAS_PER_REQUEST)
+		return errmsg_set(e, -EINVAL, "%zu adapters on one request (at most %d)", req->n_loras,
+				  MAX_LORAS_PER_REQUEST);
+	total = (uint64_t) req->n_prompt + (req->max_tokens ? req->max_tokens : 1);
+	if (req->n_prompt >= s->p.max_context || total > s->p.max_context)
+		return errmsg_set(e, -E2BIG,
+				  "this request needs %llu tokens (%zu in the prompt, %u to generate); "
+				  "the context holds %u",
+				  (unsigned long long) total, req->n_prompt, req->max_tokens,
+				  s->p.max_context);
+	for (size_t i = 0; i < req->n_prompt; i++)
+		if (req->prompt[i] < 0 || (uint32_t) req->prompt[i] >= s->m->hp.n_vocab)
+			return errmsg_set(e, -EINVAL, "token id %d at prompt position %zu is not in the "
+						      "vocabulary (%u tokens)",
+					  req->prompt[i], i, s->m->hp.n_vocab);
+
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		return -ENOMEM;
+	q->tokens = malloc((size_t) s->p.max_context * sizeof(*q->tokens));
+	q->blocks = malloc((size_t) s->max_blocks * sizeof(*q->blocks));
+	if (!q->tokens || !q->blocks) {
+		seq_free(q);
+		return -ENOMEM;
+	}
+	r = sampler_new(&req->sampling, s->m->hp.n_vocab, &q->sampler);
+	if (r < 0) {
+		seq_free(q);
+		return errmsg_set(e, r, "invalid sampling settings");
+	}
+	memcpy(q->tokens, req->prompt, req->n_prompt * sizeof(*q->tokens));
+	q->n_tokens = q->n_prompt = (uint32_t) req->n_prompt;
+	for (uint32_t i = 0; i < q->n_prompt; i++)
+		sampler_accept(q->sampler, q->tokens[i]);
+	detok_init(&q->detok, s->m->vocab, false);
+	q->detok.first = false; /* the caller has the prompt; keep the continuation's spaces */
+	q->max_tokens = req->max_tokens;
+	q->ignore_eos = req->ignore_eos;
+	q->on_event = req->on_event;
+	q->userdata = req->userdata;
+
+	pthread_mutex_lock(&s->lock);
+	if (!s->accepting) {
+		pthread_mutex_unlock(&s->lock);
+		seq_free(q);
+		return errmsg_set(e, -ESHUTDOWN, "the scheduler is stopping");
+	}
+	if (s->n_waiting >= s->p.queue_length) {
+		pthread_mutex_unlock(&s->lock);
+		seq_free(q);
+		return errmsg_set(e, -EAGAIN, "the queue is full (%u waiting)", s->p.queue_length);
+	}
+	for (size_t i = 0; i < req->n_loras; i++) {
+		struct adapter_entry *a = adapter_find(s, req->loras[i].name ? req->loras[i].name : "");
+
+		if (!a || !isfinite(req->loras[i].scale)) {
+			for (uint32_t k = 0; k < q->n_loras; k++)
+				q->loras[k].entry->users--;
+			pthread_mutex_unlock(&s->lock);
+			seq_free(q);
+			if (!a)
+				return errmsg_set(e, -ENOENT, "no adapter named '%s'",
+						  req->loras[i].name ? req->loras[i].name : "");
+			return errmsg_set(e, -EINVAL, "adapter scale is not a finite number");
+		}
+		a->users++;
+		a->requests++;
+		q->loras[q->n_loras++] = (struct seq_lora){ .entry = a, .scale = req->loras[i].scale };
+	}
+	q->id = ++s->next_id;
+	q->state = SEQ_WAITING;
+	s->waiting[s->n_waiting++] = q;
+	*ret_id = q->id;
+	pthread_cond_signal(&s->wake);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+int sched_cancel(struct sched *s, uint64_t id)
+{
+	int r = -ENOENT;
+
+	pthread_mutex_lock(&s->lock);
+	for (uint32_t i = 0; i < s->n_running && r < 0; i++)
+		if (s->running[i]->id == id) {
+			s->running[i]->cancel = true;
+			r = 0;
+		}
+	for (uint32_t i = 0; i < s->n_waiting && r < 0; i++)
+		if (s->waiting[i]->id == id) {
+			s->waiting[i]->cancel = true;
+			r = 0;
+		}
+	if (r == 0)
+		pthread_cond_signal(&s->wake);
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+void sched_drain(struct sched *s, uint64_t timeout_ns)
+{
+	struct timespec deadline;
+
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += (time_t) (timeout_ns / 1000000000ull);
+	deadline.tv_nsec += (long) (timeout_ns % 1000000000ull);
+	if (deadline.tv_nsec >= 1000000000L) {
+		deadline.tv_sec++;
+		deadline.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&s->lock);
+	s->accepting = false;
+	while ((s->n_running || s->n_waiting) && s->thread_started)
+		if (pthread_cond_timedwait(&s->idle, &s->lock, &deadline) != 0)
+			break;
+	for (uint32_t i = 0; i < s->n_running; i++)
+		s->running[i]->cancel = true;
+	for (uint32_t i = 0; i < s->n_waiting; i++)
+		s->waiting[i]->cancel = true;
+	pthread_cond_signal(&s->wake);
+	pthread_mutex_unlock(&s->lock);
+}
+
+void sched_get_stats(struct sched *s, struct sched_stats *ret)
+{
+	pthread_mutex_lock(&s->lock);
+	*ret = s->stats;
+	ret->waiting = s->n_waiting;
+	ret->running = s->n_running;
+	ret->pool_pages_total = page_pool_n_pages(s->pool);
+	ret->pool_pages_free = page_pool_n_free(s->pool);
+	ret->pool_pages_kv = page_pool_n_kind(s->pool, PAGE_KIND_KV);
+	ret->pool_pages_adapters = page_pool_n_kind(s->pool, PAGE_KIND_ADAPTER);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- adapter registry ---- */
+
+int sched_add_adapter(struct sched *s, struct lora_adapter *a, struct errmsg *e)
+{
+	struct adapter_entry *entry, **n;
+	int r;
+
+	assert_return(s && a && a->meta.name, -EINVAL);
+	r = lora_adapter_check_base(a, s->m, e);
+	if (r < 0)
+		return r;
+	entry = calloc(1, sizeof(*entry));
+	if (!entry)
+		return -ENOMEM;
+	pthread_mutex_lock(&s->lock);
+	if (adapter_find(s, a->meta.name)) {
+		pthread_mutex_unlock(&s->lock);
+		free(entry);
+		return errmsg_set(e, -EEXIST, "an adapter named '%s' is already loaded", a->meta.name);
+	}
+	n = realloc(s->adapters, (s->n_adapters + 1) * sizeof(*n));
+	if (!n) {
+		pthread_mutex_unlock(&s->lock);
+		free(entry);
+		return -ENOMEM;
+	}
+	s->adapters = n;
+	entry->adapter = a;
+	entry->serial = ++s->adapter_serial;
+	s->adapters[s->n_adapters++] = entry;
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+int sched_remove_adapter(struct sched *s, const char *name)
+{
+	struct adapter_entry *a;
+
+	pthread_mutex_lock(&s->lock);
+	a = adapter_find(s, name);
+	if (!a) {
+		pthread_mutex_unlock(&s->lock);
+		return -ENOENT;
+	}
+	if (a->users > 0) {
+		pthread_mutex_unlock(&s->lock);
+		return -EBUSY;
+	}
+	for (size_t i = 0; i < s->n_adapters; i++)
+		if (s->adapters[i] == a) {
+			memmove(&s->adapters[i], &s->adapters[i + 1],
+				(s->n_adapters - i - 1) * sizeof(*s->adapters));
+			s->n_adapters--;
+			break;
+		}
+	adapter_evict(s, a);
+	s->stats.adapter_evictions--; /* an unload is not an eviction */
+	lora_adapter_free(a->adapter);
+	free(a);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+int sched_pin_adapter(struct sched *s, const char *name, bool pin)
+{
+	struct adapter_entry *a;
+	int r = 0;
+
+	pthread_mutex_lock(&s->lock);
+	a = adapter_find(s, name);
+	if (!a)
+		r = -ENOENT;
+	else if (pin && (r = adapter_make_resident(s, a, NULL)) == 0)
+		a->pinned = true;
+	else if (!pin)
+		a->pinned = false;
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+int sched_prefetch_adapter(struct sched *s, const char *name)
+{
+	struct adapter_entry *a;
+	int r;
+
+	pthread_mutex_lock(&s->lock);
+	a = adapter_find(s, name);
+	if (!a)
+		r = -ENOENT;
+	else {
+		r = adapter_make_resident(s, a, NULL);
+		if (r == 0)
+			a->last_used = s->stats.steps;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+void sched_foreach_adapter(struct sched *s,
+			   void (*fn)(const struct sched_adapter_info *info, void *userdata),
+			   void *userdata)
+{
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < s->n_adapters; i++) {
+		struct adapter_entry *a = s->adapters[i];
+		struct sched_adapter_info info = {
+			.name = a->adapter->meta.name,
+			.resident = a->res != NULL,
+			.pinned = a->pinned,
+			.rank = a->adapter->max_rank,
+			.requests = a->requests,
+			.bytes = a->res ? a->res->bytes : 0,
+		};
+
+		fn(&info, userdata);
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* For tests: the pool's own check plus the scheduler's accounting of who holds pages. */
+int sched_check_pool(struct sched *s);
+int sched_check_pool(struct sched *s)
+{
+	size_t kv = 0, ad = 0;
+	int r;
+
+	pthread_mutex_lock(&s->lock);
+	r = page_pool_check(s->pool);
+	for (uint32_t i = 0; i < s->n_running; i++)
+		kv += s->running[i]->n_blocks;
+	for (uint32_t i = 0; i < s->n_waiting; i++)
+		if (s->waiting[i]->n_blocks)
+			r = -EUCLEAN; /* waiting sequences hold no memory */
+	for (size_t i = 0; i < s->n_adapters; i++)
+		ad += s->adapters[i]->res ? s->adapters[i]->res->n_pages : 0;
+	if (r == 0 && (kv != page_pool_n_kind(s->pool, PAGE_KIND_KV) ||
+		       ad != page_pool_n_kind(s->pool, PAGE_KIND_ADAPTER)))
+		r = -EUCLEAN;
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
