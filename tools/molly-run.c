@@ -6,12 +6,17 @@
  *             [--repeat-penalty R] [--repeat-last-n N] [--seed S] [--threads T] [--ctx N]
  *             [--chat] [--chat-template NAME] [--system TEXT] [--parse-special]
  *             [--logits-out F] [--ids-out F] [--prompt-ids-out F] [--quiet]
+ *             [--lora FILE[:SCALE]]... [--skip-unsupported]
+ *
+ * --lora takes a PEFT directory, a GGUF LoRA file or a Molly adapter file; repeatable, the
+ * deltas add up (y = W·x + Σ scale_i · s_i · B_i·(A_i·x)).
  *
  * Text streams to stdout as whole UTF-8 characters; statistics go to stderr.
  * --temp 0 is greedy (argmax, lowest id on ties).
  */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +26,9 @@
 #include <unistd.h>
 
 #include "engine/chat.h"
+#include "engine/forward.h"
+#include "lora/adapter.h"
+#include "lora/resident.h"
 #include "engine/quant.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
@@ -43,6 +51,10 @@ struct options {
 	const char *logits_out;
 	const char *ids_out;
 	const char *prompt_ids_out;
+	const char *loras[16];
+	float lora_scales[16];
+	size_t n_loras;
+	bool skip_unsupported;
 };
 
 static void usage(FILE *f)
@@ -51,7 +63,8 @@ static void usage(FILE *f)
 	      "                 [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--seed S]\n"
 	      "                 [--threads T] [--ctx N] [--chat] [--chat-template NAME]\n"
 	      "                 [--system TEXT] [--parse-special] [--logits-out F] [--ids-out F]\n"
-	      "                 [--prompt-ids-out F] [--quiet]\n",
+	      "                 [--prompt-ids-out F] [--quiet] [--lora FILE[:SCALE]]...\n"
+	      "                 [--skip-unsupported]\n",
 	      f);
 }
 
@@ -91,6 +104,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 		OPT_TEMP = 256, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N,
 		OPT_SEED, OPT_THREADS, OPT_CTX, OPT_CHAT, OPT_CHAT_TEMPLATE, OPT_SYSTEM,
 		OPT_PARSE_SPECIAL, OPT_LOGITS_OUT, OPT_IDS_OUT, OPT_PROMPT_IDS_OUT, OPT_QUIET,
+		OPT_LORA, OPT_SKIP_UNSUPPORTED,
 	};
 	static const struct option longopts[] = {
 		{ "model", required_argument, NULL, 'm' },
@@ -113,6 +127,8 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "ids-out", required_argument, NULL, OPT_IDS_OUT },
 		{ "prompt-ids-out", required_argument, NULL, OPT_PROMPT_IDS_OUT },
 		{ "quiet", no_argument, NULL, OPT_QUIET },
+		{ "lora", required_argument, NULL, OPT_LORA },
+		{ "skip-unsupported", no_argument, NULL, OPT_SKIP_UNSUPPORTED },
 		{ "help", no_argument, NULL, 'h' },
 		{}
 	};
@@ -209,6 +225,31 @@ static int parse_args(int argc, char **argv, struct options *o)
 		case OPT_QUIET:
 			o->quiet = true;
 			break;
+		case OPT_LORA: {
+			/* FILE[:SCALE]: the scale is what follows the last ':' if it parses as a number
+			 * (so paths with ':' still work without a scale) */
+			char *colon = strrchr(optarg, ':'), *end = NULL;
+			float scale = 1.0f;
+
+			if (o->n_loras == ELEMENTSOF(o->loras)) {
+				fprintf(stderr, "molly-run: at most %zu --lora\n", ELEMENTSOF(o->loras));
+				return -EINVAL;
+			}
+			if (colon) {
+				errno = 0;
+				scale = strtof(colon + 1, &end);
+				if (!errno && end != colon + 1 && *end == 0 && isfinite(scale))
+					*colon = 0;
+				else
+					scale = 1.0f;
+			}
+			o->loras[o->n_loras] = optarg;
+			o->lora_scales[o->n_loras++] = scale;
+			break;
+		}
+		case OPT_SKIP_UNSUPPORTED:
+			o->skip_unsupported = true;
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -294,6 +335,85 @@ static int build_prompt(const struct options *o, const struct model *m, char **r
 	return 0;
 }
 
+/* Adapters for one context: weights in malloc'd pages (no pool needed for a single run). */
+struct loaded_loras {
+	struct lora_adapter *adapters[16];
+	struct lora_resident *res[16];
+	struct forward_lora fl[16];
+	void **pages;
+	size_t n_pages, cap_pages;
+	size_t page_bytes;
+};
+
+static void loaded_loras_done(struct loaded_loras *l)
+{
+	for (size_t i = 0; i < 16; i++) {
+		lora_resident_free(l->res[i]);
+		lora_adapter_free(l->adapters[i]);
+	}
+	for (size_t i = 0; i < l->n_pages; i++)
+		free(l->pages[i]);
+	free(l->pages);
+}
+
+static void *malloc_page(void *userdata, uint32_t *ret_id)
+{
+	struct loaded_loras *l = userdata;
+	void *p;
+
+	if (l->n_pages == l->cap_pages) {
+		size_t cap = l->cap_pages ? 2 * l->cap_pages : 64;
+		void **n = realloc(l->pages, cap * sizeof(*n));
+		if (!n)
+			return NULL;
+		l->pages = n;
+		l->cap_pages = cap;
+	}
+	if (posix_memalign(&p, 4096, l->page_bytes) != 0)
+		return NULL;
+	l->pages[l->n_pages] = p;
+	*ret_id = (uint32_t) l->n_pages++;
+	return p;
+}
+
+static int load_loras(const struct options *o, const struct model *m, struct loaded_loras *l)
+{
+	l->page_bytes = 1 << 16;
+	for (size_t i = 0; i < o->n_loras; i++) {
+		struct lora_open_opts lo = { .base = m, .skip_unsupported = o->skip_unsupported };
+		struct errmsg e = {}, warn = {};
+		int r;
+
+		r = lora_adapter_open(o->loras[i], &lo, &l->adapters[i], &warn, &e);
+		if (warn.text[0])
+			fprintf(stderr, "molly-run: %s: warning: %s\n", o->loras[i], warn.text);
+		if (r < 0) {
+			fprintf(stderr, "molly-run: adapter %s: %s\n", o->loras[i], e.text);
+			return r;
+		}
+		r = lora_adapter_check_base(l->adapters[i], m, &e);
+		if (r < 0) {
+			fprintf(stderr, "molly-run: adapter %s: %s\n", o->loras[i], e.text);
+			return r;
+		}
+		/* a page must hold the longest row */
+		size_t need = lora_resident_pages_needed(l->adapters[i], l->page_bytes);
+		while (need == (size_t) -1 && l->page_bytes < (1u << 26)) {
+			l->page_bytes *= 2;
+			need = lora_resident_pages_needed(l->adapters[i], l->page_bytes);
+		}
+		r = lora_resident_new(l->adapters[i], m->hp.n_layer, l->page_bytes, malloc_page, l,
+				      &l->res[i], &e);
+		if (r < 0) {
+			fprintf(stderr, "molly-run: adapter %s: %s\n", o->loras[i], e.text);
+			return r;
+		}
+		l->fl[i] = (struct forward_lora){ .res = l->res[i], .scale = o->lora_scales[i],
+						  .order = i };
+	}
+	return 0;
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -309,6 +429,7 @@ static int run(int argc, char **argv)
 	_cleanup_(model_ctx_freep) struct model_ctx *ctx = NULL;
 	_cleanup_(threadpool_freep) struct threadpool *pool = NULL;
 	_cleanup_(sampler_freep) struct sampler *smp = NULL;
+	_cleanup_(loaded_loras_done) struct loaded_loras ad = {};
 	_cleanup_free_ char *text = NULL;
 	_cleanup_free_ int32_t *ids = NULL;
 	_cleanup_free_ float *logits = NULL;
@@ -332,6 +453,9 @@ static int run(int argc, char **argv)
 		return r;
 	}
 	n_vocab = m->hp.n_vocab;
+	r = load_loras(&o, m, &ad);
+	if (r < 0)
+		return r;
 	r = build_prompt(&o, m, &text, &special);
 	if (r < 0)
 		return r;
@@ -369,6 +493,7 @@ static int run(int argc, char **argv)
 
 	if ((r = threadpool_new(o.threads, &pool)) < 0 ||
 	    (r = model_ctx_new(m, n_ctx, 512, &ctx)) < 0 ||
+	    (r = model_ctx_set_loras(ctx, ad.fl, o.n_loras)) < 0 ||
 	    (r = sampler_new(&o.sp, n_vocab, &smp)) < 0) {
 		fprintf(stderr, "molly-run: setting up: %s\n", strerror(-r));
 		return r;

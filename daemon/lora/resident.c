@@ -9,9 +9,6 @@
 #include "../engine/threadpool.h"
 #include "resident.h"
 
-/* TEMPORARY while adapter.c is being written: lets the library link. */
-#pragma weak lora_adapter_read
-#pragma weak lora_mat_bytes
 
 static size_t dtype_bytes(uint32_t dtype)
 {
