@@ -18,6 +18,20 @@
  * file) and its tokenizer. A mismatch with the loaded base is an error naming the adapter,
  * the base it was made for and the base that is loaded.
  *
+ *   content_hash = SHA-256("molly-lora-content-v1\0", u32 n_mats, then per matrix in
+ *                  (layer, target) order: u32 layer, target, rank, n_in, n_out, dtype,
+ *                  f32 bits of scale, SHA-256(A bytes), SHA-256(B bytes))   (little-endian)
+ *   The weights enter as stored after conversion (F16/BF16 rows), the config as what it
+ *   means per matrix (rank, effective scale after alpha/rank_pattern/alpha_pattern/rsLoRA),
+ *   so it is the same whichever format carried the same weights: a PEFT directory, the
+ *   GGUF LoRA file of the same F32 weights and the Molly file imported from either all hash
+ *   alike (F32 sources converted to the same dtype). Names, domains, exemplars are not part
+ *   of it. Molly files store the per-tensor hashes, so the content hash is re-derived and
+ *   checked at open without reading the weights.
+ *   base_fingerprint = SHA-256("molly-lora-base-v1\0", general.architecture, head counts,
+ *                  every tensor's name, n_dims and ne[] in name order, tokenizer.ggml.model,
+ *                  tokenizer.ggml.tokens, .merges and .scores) from the model's GGUF.
+ *
  * Lifetime: an adapter is immutable after open; weights are read on demand with
  * lora_adapter_read() (Molly files: pread at page-aligned offsets, O_DIRECT-capable; public
  * formats: converted at open and held in memory). Threading: reads may run concurrently.
@@ -84,8 +98,13 @@ struct lora_open_opts {
 	bool skip_unsupported;  /* unsupported targets become warnings (see warnings below) */
 	uint32_t dtype;         /* F16 (default when 0) or BF16: for public formats' F32 data */
 	const char *name;       /* overrides the name (default: the file or directory name) */
-	/* Needed for public formats, which do not record the base: the model they are for. */
+	/* Needed for public formats, which do not record the base: the model they are for.
+	 * For Molly files optional: when given, lora_adapter_check_base() runs at open. */
 	const struct model *base;
+	/* Molly files: read weights with O_DIRECT (page-aligned preads that bypass the page
+	 * cache); when the filesystem refuses O_DIRECT the file is read buffered instead, see
+	 * lora_adapter_direct_io(). Ignored for public formats (held in memory). */
+	bool direct_io;
 };
 
 /*
@@ -113,3 +132,37 @@ int lora_adapter_check_base(const struct lora_adapter *a, const struct model *m,
 
 /* The base fingerprint of a loaded model (see above). */
 void lora_base_fingerprint(const struct model *m, uint8_t ret[32]);
+
+/* ---- additions (h-adapter) ---- */
+
+enum lora_format {
+	LORA_FORMAT_PEFT,  /* directory: adapter_config.json + adapter_model.safetensors */
+	LORA_FORMAT_GGUF,  /* llama.cpp GGUF LoRA */
+	LORA_FORMAT_MOLLY, /* Molly's adapter file (lora-file.h) */
+};
+
+/* "peft", "gguf", "molly" */
+const char *lora_format_name(enum lora_format f);
+enum lora_format lora_adapter_format(const struct lora_adapter *a);
+/* Whether a Molly file is being read with O_DIRECT (false for buffered and public formats). */
+bool lora_adapter_direct_io(const struct lora_adapter *a);
+
+/* "llama 5x64 vocab 512 (stories260K)": arch, layers x embedding, vocabulary, name. Owned by
+ * the caller; NULL on allocation failure. */
+char *lora_base_describe(const struct model *m);
+/* SHA-256 over every base tensor's name, type and data, in name order: the exact weights,
+ * unlike the fingerprint. Reads the whole model (slow on big ones: import time only). */
+void lora_base_weights_hash(const struct model *m, uint8_t ret[32]);
+
+/* n_in / n_out of target t in a layer of the base, from its weights. -EINVAL (with a message)
+ * when the layer is out of range. */
+int lora_base_dims(const struct model *base, uint32_t layer, enum lora_target t, uint32_t *n_in,
+		   uint32_t *n_out, struct errmsg *e);
+
+/* The mask of targets present (bit 1 << target). */
+uint32_t lora_adapter_targets(const struct lora_adapter *a);
+/* "q,k,v,o" into buf; returns buf. */
+char *lora_targets_format(uint32_t mask, char *buf, size_t size);
+/* Parses "q,k,v" / "all" (also PEFT's q_proj ... and GGUF's attn_q ... names). -EINVAL with
+ * the bad name in e. */
+int lora_targets_parse(const char *s, uint32_t *ret_mask, struct errmsg *e);
