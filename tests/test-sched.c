@@ -427,3 +427,54 @@ TEST(limits_and_errors)
 	ASSERT_ERR(sched_cancel(s, id), -ENOENT);
 	return 0;
 }
+
+static int first_token_clock;
+
+struct fair_result {
+	int first_token_at;
+	bool done;
+};
+
+static void on_fair_event(const struct sched_event *ev, void *userdata)
+{
+	struct fair_result *r = userdata;
+
+	if (ev->type == SCHED_EVENT_TOKEN && r->first_token_at == 0)
+		r->first_token_at = ++first_token_clock;
+	if (ev->type != SCHED_EVENT_TOKEN)
+		r->done = true;
+}
+
+/* A caller that queued many requests does not make a later caller wait for all of them. */
+TEST(admission_fair_across_callers)
+{
+	_cleanup_(model_freep) struct model *m = load("models/stories260K.gguf");
+	_cleanup_(sched_freep) struct sched *s = NULL;
+	struct fair_result a[5] = {}, b = {};
+	int32_t ids[] = { 1, 403, 407 };
+	struct sched_request req = { .prompt = ids, .n_prompt = 3, .max_tokens = 4,
+				     .on_event = on_fair_event, .ignore_eos = true };
+	uint64_t id;
+
+	if (!m)
+		return TEST_SKIP;
+	first_token_clock = 0;
+	ASSERT_OK(sched_new(m, &(struct sched_params){ .max_sequences = 1, .n_threads = 1 }, &s, NULL));
+	sampler_params_default(&req.sampling);
+	req.sampling.temperature = 0;
+	req.caller = 1000;
+	for (int i = 0; i < 5; i++) {
+		req.userdata = &a[i];
+		ASSERT_OK(sched_submit(s, &req, &id, NULL));
+	}
+	req.caller = 2000;
+	req.userdata = &b;
+	ASSERT_OK(sched_submit(s, &req, &id, NULL));
+	while (!b.done || !a[4].done)
+		ASSERT_TRUE(sched_step(s) >= 0);
+	/* caller 1000's first request runs first; the next slot goes to caller 2000, whose
+	 * count of running sequences is lower, not to caller 1000's second */
+	ASSERT_EQ(a[0].first_token_at, 1);
+	ASSERT_EQ(b.first_token_at, 2);
+	return 0;
+}

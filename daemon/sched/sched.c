@@ -35,6 +35,7 @@
 
 #define MAX_LORAS_PER_REQUEST 8
 #define ADMIT_WINDOW 16 /* how far into the queue admission looks for fairness */
+#define RECENT_ADMISSIONS 32
 
 struct adapter_entry {
 	struct lora_adapter *adapter; /* owned */
@@ -74,6 +75,7 @@ struct seq {
 	struct detok detok;
 	uint32_t max_tokens;
 	bool ignore_eos;
+	uint64_t caller;
 	sched_event_fn on_event;
 	void *userdata;
 	bool cancel;
@@ -118,6 +120,8 @@ struct sched {
 	uint32_t n_running;
 	uint64_t next_id;
 	uint64_t admit_counter;
+	uint64_t recent_callers[RECENT_ADMISSIONS]; /* ring of the callers admitted last */
+	uint32_t n_recent;
 
 	struct adapter_entry **adapters; /* owned */
 	size_t n_adapters;
@@ -413,6 +417,25 @@ static uint32_t running_users_of_first_adapter(const struct seq *q)
 	return q->n_loras ? q->loras[0].entry->running_users : 0;
 }
 
+/* How much of the machine a caller has had lately: its running sequences plus its share of
+ * the last RECENT_ADMISSIONS admissions (so callers alternate even with one slot). */
+static uint32_t caller_load(const struct sched *s, uint64_t caller)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < s->n_running; i++)
+		n += s->running[i]->caller == caller;
+	for (uint32_t i = 0; i < MIN(s->n_recent, (uint32_t) RECENT_ADMISSIONS); i++)
+		n += s->recent_callers[i] == caller;
+	return n;
+}
+
+/* Fairness key: the caller's recent load first, then its adapter's running sequences. */
+static uint64_t admit_key(const struct sched *s, const struct seq *q)
+{
+	return ((uint64_t) caller_load(s, q->caller) << 32) | running_users_of_first_adapter(q);
+}
+
 static void admit(struct sched *s)
 {
 	while (s->n_running < s->p.max_sequences && s->n_waiting > 0) {
@@ -420,11 +443,11 @@ static void admit(struct sched *s)
 		struct seq *q;
 		bool ok = true;
 
-		/* preempted sequences (at the front) go first; otherwise fairness by adapter */
-		if (s->waiting[0]->n_computed == 0 && s->waiting[0]->n_tokens == s->waiting[0]->n_prompt)
+		/* preempted sequences (at the front) go first; otherwise fairness by caller, then
+		 * adapter, among the oldest few (ties: the oldest) */
+		if (s->waiting[0]->n_tokens == s->waiting[0]->n_prompt)
 			for (uint32_t i = 1; i < window; i++)
-				if (running_users_of_first_adapter(s->waiting[i]) <
-				    running_users_of_first_adapter(s->waiting[best]))
+				if (admit_key(s, s->waiting[i]) < admit_key(s, s->waiting[best]))
 					best = i;
 		q = s->waiting[best];
 		/* Admit only with room for its first chunk, unless nothing runs: otherwise it would
@@ -458,6 +481,7 @@ static void admit(struct sched *s)
 		waiting_remove_at(s, best);
 		q->state = SEQ_RUNNING;
 		q->admitted = ++s->admit_counter;
+		s->recent_callers[s->n_recent++ % RECENT_ADMISSIONS] = q->caller;
 		for (uint32_t i = 0; i < q->n_loras; i++) {
 			q->loras[i].entry->running_users++;
 			q->loras[i].entry->last_used = s->stats.steps;
@@ -895,6 +919,7 @@ int sched_submit(struct sched *s, const struct sched_request *req, uint64_t *ret
 	q->detok.first = false; /* the caller has the prompt; keep the continuation's spaces */
 	q->max_tokens = req->max_tokens;
 	q->ignore_eos = req->ignore_eos;
+	q->caller = req->caller;
 	q->on_event = req->on_event;
 	q->userdata = req->userdata;
 

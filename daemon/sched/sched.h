@@ -87,6 +87,7 @@ struct sched_request {
 	struct sampler_params sampling;
 	uint32_t max_tokens;   /* 0: until EOG or the context is full */
 	bool ignore_eos;
+	uint64_t caller;       /* who asked (uid, member id...): admission is fair across callers */
 	sched_event_fn on_event;
 	void *userdata;
 };

@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: MIT */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../engine/model.h"
+#include "../engine/quant.h"
+#include "../lora/adapter.h"
+#include "../lora/lora-gen.h"
+#include "bench-serve.h"
+#include "sched.h"
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+struct counter {
+	uint64_t tokens;
+	uint32_t done;
+};
+
+static void on_event(const struct sched_event *ev, void *userdata)
+{
+	struct counter *c = userdata;
+
+	if (ev->type == SCHED_EVENT_TOKEN)
+		__atomic_fetch_add(&c->tokens, 1, __ATOMIC_RELAXED);
+	else
+		__atomic_fetch_add(&c->done, 1, __ATOMIC_RELEASE);
+}
+
+static int add_adapter(struct sched *s, const struct model *m, const char *path, const char *name,
+		       struct errmsg *e)
+{
+	struct lora_open_opts lo = { .base = m, .name = name };
+	struct lora_adapter *a = NULL;
+	int r;
+
+	r = lora_adapter_open(path, &lo, &a, NULL, e);
+	if (r < 0)
+		return errmsg_prefix(e, r, "%s", path);
+	r = sched_add_adapter(s, a, e);
+	if (r < 0)
+		lora_adapter_free(a);
+	return r;
+}
+
+/* Generates n GGUF LoRA files in a fresh temporary folder and registers them. */
+static int add_generated(struct sched *s, const struct model *m, uint32_t n, uint64_t seed,
+			 char names[][32], struct errmsg *e)
+{
+	char dir[] = "/tmp/molly-bench-serve-XXXXXX", path[256];
+	int r = 0;
+
+	if (!mkdtemp(dir))
+		return errmsg_set(e, -errno, "mkdtemp: %s", strerror(errno));
+	for (uint32_t i = 0; i < n && r == 0; i++) {
+		struct lora_gen_opts g = { .base = m, .rank = 16, .alpha = 16, .seed = seed + i,
+					   .dtype = GGML_TYPE_F16, .format = LORA_FORMAT_GGUF };
+
+		snprintf(names[i], 32, "bench-%u", i);
+		snprintf(path, sizeof(path), "%s/%s.gguf", dir, names[i]);
+		r = lora_gen_write(path, &g, e);
+		if (r == 0)
+			r = add_adapter(s, m, path, names[i], e);
+		unlink(path);
+	}
+	rmdir(dir);
+	return r;
+}
+
+static int add_dir(struct sched *s, const struct model *m, const char *dirpath, char names[][32],
+		   uint32_t max, uint32_t *n, struct errmsg *e)
+{
+	DIR *d = opendir(dirpath);
+	struct dirent *de;
+	int r = 0;
+
+	if (!d)
+		return errmsg_set(e, -errno, "%s: %s", dirpath, strerror(errno));
+	*n = 0;
+	while ((de = readdir(d)) && *n < max && r == 0) {
+		char path[4096];
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dirpath, de->d_name);
+		snprintf(names[*n], 32, "a%u", *n);
+		r = add_adapter(s, m, path, names[*n], e);
+		if (r == 0)
+			(*n)++;
+	}
+	closedir(d);
+	return r;
+}
+
+#define MAX_ADAPTERS 1024
+
+static void count_resident(const struct sched_adapter_info *info, void *userdata)
+{
+	uint32_t *n = userdata;
+
+	*n += info->resident;
+}
+
+int bench_serve_run(const struct bench_serve_opts *o, struct bench_serve_result *ret,
+		    struct errmsg *e)
+{
+	uint32_t conc = o->concurrency ? o->concurrency : 4;
+	uint32_t P = o->prompt_tokens ? o->prompt_tokens : 16, T = o->gen_tokens ? o->gen_tokens : 64;
+	struct sched_params sp = {
+		.max_sequences = o->sequential ? 1 : conc,
+		.queue_length = conc + 1,
+		.max_context = P + T + 1,
+		.n_threads = o->n_threads,
+	};
+	_cleanup_(sched_freep) struct sched *s = NULL;
+	static char names[MAX_ADAPTERS][32];
+	struct counter c = {};
+	struct sched_stats st;
+	uint32_t n_ad = 0;
+	int32_t *prompt;
+	double t0;
+	int r;
+
+	r = sched_new(o->m, &sp, &s, e);
+	if (r < 0)
+		return r;
+	if (o->adapters_dir)
+		r = add_dir(s, o->m, o->adapters_dir, names, MAX_ADAPTERS, &n_ad, e);
+	else if (o->n_adapters) {
+		n_ad = MIN(o->n_adapters, (uint32_t) MAX_ADAPTERS);
+		r = add_generated(s, o->m, n_ad, o->seed, names, e);
+	}
+	if (r < 0)
+		return r;
+	/* make every adapter resident first: the benchmark measures serving, not loading */
+	for (uint32_t i = 0; i < n_ad; i++)
+		(void) sched_prefetch_adapter(s, names[i]);
+
+	prompt = malloc(P * sizeof(*prompt));
+	if (!prompt)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < P; i++)
+		prompt[i] = (int32_t) ((i * 7919u + 17) % o->m->hp.n_vocab);
+
+	t0 = now_s();
+	for (uint32_t i = 0; i < conc; i++) {
+		struct sched_lora sl = { n_ad ? names[i % n_ad] : NULL, 1.0f };
+		struct sched_request req = {
+			.prompt = prompt,
+			.n_prompt = P,
+			.loras = &sl,
+			.n_loras = n_ad ? 1 : 0,
+			.max_tokens = T,
+			.ignore_eos = true,
+			.on_event = on_event,
+			.userdata = &c,
+		};
+		uint64_t id;
+
+		sampler_params_default(&req.sampling);
+		req.sampling.temperature = 0;
+		prompt[0] = (int32_t) ((i + 1) % o->m->hp.n_vocab); /* distinct sequences */
+		r = sched_submit(s, &req, &id, e);
+		if (r < 0) {
+			free(prompt);
+			return r;
+		}
+	}
+	free(prompt);
+	while (__atomic_load_n(&c.done, __ATOMIC_ACQUIRE) < conc)
+		if ((r = sched_step(s)) < 0)
+			return errmsg_set(e, r, "scheduler step failed");
+	ret->wall_s = now_s() - t0;
+	ret->generated = c.tokens;
+	ret->aggregate_tok_s = (double) c.tokens / ret->wall_s;
+	sched_get_stats(s, &st);
+	ret->steps = st.steps;
+	ret->adapters_loaded = n_ad;
+	ret->adapters_used = MIN(n_ad, conc);
+	ret->adapters_resident = 0;
+	sched_foreach_adapter(s, count_resident, &ret->adapters_resident);
+	return 0;
+}

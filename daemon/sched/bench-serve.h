@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench-serve.h: the serving benchmark behind `molly-bench --serve`: C concurrent sequences,
+ * each on one of the adapters, through the real scheduler; aggregate generated tokens per
+ * second of wall time, prefill included.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../basic/errmsg.h"
+
+struct model;
+
+struct bench_serve_opts {
+	const struct model *m;
+	const char *adapters_dir; /* load every adapter in it; or */
+	uint32_t n_adapters;      /* generate this many (rank 16, all seven targets, F16); 0: none */
+	uint32_t concurrency;     /* sequences at once (and in total) */
+	uint32_t prompt_tokens;   /* default 16 */
+	uint32_t gen_tokens;      /* default 64 */
+	bool sequential;          /* one after another instead of together */
+	int n_threads;
+	uint64_t seed;
+};
+
+struct bench_serve_result {
+	double wall_s;
+	double aggregate_tok_s;
+	uint64_t generated;
+	uint32_t adapters_loaded;
+	uint32_t adapters_resident;
+	uint32_t adapters_used;
+	uint64_t steps;
+};
+
+int bench_serve_run(const struct bench_serve_opts *o, struct bench_serve_result *ret,
+		    struct errmsg *e);
