@@ -28,6 +28,18 @@ else
 	bad greedy_run "$(cat "$t/err")"
 fi
 
+# --lora with llama.cpp's GGUF LoRA files: the reference's greedy ids, scale given after ':'.
+for c in vis_lora_attn_r8:stories260K-lora-attn-r8.gguf vis_lora_all_r8_s05:stories260K-lora-all-r8.gguf:0.5; do
+	IFS=: read -r dir file scale <<<"$c"
+	r=$shared/reference/stories260K/$dir
+	if "$bin/molly-run" --model "$model" --lora "$shared/models/$file${scale:+:$scale}" \
+		--prompt "$(cat "$r/prompt_text.txt")" -n 64 --temp 0 --ids-out "$t/lids" --quiet 2>"$t/err"; then
+		cmp -s "$t/lids" "$r/gen_ids.txt" && ok "lora_$dir" || bad "lora_$dir" "$(diff "$t/lids" "$r/gen_ids.txt" | head -3)"
+	else
+		bad "lora_$dir" "$(cat "$t/err")"
+	fi
+done
+
 # Sampling: the same seed and thread count give the same output; another seed differs.
 run_sampled() { "$bin/molly-run" --model "$model" --prompt "Lily wanted to" -n 48 --temp 0.9 \
 	--top-k 40 --top-p 0.95 --min-p 0.02 --repeat-penalty 1.1 --seed "$1" --threads "$2" \
@@ -61,6 +73,9 @@ expect_fail bad_temp "--temp" --model "$model" --prompt x --temp abc
 expect_fail no_prompt "required" --model "$model"
 long=$(printf 'Once upon a time %.0s' $(seq 1 400))
 expect_fail prompt_over_context "context" --model "$model" --prompt "$long"
+expect_fail lora_missing "nosuch" --model "$model" --prompt x --lora "$t/nosuch.gguf"
+expect_fail lora_wrong_base "base" --model "$shared/models/tiny/tiny-llama-f32.gguf" --prompt x \
+	--lora "$shared/models/stories260K-lora-all-r8.gguf"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
