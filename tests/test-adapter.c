@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "basic/sha256.h"
+#include "engine/gguf-writer.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/quant.h"
@@ -56,9 +57,9 @@ static struct model *shared_model(const char *rel)
 	return NULL;
 }
 
-#define STORIES "models/stories260K.gguf"
+#define STORIES    "models/stories260K.gguf"
 #define STORIES_Q8 "models/stories260K-Q8_0.gguf"
-#define TINY "models/tiny/tiny-llama-f32.gguf"
+#define TINY       "models/tiny/tiny-llama-f32.gguf"
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -259,10 +260,22 @@ TEST(safetensors_roundtrip)
 	uint16_t b[3] = { 0x3c00, 0x4000, 0xc000 };
 	uint8_t c = 7;
 	struct safetensors_tensor in[] = {
-		{ .name = "z.first", .dtype = SAFETENSORS_F32, .n_dims = 2, .shape = { 2, 3 }, .data = a },
-		{ .name = "a/second", .dtype = SAFETENSORS_F16, .n_dims = 1, .shape = { 3 }, .data = b },
+		{ .name = "z.first",
+		  .dtype = SAFETENSORS_F32,
+		  .n_dims = 2,
+		  .shape = { 2, 3 },
+		  .data = a },
+		{ .name = "a/second",
+		  .dtype = SAFETENSORS_F16,
+		  .n_dims = 1,
+		  .shape = { 3 },
+		  .data = b },
 		{ .name = "scalar", .dtype = SAFETENSORS_U8, .n_dims = 0, .data = &c },
-		{ .name = "empty", .dtype = SAFETENSORS_BF16, .n_dims = 2, .shape = { 0, 5 }, .data = b },
+		{ .name = "empty",
+		  .dtype = SAFETENSORS_BF16,
+		  .n_dims = 2,
+		  .shape = { 0, 5 },
+		  .data = b },
 	};
 	const char *meta[] = { "format", "pt", "note", "x\"y" };
 	const struct safetensors_tensor *x;
@@ -376,6 +389,13 @@ TEST(peft_config_semantics)
 	ASSERT_EQ(peft_config_targets(c, "model.layers.1.self_attn.q_proj", 1), 1);
 	ASSERT_EQ(peft_config_targets(c, "model.layers.0.self_attn.q_proj", 0), 0);
 	c = peft_config_free(c);
+	/* no target_modules: whatever the file has weights for */
+	ASSERT_OK(cfg("{\"r\": 4, \"target_modules\": null}", &c, &e));
+	ASSERT_EQ(peft_config_targets(c, "model.layers.4.mlp.up_proj", 4), 1);
+	c = peft_config_free(c);
+	ASSERT_OK(cfg("{\"target_modules\": []}", &c, &e));
+	ASSERT_EQ(peft_config_targets(c, "model.layers.4.mlp.up_proj", 4), 0);
+	c = peft_config_free(c);
 	ASSERT_OK(cfg("{\"target_modules\": \"ALL-LINEAR\", \"fan_in_fan_out\": true}", &c, &e));
 	ASSERT_EQ(peft_config_targets(c, "model.layers.4.mlp.up_proj", 4), 1);
 	ASSERT_TRUE(c->fan_in_fan_out);
@@ -392,8 +412,11 @@ TEST(peft_config_semantics)
 	ASSERT_ERR(cfg("{} {}", &c, &e), -EBADMSG);
 	/* a catastrophic pattern hits the match limit instead of hanging */
 	ASSERT_OK(cfg("{\"target_modules\": \"(a|aa)*(a|aa)*(a|aa)*(a|aa)*(a|aa)*b\"}", &c, &e));
-	ASSERT_TRUE(peft_config_targets(c, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
-					   "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", 0) <= 0);
+	ASSERT_TRUE(peft_config_targets(
+			    c,
+			    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+			    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+			    0) <= 0);
 	return 0;
 }
 
@@ -459,15 +482,46 @@ TEST(gguf_shared_files)
 				ASSERT_TRUE(t && t->type == GGML_TYPE_F32 && t->n_bytes == 2 * n);
 				ASSERT_OK(lora_adapter_read(a, i, b, got, n));
 				for (size_t k = 0; k < n / 2; k++)
-					ASSERT_EQ(got[k], f32_to_fp16(((const float *) t->data)[k]));
+					ASSERT_EQ(got[k],
+						  f32_to_fp16(((const float *) t->data)[k]));
 			}
+		}
+		/* F32 kept on request, bit for bit; a Molly file of it holds F16 */
+		{
+			_cleanup_(lora_adapter_freep) struct lora_adapter *k = NULL, *m = NULL;
+			struct tmpdir t __attribute__((cleanup(tmpdir_done))) = {};
+			char name[128];
+
+			ASSERT_OK(lora_adapter_open(
+				path, &(struct lora_open_opts){ .base = base, .keep_f32 = true },
+				&k, NULL, &e));
+			ASSERT_EQ(k->mats[0].dtype, GGML_TYPE_F32);
+			ASSERT_EQ(lora_mat_bytes(&k->mats[0], false), 4 * 8 * 64);
+			for (size_t i = 0; i < k->n_mats; i++)
+				for (int b = 0; b < 2; b++) {
+					size_t n = lora_mat_bytes(&k->mats[i], b);
+					_cleanup_free_ uint8_t *got = malloc(n);
+					const struct gguf_tensor *gt;
+
+					lora_gen_gguf_name(k->mats[i].layer, k->mats[i].target,
+							   name, sizeof(name));
+					strcat(name, b ? ".lora_b" : ".lora_a");
+					gt = gguf_find_tensor(g, name);
+					ASSERT_TRUE(got && gt && gt->n_bytes == n);
+					ASSERT_OK(lora_adapter_read(k, i, b, got, n));
+					ASSERT_TRUE(memcmp(got, gt->data, n) == 0);
+				}
+			ASSERT_TRUE(memcmp(k->content_hash, a->content_hash, 32) != 0);
+			ASSERT_OK(tmpdir_new(&t, "/tmp"));
+			ASSERT_OK(lora_file_write(k, tmp_join(&t, "k.molly"), NULL, &e));
+			ASSERT_OK(lora_adapter_open(tmp_join(&t, "k.molly"), NULL, &m, NULL, &e));
+			ASSERT_OK(same_weights(a, m));
 		}
 		/* BF16 on request */
 		a = lora_adapter_free(a);
-		ASSERT_OK(lora_adapter_open(path,
-					    &(struct lora_open_opts){ .base = base,
-								      .dtype = GGML_TYPE_BF16 },
-					    &a, NULL, &e));
+		ASSERT_OK(lora_adapter_open(
+			path, &(struct lora_open_opts){ .base = base, .dtype = GGML_TYPE_BF16 }, &a,
+			NULL, &e));
 		ASSERT_EQ(a->mats[0].dtype, GGML_TYPE_BF16);
 		/* the dtype option is checked */
 		a = lora_adapter_free(a);
@@ -479,6 +533,56 @@ TEST(gguf_shared_files)
 		/* public formats need the base */
 		ASSERT_ERR(lora_adapter_open(path, NULL, &a, NULL, &e), -EINVAL);
 		ASSERT_TRUE(strstr(e.text, "needs its base model"));
+	}
+	return 0;
+}
+
+/* A GGUF LoRA with quantized tensors (convert_lora_to_gguf.py --outtype q8_0 makes these):
+ * dequantized, then stored as F16. */
+TEST(gguf_quantized_lora)
+{
+	struct tmpdir t __attribute__((cleanup(tmpdir_done))) = {};
+	struct model *base = shared_model(STORIES);
+	_cleanup_(gguf_writer_freep) struct gguf_writer *w = NULL;
+	_cleanup_(lora_adapter_freep) struct lora_adapter *a = NULL;
+	uint64_t ne_a[2] = { 64, 32 }, ne_b[2] = { 32, 64 };
+	float va[32 * 64], vb[64 * 32], back[64];
+	uint8_t qa[sizeof(va)], qb[sizeof(vb)];
+	int64_t rb_a = quant_row_bytes(GGML_TYPE_Q8_0, 64),
+		rb_b = quant_row_bytes(GGML_TYPE_Q8_0, 32);
+	uint16_t got[64 * 32];
+	struct errmsg e = {};
+
+	if (!base)
+		return TEST_SKIP;
+	ASSERT_OK(tmpdir_new(&t, "/tmp"));
+	lora_gen_values(3, 0, LORA_TARGET_Q, false, 0.1f, va, ELEMENTSOF(va));
+	lora_gen_values(3, 0, LORA_TARGET_Q, true, 0.02f, vb, ELEMENTSOF(vb));
+	for (int r = 0; r < 32; r++)
+		quant_quantize_row(GGML_TYPE_Q8_0, va + 64 * r, qa + rb_a * r, 64);
+	for (int r = 0; r < 64; r++)
+		quant_quantize_row(GGML_TYPE_Q8_0, vb + 32 * r, qb + rb_b * r, 32);
+	ASSERT_OK(gguf_writer_new(tmp_join(&t, "q8.gguf"), &w, &e));
+	ASSERT_OK(gguf_writer_add_str(w, "general.architecture", "llama", &e));
+	ASSERT_OK(gguf_writer_add_str(w, "general.type", "adapter", &e));
+	ASSERT_OK(gguf_writer_add_str(w, "adapter.type", "lora", &e));
+	ASSERT_OK(gguf_writer_add_tensor(w, "blk.0.attn_q.weight.lora_a", GGML_TYPE_Q8_0, 2, ne_a,
+					 &e));
+	ASSERT_OK(gguf_writer_add_tensor(w, "blk.0.attn_q.weight.lora_b", GGML_TYPE_Q8_0, 2, ne_b,
+					 &e));
+	ASSERT_OK(gguf_writer_write(w, qa, (size_t) rb_a * 32, &e));
+	ASSERT_OK(gguf_writer_write(w, qb, (size_t) rb_b * 64, &e));
+	ASSERT_OK(gguf_writer_finish(w, &e));
+	ASSERT_OK(lora_adapter_open(tmp_join(&t, "q8.gguf"),
+				    &(struct lora_open_opts){ .base = base }, &a, NULL, &e));
+	ASSERT_EQ(a->n_mats, 1);
+	ASSERT_EQ(a->mats[0].rank, 32);
+	ASSERT_NEAR(a->mats[0].scale, 1.0, 0); /* no adapter.lora.alpha: scale 1, as llama.cpp */
+	ASSERT_OK(lora_adapter_read(a, 0, false, got, 2 * 32 * 64));
+	for (int r = 0; r < 32; r++) {
+		quant_dequantize_row(GGML_TYPE_Q8_0, qa + rb_a * r, back, 64);
+		for (int c = 0; c < 64; c++)
+			ASSERT_EQ(got[64 * r + c], f32_to_fp16(back[c]));
 	}
 	return 0;
 }
@@ -542,8 +646,8 @@ TEST(base_mismatch)
 	ASSERT_TRUE(strstr(e.text, "adapter 'stories260K-lora-attn-r8'"));
 	ASSERT_OK(lora_adapter_check_base(m, q8, &e));
 	m = lora_adapter_free(m);
-	ASSERT_ERR(lora_adapter_open(tmp_join(&t, "a.molly"), &(struct lora_open_opts){ .base = tiny },
-				     &m, NULL, &e),
+	ASSERT_ERR(lora_adapter_open(tmp_join(&t, "a.molly"),
+				     &(struct lora_open_opts){ .base = tiny }, &m, NULL, &e),
 		   -EXDEV);
 	ASSERT_TRUE(strstr(e.text, d1) && strstr(e.text, d2));
 	ASSERT_OK(lora_adapter_open(tmp_join(&t, "a.molly"), &(struct lora_open_opts){ .base = q8 },
@@ -588,12 +692,19 @@ TEST(peft_gguf_molly_roundtrip)
 	struct tmpdir t __attribute__((cleanup(tmpdir_done))) = {};
 	struct model *base = shared_model(STORIES);
 	_cleanup_(lora_adapter_freep) struct lora_adapter *p = NULL, *g = NULL, *m = NULL,
-							   *p16 = NULL, *pb = NULL, *m2 = NULL;
+							  *p16 = NULL, *pb = NULL, *m2 = NULL;
 	char *domains[] = { "stories", "kids" }, *exemplars[] = { "Once upon a time", "The cat" };
-	struct lora_adapter_meta meta = { .name = "tales", .domains = domains, .n_domains = 2,
-					  .exemplars = exemplars, .n_exemplars = 2 };
-	struct lora_gen_opts o = { .base = base, .rank = 4, .alpha = 8, .seed = 42,
-				   .targets = 0x7f, .format = LORA_FORMAT_PEFT };
+	struct lora_adapter_meta meta = { .name = "tales",
+					  .domains = domains,
+					  .n_domains = 2,
+					  .exemplars = exemplars,
+					  .n_exemplars = 2 };
+	struct lora_gen_opts o = { .base = base,
+				   .rank = 4,
+				   .alpha = 8,
+				   .seed = 42,
+				   .targets = 0x7f,
+				   .format = LORA_FORMAT_PEFT };
 	uint8_t wh[32] = { 1, 2, 3 };
 	struct errmsg e = {}, w = {};
 
@@ -620,8 +731,8 @@ TEST(peft_gguf_molly_roundtrip)
 	/* the same weights as GGUF LoRA: the same content hash */
 	o.format = LORA_FORMAT_GGUF;
 	ASSERT_OK(lora_gen_write(tmp_join(&t, "a.gguf"), &o, &e));
-	ASSERT_OK(lora_adapter_open(tmp_join(&t, "a.gguf"), &(struct lora_open_opts){ .base = base },
-				    &g, NULL, &e));
+	ASSERT_OK(lora_adapter_open(tmp_join(&t, "a.gguf"),
+				    &(struct lora_open_opts){ .base = base }, &g, NULL, &e));
 	ASSERT_OK(same_weights(p, g));
 
 	/* F16 and BF16 sources are kept as stored */
@@ -640,12 +751,12 @@ TEST(peft_gguf_molly_roundtrip)
 	ASSERT_TRUE(memcmp(pb->content_hash, p->content_hash, 32) != 0);
 
 	/* import into a Molly file and back: the same matrices, hashes, metadata */
-	ASSERT_OK(lora_file_write(p, tmp_join(&t, "a.molly"),
-				  &(struct lora_write_opts){ .meta = &meta, .base_weights_hash = wh },
-				  &e));
+	ASSERT_OK(lora_file_write(
+		p, tmp_join(&t, "a.molly"),
+		&(struct lora_write_opts){ .meta = &meta, .base_weights_hash = wh }, &e));
 	ASSERT_TRUE(!file_exists(tmp_join(&t, "a.molly.tmp")));
-	ASSERT_OK(lora_adapter_open(tmp_join(&t, "a.molly"), &(struct lora_open_opts){ .base = base },
-				    &m, NULL, &e));
+	ASSERT_OK(lora_adapter_open(tmp_join(&t, "a.molly"),
+				    &(struct lora_open_opts){ .base = base }, &m, NULL, &e));
 	ASSERT_EQ(lora_adapter_format(m), LORA_FORMAT_MOLLY);
 	ASSERT_OK(same_weights(p, m));
 	ASSERT_TRUE(memcmp(m->base_fingerprint, p->base_fingerprint, 32) == 0);
@@ -747,8 +858,7 @@ static int write_peft_dir(const struct tmpdir *t, const char *dir, const char *c
 	return r;
 }
 
-static const struct lora_mat *find_mat(const struct lora_adapter *a, uint32_t l,
-				       enum lora_target t)
+static const struct lora_mat *find_mat(const struct lora_adapter *a, uint32_t l, enum lora_target t)
 {
 	for (size_t i = 0; i < a->n_mats; i++)
 		if (a->mats[i].layer == l && a->mats[i].target == t)
@@ -772,13 +882,14 @@ TEST(peft_patterns_and_scales)
 	ranks[1 * LORA_TARGET_COUNT_ + LORA_TARGET_Q] = 4; /* layer 1 q */
 	for (uint32_t l = 0; l < 5; l++)
 		ranks[l * LORA_TARGET_COUNT_ + LORA_TARGET_V] = 2; /* every v */
-	ASSERT_OK(write_peft_dir(&t, "pat",
-				 "{\"peft_type\": \"LORA\", \"r\": 8, \"lora_alpha\": 16, "
-				 "\"target_modules\": [\"q_proj\", \"v_proj\", \"down_proj\"], "
-				 "\"rank_pattern\": {\"model.layers.1.self_attn.q_proj\": 4, "
-				 "\"v_proj\": 2}, \"alpha_pattern\": {\"layers\\\\.[34]\\\\.mlp"
-				 "\\\\.down_proj\": 4, \"down_proj\": 32}, \"fan_in_fan_out\": true}",
-				 ranks, 1u << LORA_TARGET_Q | 1u << LORA_TARGET_V | 1u << LORA_TARGET_DOWN));
+	ASSERT_OK(write_peft_dir(
+		&t, "pat",
+		"{\"peft_type\": \"LORA\", \"r\": 8, \"lora_alpha\": 16, "
+		"\"target_modules\": [\"q_proj\", \"v_proj\", \"down_proj\"], "
+		"\"rank_pattern\": {\"model.layers.1.self_attn.q_proj\": 4, "
+		"\"v_proj\": 2}, \"alpha_pattern\": {\"layers\\\\.[34]\\\\.mlp"
+		"\\\\.down_proj\": 4, \"down_proj\": 32}, \"fan_in_fan_out\": true}",
+		ranks, 1u << LORA_TARGET_Q | 1u << LORA_TARGET_V | 1u << LORA_TARGET_DOWN));
 	ASSERT_OK(lora_adapter_open(tmp_join(&t, "pat"), &(struct lora_open_opts){ .base = base },
 				    &a, &w, &e));
 	ASSERT_TRUE(strstr(w.text, "fan_in_fan_out is ignored"));
@@ -793,12 +904,13 @@ TEST(peft_patterns_and_scales)
 	ASSERT_NEAR(find_mat(a, 0, LORA_TARGET_DOWN)->scale, 32.0 / 8, 0);
 
 	/* rsLoRA: alpha / sqrt(r) */
-	ASSERT_OK(write_peft_dir(&t, "rs",
-				 "{\"r\": 8, \"lora_alpha\": 16, \"use_rslora\": true, "
-				 "\"target_modules\": \"model\\\\.layers\\\\.\\\\d+\\\\.self_attn\\\\."
-				 "(q|v)_proj\", \"rank_pattern\": {\"v_proj\": 2, "
-				 "\"model.layers.1.self_attn.q_proj\": 4}}",
-				 ranks, 1u << LORA_TARGET_Q | 1u << LORA_TARGET_V));
+	ASSERT_OK(write_peft_dir(
+		&t, "rs",
+		"{\"r\": 8, \"lora_alpha\": 16, \"use_rslora\": true, "
+		"\"target_modules\": \"model\\\\.layers\\\\.\\\\d+\\\\.self_attn\\\\."
+		"(q|v)_proj\", \"rank_pattern\": {\"v_proj\": 2, "
+		"\"model.layers.1.self_attn.q_proj\": 4}}",
+		ranks, 1u << LORA_TARGET_Q | 1u << LORA_TARGET_V));
 	ASSERT_OK(lora_adapter_open(tmp_join(&t, "rs"), &(struct lora_open_opts){ .base = base },
 				    &b, &w, &e));
 	ASSERT_NEAR(find_mat(b, 0, LORA_TARGET_Q)->scale, (float) (16 / sqrt(8.0)), 0);
@@ -813,14 +925,15 @@ TEST(peft_patterns_and_scales)
 	ASSERT_OK(write_peft_dir(&t, "skip",
 				 "{\"r\": 8, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\", "
 				 "\"v_proj\"], \"modules_to_save\": [\"lm_head\"]}",
-				 ranks, 1u << LORA_TARGET_Q | 1u << LORA_TARGET_V | 1u << LORA_TARGET_O));
+				 ranks,
+				 1u << LORA_TARGET_Q | 1u << LORA_TARGET_V | 1u << LORA_TARGET_O));
 	ASSERT_ERR(lora_adapter_open(tmp_join(&t, "skip"), &(struct lora_open_opts){ .base = base },
 				     &c, &w, &e),
 		   -EOPNOTSUPP);
 	ASSERT_TRUE(strstr(e.text, "modules_to_save ('lm_head')"));
-	ASSERT_OK(lora_adapter_open(tmp_join(&t, "skip"),
-				    &(struct lora_open_opts){ .base = base, .skip_unsupported = true },
-				    &c, &w, &e));
+	ASSERT_OK(lora_adapter_open(
+		tmp_join(&t, "skip"),
+		&(struct lora_open_opts){ .base = base, .skip_unsupported = true }, &c, &w, &e));
 	ASSERT_TRUE(strstr(w.text, "ignored modules_to_save"));
 	ASSERT_TRUE(strstr(w.text, "o_proj.lora_A.weight': module not in target_modules"));
 	ASSERT_EQ(c->n_mats, 10);
@@ -833,15 +946,16 @@ TEST(peft_patterns_and_scales)
 static int molly_fixture(const struct tmpdir *t, const char *name, struct lora_adapter **ret)
 {
 	struct model *base = shared_model(STORIES);
-	struct lora_gen_opts o = { .base = base, .rank = 3, .seed = 5, .targets = 0x45,
-				   .format = LORA_FORMAT_GGUF };
+	struct lora_gen_opts o = {
+		.base = base, .rank = 3, .seed = 5, .targets = 0x45, .format = LORA_FORMAT_GGUF
+	};
 	_cleanup_(lora_adapter_freep) struct lora_adapter *g = NULL;
 	struct errmsg e = {};
 	int r;
 
 	if ((r = lora_gen_write(tmp_join(t, "fixture.gguf"), &o, &e)) < 0 ||
-	    (r = lora_adapter_open(tmp_join(t, "fixture.gguf"), &(struct lora_open_opts){ .base = base },
-				   &g, NULL, &e)) < 0 ||
+	    (r = lora_adapter_open(tmp_join(t, "fixture.gguf"),
+				   &(struct lora_open_opts){ .base = base }, &g, NULL, &e)) < 0 ||
 	    (r = lora_file_write(g, tmp_join(t, name), NULL, &e)) < 0) {
 		fprintf(stderr, "  fixture: %s\n", e.text);
 		return r;
@@ -1034,7 +1148,8 @@ TEST(malformed_corpus)
 			_cleanup_free_ uint8_t *data = NULL;
 			size_t size;
 
-			snprintf(entry, sizeof(entry), "%s/%s/adapter_model.safetensors", dir, line);
+			snprintf(entry, sizeof(entry), "%s/%s/adapter_model.safetensors", dir,
+				 line);
 			ASSERT_OK(read_all(entry, &data, &size));
 			ASSERT_TRUE(parse_copy(data, size, NULL) < 0);
 		}

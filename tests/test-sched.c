@@ -412,18 +412,23 @@ TEST(limits_and_errors)
 	ASSERT_ERR(sched_submit(s, &req, &id, &e), -ENOENT);
 	ASSERT_TRUE(strstr(e.text, "nosuch") != NULL);
 	req.n_loras = 0;
-	/* queue of 2 */
+	/* one running slot + a queue of 2: the fourth request is refused */
 	ASSERT_OK(sched_submit(s, &req, &id, &e));
 	req.userdata = &res[1];
 	ASSERT_OK(sched_submit(s, &req, &id, &e));
 	req.userdata = &res[2];
+	ASSERT_OK(sched_submit(s, &req, &id, &e));
+	req.userdata = &res[3];
 	ASSERT_ERR(sched_submit(s, &req, &id, &e), -EAGAIN);
+	ASSERT_TRUE(strstr(e.text, "queue") != NULL);
 	/* cancel a waiting one */
+	req.userdata = &res[2];
 	ASSERT_OK(sched_cancel(s, id));
-	ASSERT_OK(run_until_done(s, res, 2, true));
+	ASSERT_OK(run_until_done(s, res, 3, true));
 	ASSERT_EQ(res[0].n, 8);
-	ASSERT_EQ(res[1].finish, SCHED_FINISH_CANCELLED);
-	ASSERT_EQ(res[1].n, 0);
+	ASSERT_EQ(res[1].n, 8);
+	ASSERT_EQ(res[2].finish, SCHED_FINISH_CANCELLED);
+	ASSERT_EQ(res[2].n, 0);
 	ASSERT_ERR(sched_cancel(s, id), -ENOENT);
 	return 0;
 }

@@ -16,7 +16,13 @@ packages=(
 	libmicrohttpd-dev                  # OpenAI-compatible HTTP front end
 	libcurl4-openssl-dev               # remote tiers
 	dbus libglib2.0-bin util-linux curl # private bus and real clients in tests
+	python3-dbus                       # D-Bus Stream clients in the integration tests
+	libxml2-utils                      # xmllint: checks the D-Bus policy and polkit files
+	systemd                            # systemd-analyze verify of the unit (not run as init)
 )
+# the official `openai` npm client in the HTTP tests: the machine image ships Node.js with its
+# own npm; Debian's npm package conflicts with that, so install it only where npm is missing
+command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 
 missing=()
 for p in "${packages[@]}"; do

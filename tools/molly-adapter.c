@@ -190,7 +190,8 @@ static int load_sidecar(const char *path, struct meta_build *m)
 		return fail("%s: not a JSON object", path);
 	}
 	r = 0;
-	json_object_object_foreach(root, key, val) {
+	json_object_object_foreach(root, key, val)
+	{
 		if (strcmp(key, "name") == 0) {
 			if (!json_object_is_type(val, json_type_string)) {
 				r = fail("%s: \"name\" is not a string", path);
@@ -287,8 +288,8 @@ static int print_text(const char *path, const struct lora_adapter *a)
 	printf("targets:           %s\n",
 	       lora_targets_format(lora_adapter_targets(a), targets, sizeof(targets)));
 	printf("matrices:          %zu\n", a->n_mats);
-	printf("\n    #  layer  target  rank   n_in  n_out       scale  dtype      A offset   A bytes"
-	       "      B offset   B bytes  A sha256          B sha256\n");
+	printf("\n    #  layer  target  rank   n_in  n_out       scale  dtype      A offset"
+	       "   A bytes      B offset   B bytes  A sha256          B sha256\n");
 	for (size_t i = 0; i < a->n_mats; i++) {
 		const struct lora_mat *m = &a->mats[i];
 		uint64_t ao = 0, bo = 0;
@@ -328,7 +329,8 @@ static int print_json(const char *path, const struct lora_adapter *a)
 	json_object_object_add(root, "path", json_object_new_string(path));
 	json_object_object_add(root, "format",
 			       json_object_new_string(lora_format_name(lora_adapter_format(a))));
-	json_object_object_add(root, "name", json_object_new_string(a->meta.name ? a->meta.name : ""));
+	json_object_object_add(root, "name",
+			       json_object_new_string(a->meta.name ? a->meta.name : ""));
 	arr = json_object_new_array();
 	for (size_t i = 0; i < a->meta.n_domains; i++)
 		json_object_array_add(arr, json_object_new_string(a->meta.domains[i]));
@@ -338,8 +340,9 @@ static int print_json(const char *path, const struct lora_adapter *a)
 		json_object_array_add(arr, json_object_new_string(a->meta.exemplars[i]));
 	json_object_object_add(root, "exemplars", arr);
 	json_object_object_add(root, "content_hash", jhex(a->content_hash));
-	json_object_object_add(root, "base_description",
-			       json_object_new_string(a->base_description ? a->base_description : ""));
+	json_object_object_add(
+		root, "base_description",
+		json_object_new_string(a->base_description ? a->base_description : ""));
 	json_object_object_add(root, "base_fingerprint", jhex(a->base_fingerprint));
 	json_object_object_add(root, "base_weights_hash",
 			       a->has_base_weights_hash ? jhex(a->base_weights_hash) : NULL);
@@ -357,14 +360,18 @@ static int print_json(const char *path, const struct lora_adapter *a)
 		uint8_t sha[32];
 
 		json_object_object_add(o, "layer", json_object_new_int64(m->layer));
-		json_object_object_add(o, "target", json_object_new_string(lora_target_name(m->target)));
+		json_object_object_add(o, "target",
+				       json_object_new_string(lora_target_name(m->target)));
 		json_object_object_add(o, "rank", json_object_new_int64(m->rank));
 		json_object_object_add(o, "n_in", json_object_new_int64(m->n_in));
 		json_object_object_add(o, "n_out", json_object_new_int64(m->n_out));
 		json_object_object_add(o, "scale", json_object_new_double(m->scale));
-		json_object_object_add(o, "dtype", json_object_new_string(quant_type_name(m->dtype)));
-		json_object_object_add(o, "a_bytes", json_object_new_int64((int64_t) lora_mat_bytes(m, false)));
-		json_object_object_add(o, "b_bytes", json_object_new_int64((int64_t) lora_mat_bytes(m, true)));
+		json_object_object_add(o, "dtype",
+				       json_object_new_string(quant_type_name(m->dtype)));
+		json_object_object_add(o, "a_bytes",
+				       json_object_new_int64((int64_t) lora_mat_bytes(m, false)));
+		json_object_object_add(o, "b_bytes",
+				       json_object_new_int64((int64_t) lora_mat_bytes(m, true)));
 		if (lora_file_tensor_info(a, i, false, &off, sha) == 0) {
 			json_object_object_add(o, "a_offset", json_object_new_int64((int64_t) off));
 			json_object_object_add(o, "a_sha256", jhex(sha));
@@ -376,7 +383,8 @@ static int print_json(const char *path, const struct lora_adapter *a)
 		json_object_array_add(mats, o);
 	}
 	json_object_object_add(root, "matrices", mats);
-	puts(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
+	puts(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
+							  JSON_C_TO_STRING_SPACED |
 							  JSON_C_TO_STRING_NOSLASHESCAPE));
 	json_object_put(root);
 	return 0;
@@ -527,7 +535,8 @@ static int cmd_import(int argc, char **argv)
 	if (r)
 		return r;
 	if (args.n_pos != 2)
-		return fail("import: need SRC and OUT (molly-adapter import SRC OUT --base MODEL.gguf)");
+		return fail("import: need SRC and OUT (molly-adapter import SRC OUT --base "
+			    "MODEL.gguf)");
 	if (!args.base)
 		return fail("import: --base MODEL.gguf is required (the model the adapter is for)");
 	if ((args.sidecar && (r = load_sidecar(args.sidecar, &mb))) ||
@@ -543,8 +552,10 @@ static int cmd_import(int argc, char **argv)
 	r = load_base(args.base, &base);
 	if (!r)
 		r = open_adapter(args.pos[0],
-				 &(struct lora_open_opts){ .base = base, .skip_unsupported = args.skip,
-							   .dtype = args.dtype, .name = mb.name },
+				 &(struct lora_open_opts){ .base = base,
+							   .skip_unsupported = args.skip,
+							   .dtype = args.dtype,
+							   .name = mb.name },
 				 &a);
 	if (r) {
 		meta_build_done(&mb);
@@ -560,7 +571,8 @@ static int cmd_import(int argc, char **argv)
 	/* Information only, and the slow part on big models: every base weight is read. */
 	lora_base_weights_hash(base, weights_hash);
 	r = lora_file_write(a, args.pos[1],
-			    &(struct lora_write_opts){ .dtype = args.dtype, .meta = &meta,
+			    &(struct lora_write_opts){ .dtype = args.dtype,
+						       .meta = &meta,
 						       .base_weights_hash = weights_hash },
 			    &e);
 	meta_build_done(&mb);
@@ -569,7 +581,8 @@ static int cmd_import(int argc, char **argv)
 	r = open_adapter(args.pos[1], &(struct lora_open_opts){ .base = base }, &check);
 	if (r)
 		return r;
-	printf("%s: %zu matrices (max rank %" PRIu32 ", targets %s, %s) for %s, content sha256 %s\n",
+	printf("%s: %zu matrices (max rank %" PRIu32
+	       ", targets %s, %s) for %s, content sha256 %s\n",
 	       args.pos[1], check->n_mats, check->max_rank,
 	       lora_targets_format(lora_adapter_targets(check), targets, sizeof(targets)),
 	       quant_type_name(check->mats[0].dtype), check->base_description,
@@ -605,9 +618,9 @@ static int cmd_inspect(int argc, char **argv, bool verify)
 				return fail("out of memory");
 			r = lora_adapter_read(a, i, b, buf, n);
 			if (r < 0)
-				return fail("%s: matrix %zu (layer %" PRIu32 " %s) %s: %s", args.pos[0],
-					    i, a->mats[i].layer, lora_target_name(a->mats[i].target),
-					    b ? "B" : "A",
+				return fail("%s: matrix %zu (layer %" PRIu32 " %s) %s: %s",
+					    args.pos[0], i, a->mats[i].layer,
+					    lora_target_name(a->mats[i].target), b ? "B" : "A",
 					    r == -EBADMSG ? "checksum mismatch (corrupt data)"
 							  : strerror(-r));
 		}

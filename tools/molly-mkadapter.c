@@ -55,7 +55,16 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *ret)
 
 int main(int argc, char **argv)
 {
-	enum { OPT_BASE = 0x100, OPT_RANK, OPT_ALPHA, OPT_TARGETS, OPT_SEED, OPT_DTYPE, OPT_FORMAT, OPT_OUT };
+	enum {
+		OPT_BASE = 0x100,
+		OPT_RANK,
+		OPT_ALPHA,
+		OPT_TARGETS,
+		OPT_SEED,
+		OPT_DTYPE,
+		OPT_FORMAT,
+		OPT_OUT
+	};
 	static const struct option options[] = {
 		{ "base", required_argument, NULL, OPT_BASE },
 		{ "rank", required_argument, NULL, OPT_RANK },

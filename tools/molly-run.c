@@ -380,7 +380,9 @@ static int load_loras(const struct options *o, const struct model *m, struct loa
 {
 	l->page_bytes = 1 << 16;
 	for (size_t i = 0; i < o->n_loras; i++) {
-		struct lora_open_opts lo = { .base = m, .skip_unsupported = o->skip_unsupported };
+		/* keep_f32: an F32 file is computed in F32, as it was published */
+		struct lora_open_opts lo = { .base = m, .skip_unsupported = o->skip_unsupported,
+					     .keep_f32 = true };
 		struct errmsg e = {}, warn = {};
 		int r;
 

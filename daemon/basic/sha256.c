@@ -42,7 +42,8 @@ static void compress(uint32_t s[8], const uint8_t *p)
 	for (int i = 0; i < 64; i++) {
 		uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) +
 			      K[i] + w[i];
-		uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+		uint32_t t2 =
+			(rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
 
 		h = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
 	}

@@ -15,12 +15,12 @@
 #include <stdint.h>
 
 #define SHA256_DIGEST_SIZE 32
-#define SHA256_HEX_SIZE 65 /* 64 hex digits and a NUL */
+#define SHA256_HEX_SIZE    65 /* 64 hex digits and a NUL */
 
 struct sha256_ctx {
 	uint32_t state[8];
-	uint64_t n_bytes;   /* total bytes fed so far */
-	uint8_t buf[64];    /* pending partial block */
+	uint64_t n_bytes; /* total bytes fed so far */
+	uint8_t buf[64];  /* pending partial block */
 	size_t n_buf;
 };
 

@@ -11,15 +11,21 @@
  * Signed x signed byte products use _mm256_maddubs_epi16 (unsigned x signed) with the
  * sign of the weight moved onto the activation: |w| * (y * sign(w)). That is exact as
  * long as the activation is never -128 (negating it would wrap), which holds because
- * every activation quantizer here produces -127..127; weights may be -128 (|w| = 128 is
- * a valid unsigned byte). Pair sums stay below 2 * 128 * 127 < 32767, so no saturation.
+ * every activation quantizer here produces -127..127 (-128 only for NaN input, or in a
+ * block whose scale underflowed to 0, where the products do not matter); weights may be
+ * -128 (|w| = 128 is a valid unsigned byte). Pair sums stay below 2 * 128 * 127 < 32767, so
+ * no saturation.
  */
 #if defined(__x86_64__)
 
 #include <immintrin.h>
+#include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
+#include "../basic/macro.h"
 #include "kernels.h"
+
 
 static inline float hsum_f32x8(__m256 v)
 {
@@ -448,6 +454,408 @@ static float dot_q6_K_avx2(int64_t n, const void *w, const void *x)
 	return hsum_f32x8(acc);
 }
 
+/* ---- tile products (matmul) ----
+ *
+ * A tile is R weight rows x C activation rows (tokens). Every (row, token) pair has its own
+ * 8-lane float accumulator, updated once per block (Q8_0, Q4_0) or per 8 values (F32, F16)
+ * by the same instructions in the same order whatever R and C are, then reduced by the same
+ * horizontal sum: a pair's result does not depend on which tile computed it (matmul.h
+ * promises results independent of the batch and the thread count). What a tile saves is
+ * the per-row and per-token work — loads, |w| for the sign trick, fp16 scale conversions —
+ * done once per block for the tile instead of once per pair.
+ *
+ * Each shape R x C (1..TILE_MAX each) is its own function, generated from one always-inline
+ * body with constant R and C, so the accumulators live in registers.
+ */
+#define INLINE static inline __attribute__((always_inline))
+#define TILE_MAX 4
+
+typedef void (*tile_fn)(int64_t n, const char *w, size_t ws, const char *x, size_t xs, float *y,
+			size_t ys);
+
+/* An fp16 scale, converted and broadcast to 8 lanes. */
+INLINE __m256 fp16_bcast(uint16_t h)
+{
+	return _mm256_cvtph_ps(_mm_set1_epi16((short) h));
+}
+
+/* One block of a Q8_0 or Q4_0 (q4) tile into the accumulators acc. */
+INLINE void tile_q8_block(const int R, const int C, const bool q4, int64_t b, const char *w,
+			  size_t ws, const char *x, size_t xs, __m256 acc[TILE_MAX][TILE_MAX])
+{
+	const size_t wbytes = q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
+	const __m256i ones = _mm256_set1_epi16(1);
+	__m256i wv[TILE_MAX], aw[TILE_MAX];
+	__m256 dw[TILE_MAX];
+
+	for (int r = 0; r < R; r++) {
+		const char *blk = w + (size_t) r * ws + (size_t) b * wbytes;
+
+		if (q4) {
+			const struct block_q4_0 *a = (const struct block_q4_0 *) blk;
+			wv[r] = unpack_q4_0(a->qs);
+			dw[r] = fp16_bcast(a->d);
+		} else {
+			const struct block_q8_0 *a = (const struct block_q8_0 *) blk;
+			wv[r] = _mm256_loadu_si256((const __m256i *) a->qs);
+			dw[r] = fp16_bcast(a->d);
+		}
+		aw[r] = _mm256_sign_epi8(wv[r], wv[r]);
+	}
+	for (int c = 0; c < C; c++) {
+		const struct block_q8_0 *bx = (const struct block_q8_0 *) (x + (size_t) c * xs) + b;
+		const __m256i yv = _mm256_loadu_si256((const __m256i *) bx->qs);
+		const __m256 dx = fp16_bcast(bx->d);
+
+		for (int r = 0; r < R; r++) {
+			const __m256i p = _mm256_madd_epi16(
+				_mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(yv, wv[r])), ones);
+
+			acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], dx), _mm256_cvtepi32_ps(p),
+						    acc[r][c]);
+		}
+	}
+}
+
+/*
+ * Q8_0 or Q4_0 weights (q4) against Q8_0 activations. Per pair this is exactly
+ * dot_q8_0_avx2() / dot_q4_0_avx2(): even blocks into one accumulator, odd ones into another,
+ * then hsum(acc0 + acc1) — the order whose logits the reference tests were tuned on (a
+ * different order moves some activations across a Q8_0 rounding boundary in the next layer,
+ * which on the tiny Q4_0 model shifts the logits by 3e-2).
+ */
+INLINE void tile_q8(const int R, const int C, const bool q4, int64_t n, const char *w, size_t ws,
+		    const char *x, size_t xs, float *y, size_t ys)
+{
+	const int64_t nb = n / QK8_0;
+	__m256 acc0[TILE_MAX][TILE_MAX], acc1[TILE_MAX][TILE_MAX];
+	int64_t b = 0;
+
+	for (int r = 0; r < R; r++)
+		for (int c = 0; c < C; c++)
+			acc0[r][c] = acc1[r][c] = _mm256_setzero_ps();
+	for (; b + 2 <= nb; b += 2) {
+		tile_q8_block(R, C, q4, b, w, ws, x, xs, acc0);
+		tile_q8_block(R, C, q4, b + 1, w, ws, x, xs, acc1);
+	}
+	if (b < nb)
+		tile_q8_block(R, C, q4, b, w, ws, x, xs, acc0);
+	for (int r = 0; r < R; r++)
+		for (int c = 0; c < C; c++)
+			y[(size_t) c * ys + r] = hsum_f32x8(_mm256_add_ps(acc0[r][c], acc1[r][c]));
+}
+
+/* F32 or F16 (f16) weights against activations of the same type; any n (a scalar tail). */
+INLINE void tile_flt(const int R, const int C, const bool f16, int64_t n, const char *w,
+		     size_t ws, const char *x, size_t xs, float *y, size_t ys)
+{
+	const size_t vb = f16 ? 2 : 4;
+	__m256 acc[TILE_MAX][TILE_MAX];
+	int64_t i = 0;
+
+	for (int r = 0; r < R; r++)
+		for (int c = 0; c < C; c++)
+			acc[r][c] = _mm256_setzero_ps();
+	for (; i + 8 <= n; i += 8) {
+		__m256 wv[TILE_MAX];
+
+		for (int r = 0; r < R; r++) {
+			const char *p = w + (size_t) r * ws + (size_t) i * vb;
+			wv[r] = f16 ? load_f16x8((const uint16_t *) p) : _mm256_loadu_ps((const float *) p);
+		}
+		for (int c = 0; c < C; c++) {
+			const char *p = x + (size_t) c * xs + (size_t) i * vb;
+			const __m256 xv = f16 ? load_f16x8((const uint16_t *) p)
+					      : _mm256_loadu_ps((const float *) p);
+
+			for (int r = 0; r < R; r++)
+				acc[r][c] = _mm256_fmadd_ps(wv[r], xv, acc[r][c]);
+		}
+	}
+	for (int r = 0; r < R; r++)
+		for (int c = 0; c < C; c++) {
+			const char *wr = w + (size_t) r * ws, *xc = x + (size_t) c * xs;
+			float s = hsum_f32x8(acc[r][c]);
+
+			for (int64_t k = i; k < n; k++)
+				s = f16 ? fmaf(fp16(((const uint16_t *) wr)[k]), fp16(((const uint16_t *) xc)[k]), s)
+					: fmaf(((const float *) wr)[k], ((const float *) xc)[k], s);
+			y[(size_t) c * ys + r] = s;
+		}
+}
+
+#define TILE_DEFINE(name, body, arg, R, C)                                                        \
+	static void name##_##R##x##C(int64_t n, const char *w, size_t ws, const char *x, size_t xs, \
+				     float *y, size_t ys)                                           \
+	{                                                                                         \
+		body(R, C, arg, n, w, ws, x, xs, y, ys);                                          \
+	}
+#define TILE_ROW(name, body, arg, R)                                                              \
+	TILE_DEFINE(name, body, arg, R, 1)                                                        \
+	TILE_DEFINE(name, body, arg, R, 2)                                                        \
+	TILE_DEFINE(name, body, arg, R, 3)                                                        \
+	TILE_DEFINE(name, body, arg, R, 4)
+#define TILE_TABLE(name, body, arg)                                                               \
+	TILE_ROW(name, body, arg, 1)                                                              \
+	TILE_ROW(name, body, arg, 2)                                                              \
+	TILE_ROW(name, body, arg, 3)                                                              \
+	TILE_ROW(name, body, arg, 4)                                                              \
+	static const tile_fn name[TILE_MAX][TILE_MAX] = {                                         \
+		{ name##_1x1, name##_1x2, name##_1x3, name##_1x4 },                               \
+		{ name##_2x1, name##_2x2, name##_2x3, name##_2x4 },                               \
+		{ name##_3x1, name##_3x2, name##_3x3, name##_3x4 },                               \
+		{ name##_4x1, name##_4x2, name##_4x3, name##_4x4 },                               \
+	};
+
+TILE_TABLE(tiles_q8_0, tile_q8, false)
+TILE_TABLE(tiles_q4_0, tile_q8, true)
+TILE_TABLE(tiles_f32, tile_flt, false)
+TILE_TABLE(tiles_f16, tile_flt, true)
+
+/* Covers nr x nc with tiles of rt x ct (smaller ones at the edges), row tiles outermost: a
+ * tile's weight rows stay in L1 while it sweeps the tokens. */
+INLINE void tile_drive(const tile_fn t[TILE_MAX][TILE_MAX], int rt, int ct, int64_t n,
+		       const void *w, size_t ws, int64_t nr, const void *x, size_t xs, int64_t nc,
+		       float *y, size_t ys)
+{
+	for (int64_t r = 0; r < nr; r += rt) {
+		const int R = (int) MIN((int64_t) rt, nr - r);
+
+		for (int64_t c = 0; c < nc; c += ct) {
+			const int C = (int) MIN((int64_t) ct, nc - c);
+
+			t[R - 1][C - 1](n, (const char *) w + (size_t) r * ws, ws,
+					(const char *) x + (size_t) c * xs, xs, y + (size_t) c * ys + r, ys);
+		}
+	}
+}
+
+/* Tile shapes, measured on Zen 3 (single core, 2048-value rows, 256 rows x 64 tokens; see
+ * docs/PERFORMANCE.md): one token (decode) takes 4 rows at a time; batches take 4 rows x 4
+ * tokens for Q8_0/Q4_0 (Q8_0: 32.7 GMAC/s against 18.7 pair by pair) and 3 x 4 for F32/F16
+ * (31 GMAC/s, 66% of the core's FMA peak; 4 x 4 runs out of registers). */
+void quant_gemm_q8_0_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
+			  size_t xs, int64_t nc, float *y, size_t ys)
+{
+	if (nc == 1)
+		tile_drive(tiles_q8_0, 4, 1, n, w, ws, nr, x, xs, nc, y, ys);
+	else
+		tile_drive(tiles_q8_0, 4, 4, n, w, ws, nr, x, xs, nc, y, ys);
+}
+
+void quant_gemm_q4_0_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
+			  size_t xs, int64_t nc, float *y, size_t ys)
+{
+	if (nc == 1)
+		tile_drive(tiles_q4_0, 4, 1, n, w, ws, nr, x, xs, nc, y, ys);
+	else
+		tile_drive(tiles_q4_0, 4, 4, n, w, ws, nr, x, xs, nc, y, ys);
+}
+
+void quant_gemm_f32_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
+			 size_t xs, int64_t nc, float *y, size_t ys)
+{
+	if (nc == 1)
+		tile_drive(tiles_f32, 4, 1, n, w, ws, nr, x, xs, nc, y, ys);
+	else
+		tile_drive(tiles_f32, 3, 4, n, w, ws, nr, x, xs, nc, y, ys);
+}
+
+void quant_gemm_f16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
+			 size_t xs, int64_t nc, float *y, size_t ys)
+{
+	if (nc == 1)
+		tile_drive(tiles_f16, 4, 1, n, w, ws, nr, x, xs, nc, y, ys);
+	else
+		tile_drive(tiles_f16, 3, 4, n, w, ws, nr, x, xs, nc, y, ys);
+}
+
+/* ---- packed (repacked at load) Q8_0 and Q4_0: 8 rows interleaved (quant.h) ----
+ *
+ * One 256-bit register holds 4 consecutive values of each of 8 rows; a token's 4 matching
+ * activation bytes are broadcast to all 8 lanes, so the integer sums land with one row per
+ * lane: no horizontal sums, and one float multiply-add per block serves 8 rows. A block's
+ * integer sums are exact, and each row's lane then takes acc = fma(isum, dw * dx, acc) in
+ * block order, which the scalar reference (quant.c) reproduces bit for bit.
+ *
+ * Q8_0: per 4-value chunk and token, sign + maddubs + madd + add (the sign trick, as above).
+ * Q4_0: the nibbles stay unsigned (0..15): maddubs(q, y) needs no sign trick, and its pair
+ * sums (at most 2*15*127) can be added in 16 bits over a whole block (8 chunks: 30480 <
+ * 32767) before one madd; the -8 offset is taken off once per block as 8 * sum(y).
+ */
+#define PTILE_C 6
+
+/*
+ * Software prefetch PREFETCH_BYTES ahead of the weight stream. A group is one sequential
+ * stream that the hardware prefetcher follows, but on the Zen 3 VM we measure, decode (one
+ * token: memory-bound) reached ~0.78 of the machine's plain read bandwidth without it and
+ * ~0.9 with it (interleaved runs, median; 512-4096 bytes tried, 1024 best).
+ */
+#define PREFETCH_BYTES 1024
+
+INLINE void prefetch_ahead(const uint8_t *g, size_t block_bytes)
+{
+	for (size_t l = 0; l < block_bytes; l += 64)
+		_mm_prefetch((const char *) g + PREFETCH_BYTES + l, _MM_HINT_T0);
+}
+
+INLINE void ptile_q8_0(const int C, int64_t nb, const uint8_t *g, const char *x, size_t xs,
+		       float *y, size_t ys, int rows)
+{
+	const __m256i ones = _mm256_set1_epi16(1);
+	__m256 acc[PTILE_C];
+
+	for (int c = 0; c < C; c++)
+		acc[c] = _mm256_setzero_ps();
+	for (int64_t b = 0; b < nb; b++, g += QUANT_PACKED_Q8_0_BLOCK) {
+		prefetch_ahead(g, QUANT_PACKED_Q8_0_BLOCK);
+		const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) g));
+		__m256i isum[PTILE_C];
+
+		for (int c = 0; c < C; c++)
+			isum[c] = _mm256_setzero_si256();
+		for (int k = 0; k < 8; k++) {
+			const __m256i w = _mm256_loadu_si256((const __m256i *) (g + 16 + 32 * k));
+			const __m256i aw = _mm256_sign_epi8(w, w);
+
+			for (int c = 0; c < C; c++) {
+				const struct block_q8_0 *bx = (const struct block_q8_0 *) (x + (size_t) c * xs) + b;
+				int32_t y4;
+
+				memcpy(&y4, bx->qs + 4 * k, 4);
+				const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(y4), w));
+				isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p, ones));
+			}
+		}
+		for (int c = 0; c < C; c++) {
+			const struct block_q8_0 *bx = (const struct block_q8_0 *) (x + (size_t) c * xs) + b;
+
+			acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]),
+						 _mm256_mul_ps(dw, fp16_bcast(bx->d)), acc[c]);
+		}
+	}
+	for (int c = 0; c < C; c++) {
+		if (rows == 8) {
+			_mm256_storeu_ps(y + (size_t) c * ys, acc[c]);
+		} else {
+			float t[8];
+
+			_mm256_storeu_ps(t, acc[c]);
+			memcpy(y + (size_t) c * ys, t, (size_t) rows * sizeof(float));
+		}
+	}
+}
+
+INLINE void ptile_q4_0(const int C, int64_t nb, const uint8_t *g, const char *x, size_t xs,
+		       const int16_t *sums, float *y, size_t ys, int rows)
+{
+	const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xf);
+	__m256 acc[PTILE_C];
+
+	for (int c = 0; c < C; c++)
+		acc[c] = _mm256_setzero_ps();
+	for (int64_t b = 0; b < nb; b++, g += QUANT_PACKED_Q4_0_BLOCK) {
+		prefetch_ahead(g, QUANT_PACKED_Q4_0_BLOCK);
+		const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) g));
+		__m256i s16[PTILE_C];
+
+		for (int c = 0; c < C; c++)
+			s16[c] = _mm256_setzero_si256();
+		for (int k = 0; k < 4; k++) {
+			const __m256i raw = _mm256_loadu_si256((const __m256i *) (g + 16 + 32 * k));
+			const __m256i lo = _mm256_and_si256(raw, m4);
+			const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+
+			for (int c = 0; c < C; c++) {
+				const struct block_q8_0 *bx = (const struct block_q8_0 *) (x + (size_t) c * xs) + b;
+				int32_t ylo, yhi;
+
+				memcpy(&ylo, bx->qs + 4 * k, 4);
+				memcpy(&yhi, bx->qs + 16 + 4 * k, 4);
+				s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(ylo)));
+				s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(yhi)));
+			}
+		}
+		for (int c = 0; c < C; c++) {
+			const struct block_q8_0 *bx = (const struct block_q8_0 *) (x + (size_t) c * xs) + b;
+			const __m256i isum = _mm256_sub_epi32(_mm256_madd_epi16(s16[c], ones),
+							      _mm256_set1_epi32(8 * sums[(size_t) c * nb + b]));
+
+			acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
+						 _mm256_mul_ps(dw, fp16_bcast(bx->d)), acc[c]);
+		}
+	}
+	for (int c = 0; c < C; c++) {
+		if (rows == 8) {
+			_mm256_storeu_ps(y + (size_t) c * ys, acc[c]);
+		} else {
+			float t[8];
+
+			_mm256_storeu_ps(t, acc[c]);
+			memcpy(y + (size_t) c * ys, t, (size_t) rows * sizeof(float));
+		}
+	}
+}
+
+typedef void (*ptile_fn)(int64_t nb, const uint8_t *g, const char *x, size_t xs,
+			 const int16_t *sums, float *y, size_t ys, int rows);
+
+#define PTILE_DEFINE(C)                                                                           \
+	static void ptile_q8_0_##C(int64_t nb, const uint8_t *g, const char *x, size_t xs,          \
+				   const int16_t *sums, float *y, size_t ys, int rows)              \
+	{                                                                                         \
+		(void) sums;                                                                      \
+		ptile_q8_0(C, nb, g, x, xs, y, ys, rows);                                         \
+	}                                                                                         \
+	static void ptile_q4_0_##C(int64_t nb, const uint8_t *g, const char *x, size_t xs,          \
+				   const int16_t *sums, float *y, size_t ys, int rows)              \
+	{                                                                                         \
+		ptile_q4_0(C, nb, g, x, xs, sums, y, ys, rows);                                   \
+	}
+PTILE_DEFINE(1)
+PTILE_DEFINE(2)
+PTILE_DEFINE(3)
+PTILE_DEFINE(4)
+PTILE_DEFINE(5)
+PTILE_DEFINE(6)
+
+static const ptile_fn ptiles_q8_0[PTILE_C] = { ptile_q8_0_1, ptile_q8_0_2, ptile_q8_0_3,
+					       ptile_q8_0_4, ptile_q8_0_5, ptile_q8_0_6 };
+static const ptile_fn ptiles_q4_0[PTILE_C] = { ptile_q4_0_1, ptile_q4_0_2, ptile_q4_0_3,
+					       ptile_q4_0_4, ptile_q4_0_5, ptile_q4_0_6 };
+
+/* Token tiles outermost: a tile's activations stay in L1 while it sweeps the row groups,
+ * whose weights (one matmul chunk) stay in L2. */
+static void ptile_drive(const ptile_fn *t, size_t block_bytes, int64_t n, const void *w,
+			int64_t nr, const void *x, size_t xs, const int16_t *sums, int64_t nc,
+			float *y, size_t ys)
+{
+	const int64_t nb = n / QK8_0;
+	const size_t group_bytes = (size_t) nb * block_bytes;
+
+	for (int64_t c = 0; c < nc; c += PTILE_C) {
+		const int C = (int) MIN((int64_t) PTILE_C, nc - c);
+
+		for (int64_t r = 0; r < nr; r += 8)
+			t[C - 1](nb, (const uint8_t *) w + (size_t) (r / 8) * group_bytes,
+				 (const char *) x + (size_t) c * xs, xs, sums ? sums + (size_t) c * nb : NULL,
+				 y + (size_t) c * ys + r, ys, (int) MIN((int64_t) 8, nr - r));
+	}
+}
+
+void quant_gemm_packed_q8_0_avx2(int64_t n, const void *w, int64_t nr, const void *x, size_t xs,
+				 const int16_t *sums, int64_t nc, float *y, size_t ys)
+{
+	ptile_drive(ptiles_q8_0, QUANT_PACKED_Q8_0_BLOCK, n, w, nr, x, xs, NULL, nc, y, ys);
+	(void) sums;
+}
+
+void quant_gemm_packed_q4_0_avx2(int64_t n, const void *w, int64_t nr, const void *x, size_t xs,
+				 const int16_t *sums, int64_t nc, float *y, size_t ys)
+{
+	ptile_drive(ptiles_q4_0, QUANT_PACKED_Q4_0_BLOCK, n, w, nr, x, xs, sums, nc, y, ys);
+}
+
 const struct quant_kernels quant_kernels_avx2 = {
 	.name = "avx2",
 	.quantize_f16 = quantize_f16_avx2,
@@ -461,6 +869,12 @@ const struct quant_kernels quant_kernels_avx2 = {
 	.dot_q4_0 = dot_q4_0_avx2,
 	.dot_q4_K = dot_q4_K_avx2,
 	.dot_q6_K = dot_q6_K_avx2,
+	.gemm_f32 = quant_gemm_f32_avx2,
+	.gemm_f16 = quant_gemm_f16_avx2,
+	.gemm_q8_0 = quant_gemm_q8_0_avx2,
+	.gemm_q4_0 = quant_gemm_q4_0_avx2,
+	.gemm_packed_q8_0 = quant_gemm_packed_q8_0_avx2,
+	.gemm_packed_q4_0 = quant_gemm_packed_q4_0_avx2,
 };
 
 #endif /* __x86_64__ */

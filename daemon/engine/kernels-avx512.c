@@ -65,12 +65,21 @@ INLINE __m512i dot_i8i8(__m512i w, __m512i y, bool vnni)
 	return dot_u8i8(_mm512_abs_epi8(w), sy, vnni);
 }
 
+/* Hides v from the optimizer: clang fuses a madd followed by an add into the VNNI
+ * instruction vpdpwssd when the file is compiled with -mavx512vnni, which the "avx512"
+ * kernels must not contain. */
+INLINE __m512i opaque(__m512i v)
+{
+	__asm__("" : "+v"(v));
+	return v;
+}
+
 /* acc + the int16 pair products p16 * scale16, summed in pairs. */
 INLINE __m512i madd_acc(__m512i acc, __m512i p16, __m512i scale16, bool vnni)
 {
 	if (vnni)
 		return _mm512_dpwssd_epi32(acc, p16, scale16);
-	return _mm512_add_epi32(acc, _mm512_madd_epi16(p16, scale16));
+	return _mm512_add_epi32(acc, opaque(_mm512_madd_epi16(p16, scale16)));
 }
 
 /* ---- activation conversions ---- */
@@ -437,6 +446,13 @@ const struct quant_kernels quant_kernels_avx512 = {
 	.dot_q4_0 = dot_q4_0_avx512,
 	.dot_q4_K = dot_q4_K_avx512,
 	.dot_q6_K = dot_q6_K_avx512,
+	/* AVX2 tiles (the same code the AVX2 level runs and tests): no AVX-512 tile kernels yet */
+	.gemm_f32 = quant_gemm_f32_avx2,
+	.gemm_f16 = quant_gemm_f16_avx2,
+	.gemm_q8_0 = quant_gemm_q8_0_avx2,
+	.gemm_q4_0 = quant_gemm_q4_0_avx2,
+	.gemm_packed_q8_0 = quant_gemm_packed_q8_0_avx2,
+	.gemm_packed_q4_0 = quant_gemm_packed_q4_0_avx2,
 };
 
 /* Conversions and float dots have no VNNI variant: shared with the table above. */
@@ -453,6 +469,12 @@ const struct quant_kernels quant_kernels_avx512vnni = {
 	.dot_q4_0 = dot_q4_0_avx512vnni,
 	.dot_q4_K = dot_q4_K_avx512vnni,
 	.dot_q6_K = dot_q6_K_avx512vnni,
+	.gemm_f32 = quant_gemm_f32_avx2,
+	.gemm_f16 = quant_gemm_f16_avx2,
+	.gemm_q8_0 = quant_gemm_q8_0_avx2,
+	.gemm_q4_0 = quant_gemm_q4_0_avx2,
+	.gemm_packed_q8_0 = quant_gemm_packed_q8_0_avx2,
+	.gemm_packed_q4_0 = quant_gemm_packed_q4_0_avx2,
 };
 
 #endif /* __x86_64__ */

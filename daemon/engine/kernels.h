@@ -87,6 +87,10 @@ static inline void q4_K_unpack_scales(const uint8_t *s, uint8_t sc[8], uint8_t m
 	memcpy(m, w + 2, 8);
 }
 
+typedef void (*quant_gemm_packed_fn)(int64_t n, const void *w, int64_t nr, const void *x,
+				     size_t x_stride, const int16_t *x_sums, int64_t nc, float *y,
+				     size_t y_stride);
+
 struct quant_kernels {
 	const char *name; /* the level's name, as quant_simd_level() reports it */
 
@@ -105,6 +109,16 @@ struct quant_kernels {
 	float (*dot_q4_0)(int64_t n, const void *w, const void *x);
 	float (*dot_q4_K)(int64_t n, const void *w, const void *x);
 	float (*dot_q6_K)(int64_t n, const void *w, const void *x);
+
+	/* Tile products (quant_gemm() in quant.h); NULL where the level has none for a type,
+	 * and quant.c then loops over the level's dot product, pair by pair. */
+	quant_gemm_fn gemm_f32;
+	quant_gemm_fn gemm_f16;
+	quant_gemm_fn gemm_q8_0;
+	quant_gemm_fn gemm_q4_0;
+	/* Packed tile products (quant_gemm_packed()); NULL: the scalar reference. */
+	quant_gemm_packed_fn gemm_packed_q8_0;
+	quant_gemm_packed_fn gemm_packed_q4_0;
 };
 
 extern const struct quant_kernels quant_kernels_scalar; /* quant.c */
@@ -112,4 +126,20 @@ extern const struct quant_kernels quant_kernels_scalar; /* quant.c */
 extern const struct quant_kernels quant_kernels_avx2;       /* kernels-avx2.c */
 extern const struct quant_kernels quant_kernels_avx512;     /* kernels-avx512.c */
 extern const struct quant_kernels quant_kernels_avx512vnni; /* kernels-avx512.c */
+
+/* The AVX2 tile products, which the AVX-512 tables share (kernels-avx2.c). */
+void quant_gemm_f32_avx2(int64_t n, const void *w, size_t w_stride, int64_t nr, const void *x,
+			 size_t x_stride, int64_t nc, float *y, size_t y_stride);
+void quant_gemm_f16_avx2(int64_t n, const void *w, size_t w_stride, int64_t nr, const void *x,
+			 size_t x_stride, int64_t nc, float *y, size_t y_stride);
+void quant_gemm_q8_0_avx2(int64_t n, const void *w, size_t w_stride, int64_t nr, const void *x,
+			  size_t x_stride, int64_t nc, float *y, size_t y_stride);
+void quant_gemm_q4_0_avx2(int64_t n, const void *w, size_t w_stride, int64_t nr, const void *x,
+			  size_t x_stride, int64_t nc, float *y, size_t y_stride);
+void quant_gemm_packed_q8_0_avx2(int64_t n, const void *w, int64_t nr, const void *x,
+				 size_t x_stride, const int16_t *x_sums, int64_t nc, float *y,
+				 size_t y_stride);
+void quant_gemm_packed_q4_0_avx2(int64_t n, const void *w, int64_t nr, const void *x,
+				 size_t x_stride, const int16_t *x_sums, int64_t nc, float *y,
+				 size_t y_stride);
 #endif

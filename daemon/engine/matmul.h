@@ -3,9 +3,15 @@
  * matmul.h: y = W·x for a batch of activation rows, W in any supported stored type.
  *
  * Each activation row is converted once to the weight type's dot partner
- * (quant_vec_dot_type(): Q8_0, Q8_K, F16, BF16 or F32, as ggml does), then the output rows
- * are split across the pool's threads; each thread walks its rows and, for every row, all
- * tokens, so a weight row is read from memory once per batch.
+ * (quant_vec_dot_type(): Q8_0, Q8_K, F16, BF16 or F32, as ggml does); then the pool's threads
+ * claim chunks of output rows from a shared counter and compute each chunk against the
+ * batch's tokens as tile products (quant_gemm(), or quant_gemm_packed() for weights repacked
+ * at load), so a weight row is read from memory once per batch (once per ~256 KiB of
+ * activations for wide batches).
+ *
+ * Results: every output (row, token) is the same bits whatever the batch around it and the
+ * thread count (the tile kernels guarantee it per pair); packed and unpacked weights of the
+ * same matrix differ in float summation order only.
  */
 #pragma once
 
@@ -21,6 +27,10 @@ struct weight {
 	int64_t n_in;
 	int64_t n_out;
 	size_t row_bytes;
+	/* NULL, or the same rows packed by quant_pack_rows() (the kernels' preferred layout;
+	 * see quant.h), which matmul() then reads instead of data. Owned by whoever packed
+	 * them (the model). */
+	const void *packed;
 };
 
 /* Bytes of scratch matmul() needs for n_tokens rows of w's input. */

@@ -276,6 +276,51 @@ static char *base_name(const char *path)
 	return strndup(b, n);
 }
 
+/* Repacks the Q8_0/Q4_0 matrices the kernels prefer packed into one owned buffer (model.h). */
+static int repack_weights(struct model *m)
+{
+	const char *env = getenv("MOLLY_REPACK");
+	size_t n = 0, total = 0;
+	struct weight **ws;
+	char *p;
+
+	if (env && strcmp(env, "0") == 0)
+		return 0;
+	ws = calloc((size_t) m->hp.n_layer * 7 + 1, sizeof(*ws));
+	if (!ws)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < m->hp.n_layer; i++) {
+		struct model_layer *L = &m->layers[i];
+		struct weight *lw[] = { &L->wq, &L->wk, &L->wv, &L->wo,
+					&L->ffn_gate, &L->ffn_up, &L->ffn_down };
+
+		for (size_t k = 0; k < ELEMENTSOF(lw); k++)
+			ws[n++] = lw[k];
+	}
+	ws[n++] = &m->output;
+	for (size_t i = 0; i < n; i++)
+		if (quant_packed_preferred(ws[i]->type))
+			total += ALIGN_UP(quant_packed_bytes(ws[i]->type, ws[i]->n_in, ws[i]->n_out), 64);
+	if (total && posix_memalign(&m->packed, 64, total) != 0) {
+		m->packed = NULL;
+		free(ws);
+		return -ENOMEM;
+	}
+	p = m->packed;
+	for (size_t i = 0; i < n && total; i++) {
+		struct weight *w = ws[i];
+
+		if (!quant_packed_preferred(w->type))
+			continue;
+		quant_pack_rows(w->type, w->n_in, w->data, w->row_bytes, w->n_out, p);
+		w->packed = p;
+		p += ALIGN_UP(quant_packed_bytes(w->type, w->n_in, w->n_out), 64);
+	}
+	m->packed_bytes = total;
+	free(ws);
+	return 0;
+}
+
 int model_load(const char *path, struct model **ret, struct errmsg *e)
 {
 	_cleanup_(model_freep) struct model *m = NULL;
@@ -319,6 +364,9 @@ int model_load(const char *path, struct model **ret, struct errmsg *e)
 		m->name = base_name(path);
 	if (!m->name)
 		return -ENOMEM;
+	r = repack_weights(m);
+	if (r < 0)
+		return errmsg_set(e, r, "cannot allocate the repacked weights (MOLLY_REPACK=0 avoids it)");
 
 	*ret = TAKE_PTR(m);
 	return 0;
@@ -330,6 +378,7 @@ struct model *model_free(struct model *m)
 		return NULL;
 	free(m->layers);
 	free(m->owned_f32);
+	free(m->packed);
 	free(m->chat_template);
 	free(m->name);
 	vocab_free(m->vocab);

@@ -8,7 +8,11 @@
  * Llama 3.1 ships) from the metadata; tied or untied output; RMSNorm epsilon from metadata.
  *
  * Weights stay in the mmap'd file in their stored type (F32, F16, BF16, Q8_0, Q4_0, Q4_K,
- * Q6_K); only 1-D tensors (norms, biases) are copied out as F32.
+ * Q6_K); only 1-D tensors (norms, biases) are copied out as F32. Where the CPU has kernels for
+ * it (quant_packed_preferred()), Q8_0 and Q4_0 matrices are also repacked at load into the
+ * kernels' interleaved layout (weight.packed): that costs their size again in anonymous
+ * memory (the file's pages are then only page cache) and ~0.3 s per GB; MOLLY_REPACK=0 in
+ * the environment keeps every matrix mmap'd only.
  *
  * A model is immutable after load and may be shared by many contexts (one per sequence).
  * A model_ctx owns a sequence's KV cache and scratch; use it from one thread at a time.
@@ -75,6 +79,8 @@ struct model {
 	char *chat_template;            /* owned; NULL when the file has none */
 	char *name;                     /* general.name or the file's base name */
 	float *owned_f32;               /* owned storage behind the const float * above */
+	void *packed;                   /* owned: every weight.packed; NULL when none */
+	size_t packed_bytes;
 };
 
 /* Loads path. Errors name the key or tensor that is missing or malformed. */

@@ -971,3 +971,199 @@ float quant_vec_dot_ref(uint32_t type, int64_t n, const void *w_row, const void 
 {
 	return vec_dot(&quant_kernels_scalar, type, n, w_row, x_row);
 }
+
+static void gemm(const struct quant_kernels *k, uint32_t type, int64_t n, const void *w,
+		 size_t w_stride, int64_t nr, const void *x, size_t x_stride, int64_t nc, float *y,
+		 size_t y_stride)
+{
+	quant_gemm_fn fn = NULL;
+
+	assert(quant_type_supported(type) && n >= 0 && n % type_table[type].block_values == 0);
+	switch (type) {
+	case GGML_TYPE_F32:
+		fn = k->gemm_f32;
+		break;
+	case GGML_TYPE_F16:
+		fn = k->gemm_f16;
+		break;
+	case GGML_TYPE_Q8_0:
+		fn = k->gemm_q8_0;
+		break;
+	case GGML_TYPE_Q4_0:
+		fn = k->gemm_q4_0;
+		break;
+	}
+	if (fn) {
+		fn(n, w, w_stride, nr, x, x_stride, nc, y, y_stride);
+		return;
+	}
+	/* no tile kernel: pair by pair, each row against every token while it is in cache */
+	for (int64_t r = 0; r < nr; r++)
+		for (int64_t c = 0; c < nc; c++)
+			y[(size_t) c * y_stride + (size_t) r] =
+				vec_dot(k, type, n, (const char *) w + (size_t) r * w_stride,
+					(const char *) x + (size_t) c * x_stride);
+}
+
+void quant_gemm(uint32_t type, int64_t n, const void *w, size_t w_stride, int64_t nr,
+		const void *x, size_t x_stride, int64_t nc, float *y, size_t y_stride)
+{
+	gemm(kernels(), type, n, w, w_stride, nr, x, x_stride, nc, y, y_stride);
+}
+
+void quant_gemm_ref(uint32_t type, int64_t n, const void *w, size_t w_stride, int64_t nr,
+		    const void *x, size_t x_stride, int64_t nc, float *y, size_t y_stride)
+{
+	gemm(&quant_kernels_scalar, type, n, w, w_stride, nr, x, x_stride, nc, y, y_stride);
+}
+
+/* ---- packed weights ---- */
+
+bool quant_packed_supported(uint32_t type)
+{
+	return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0;
+}
+
+static quant_gemm_packed_fn packed_kernel(const struct quant_kernels *k, uint32_t type)
+{
+	return type == GGML_TYPE_Q8_0 ? k->gemm_packed_q8_0
+	       : type == GGML_TYPE_Q4_0 ? k->gemm_packed_q4_0 : NULL;
+}
+
+bool quant_packed_preferred(uint32_t type)
+{
+	return quant_packed_supported(type) && packed_kernel(kernels(), type);
+}
+
+static size_t packed_block_bytes(uint32_t type)
+{
+	return type == GGML_TYPE_Q8_0 ? QUANT_PACKED_Q8_0_BLOCK : QUANT_PACKED_Q4_0_BLOCK;
+}
+
+size_t quant_packed_bytes(uint32_t type, int64_t n, int64_t n_rows)
+{
+	size_t groups, bytes;
+
+	if (!quant_packed_supported(type) || n < 0 || n % QK8_0 || n_rows < 0)
+		return 0;
+	groups = (size_t) (n_rows + QUANT_PACKED_ROWS - 1) / QUANT_PACKED_ROWS;
+	if (__builtin_mul_overflow(groups, (size_t) (n / QK8_0) * packed_block_bytes(type), &bytes))
+		return 0;
+	return bytes;
+}
+
+void quant_pack_rows(uint32_t type, int64_t n, const void *src, size_t src_stride,
+		     int64_t n_rows, void *dst)
+{
+	const int64_t nb = n / QK8_0;
+	const bool q4 = type == GGML_TYPE_Q4_0;
+	const size_t row_block = q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
+	const int chunks = q4 ? 4 : 8;
+	uint8_t *out = dst;
+
+	assert(quant_packed_supported(type) && n % QK8_0 == 0);
+	for (int64_t r0 = 0; r0 < n_rows; r0 += QUANT_PACKED_ROWS)
+		for (int64_t b = 0; b < nb; b++, out += packed_block_bytes(type)) {
+			/* pad rows: scale 0 and level 0 (Q4_0 nibble 8) */
+			memset(out, 0, 16);
+			memset(out + 16, q4 ? 0x88 : 0, (size_t) chunks * 32);
+			for (int r = 0; r < QUANT_PACKED_ROWS && r0 + r < n_rows; r++) {
+				const uint8_t *blk = (const uint8_t *) src +
+						     (size_t) (r0 + r) * src_stride + (size_t) b * row_block;
+				const uint8_t *qs = blk + 2; /* both block types start with fp16 d */
+
+				memcpy(out + 2 * r, blk, 2);
+				for (int k = 0; k < chunks; k++)
+					memcpy(out + 16 + 32 * k + 4 * r, qs + 4 * k, 4);
+			}
+		}
+}
+
+void quant_q8_0_block_sums(const void *x_row, int64_t n, int16_t *sums)
+{
+	const struct block_q8_0 *x = x_row;
+
+	for (int64_t b = 0; b < n / QK8_0; b++) {
+		int s = 0;
+
+		for (int j = 0; j < QK8_0; j++)
+			s += x[b].qs[j];
+		sums[b] = (int16_t) s; /* |s| <= 32 * 128 */
+	}
+}
+
+/* The reference: per row, per block, the exact integer sum, then one fmaf(), which is what
+ * the SIMD lanes do (cvt + multiply-add), so results are the same bits. */
+static void gemm_packed_scalar(uint32_t type, int64_t n, const void *w, int64_t nr,
+			       const void *x, size_t x_stride, int64_t nc, float *y,
+			       size_t y_stride)
+{
+	const bool q4 = type == GGML_TYPE_Q4_0;
+	const size_t bb = packed_block_bytes(type);
+	const int64_t nb = n / QK8_0;
+
+	for (int64_t r0 = 0; r0 < nr; r0 += QUANT_PACKED_ROWS) {
+		const uint8_t *g = (const uint8_t *) w + (size_t) (r0 / QUANT_PACKED_ROWS) * nb * bb;
+
+		for (int64_t c = 0; c < nc; c++) {
+			const struct block_q8_0 *bx =
+				(const struct block_q8_0 *) ((const char *) x + (size_t) c * x_stride);
+			float acc[QUANT_PACKED_ROWS] = { 0 };
+
+			for (int64_t b = 0; b < nb; b++) {
+				const uint8_t *gb = g + (size_t) b * bb;
+				const int8_t *yq = bx[b].qs;
+				const float dx = fp16_to_f32(bx[b].d);
+
+				for (int r = 0; r < QUANT_PACKED_ROWS; r++) {
+					const uint8_t *q = gb + 16 + 4 * r;
+					uint16_t d;
+					int sum = 0;
+
+					memcpy(&d, gb + 2 * r, 2);
+					for (int k = 0; k < (q4 ? 4 : 8); k++)
+						for (int i = 0; i < 4; i++) {
+							const uint8_t v = q[32 * k + i];
+
+							if (q4)
+								sum += ((v & 0xf) - 8) * yq[4 * k + i] +
+								       ((v >> 4) - 8) * yq[16 + 4 * k + i];
+							else
+								sum += (int8_t) v * yq[4 * k + i];
+						}
+					acc[r] = fmaf((float) sum, fp16_to_f32(d) * dx, acc[r]);
+				}
+			}
+			for (int r = 0; r < QUANT_PACKED_ROWS && r0 + r < nr; r++)
+				y[(size_t) c * y_stride + (size_t) (r0 + r)] = acc[r];
+		}
+	}
+}
+
+static void gemm_packed(const struct quant_kernels *k, uint32_t type, int64_t n, const void *w,
+			int64_t nr, const void *x, size_t x_stride, const int16_t *x_sums,
+			int64_t nc, float *y, size_t y_stride)
+{
+	quant_gemm_packed_fn fn = packed_kernel(k, type);
+
+	assert(quant_packed_supported(type) && n % QK8_0 == 0);
+	assert(type != GGML_TYPE_Q4_0 || x_sums || !fn);
+	if (fn)
+		fn(n, w, nr, x, x_stride, x_sums, nc, y, y_stride);
+	else
+		gemm_packed_scalar(type, n, w, nr, x, x_stride, nc, y, y_stride);
+}
+
+void quant_gemm_packed(uint32_t type, int64_t n, const void *w, int64_t nr, const void *x,
+		       size_t x_stride, const int16_t *x_sums, int64_t nc, float *y,
+		       size_t y_stride)
+{
+	gemm_packed(kernels(), type, n, w, nr, x, x_stride, x_sums, nc, y, y_stride);
+}
+
+void quant_gemm_packed_ref(uint32_t type, int64_t n, const void *w, int64_t nr, const void *x,
+			   size_t x_stride, const int16_t *x_sums, int64_t nc, float *y,
+			   size_t y_stride)
+{
+	gemm_packed(&quant_kernels_scalar, type, n, w, nr, x, x_stride, x_sums, nc, y, y_stride);
+}

@@ -20,8 +20,8 @@
  *   F32→F32, F16→F16, BF16→BF16, Q8_0→Q8_0, Q4_0→Q8_0, Q4_K→Q8_K, Q6_K→Q8_K.
  *
  * Every kernel exists as a portable scalar reference (`_ref`) and, where the CPU has it,
- * a SIMD variant chosen once at start-up by quant_init() (cpuid); the scalar path stays the
- * reference that tests compare against.
+ * a SIMD variant chosen once, on first use (cpuid; no init call needed); the scalar path
+ * stays the reference that tests compare against.
  */
 #pragma once
 
@@ -67,7 +67,8 @@ size_t quant_block_bytes(uint32_t type);
  * block size or the type is unsupported. */
 int64_t quant_row_bytes(uint32_t type, int64_t n);
 
-/* The type an activation row is converted to before a dot product with weights of `type`. */
+/* The type an activation row is converted to before a dot product with weights of `type`;
+ * GGML_TYPE_COUNT_ for Q8_K and unsupported types (no dot product takes them as weights). */
 uint32_t quant_vec_dot_type(uint32_t type);
 
 /* Fills dst (n values of `type`) from x. Supported targets: F32, F16, BF16, Q8_0, Q8_K (the
@@ -79,12 +80,77 @@ void quant_quantize_row(uint32_t type, const float *x, void *dst, int64_t n);
 void quant_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 
 /* Dot product of a weight row of `type` with an activation row already converted to
- * quant_vec_dot_type(type); both n values long. */
+ * quant_vec_dot_type(type) by quant_quantize_row(); both n values long. (The SIMD kernels
+ * rely on that conversion's int8 range, -127..127 for finite input: a hand-made activation
+ * byte of -128 with a nonzero scale would be multiplied wrongly.) */
 float quant_vec_dot(uint32_t type, int64_t n, const void *w_row, const void *x_row);
+
+/*
+ * Tile product: y[c * y_stride + r] = dot(weight row r, activation row c) for r < nr and
+ * c < nc; weight rows (n values of `type`) lie w_stride bytes apart, activation rows
+ * (converted to quant_vec_dot_type(type)) x_stride bytes apart, strides in bytes, y_stride
+ * in floats. This is what matmul() is built on: the SIMD levels compute several rows and
+ * tokens per step, loading each weight block once per tile instead of once per token.
+ * Every (r, c) result is the same bits whatever nr, nc and the position of the pair in the
+ * call are (the forward pass promises per-row results independent of the batch); it may
+ * differ from quant_vec_dot() in float summation order.
+ */
+typedef void (*quant_gemm_fn)(int64_t n, const void *w, size_t w_stride, int64_t nr,
+			       const void *x, size_t x_stride, int64_t nc, float *y,
+			       size_t y_stride);
+void quant_gemm(uint32_t type, int64_t n, const void *w, size_t w_stride, int64_t nr,
+		const void *x, size_t x_stride, int64_t nc, float *y, size_t y_stride);
+
+/*
+ * Packed weights: Q8_0 and Q4_0 matrices repacked once, at load, so that 8 consecutive rows
+ * are interleaved and the kernels compute 8 rows per instruction (one row per vector lane).
+ * Rows go in groups of QUANT_PACKED_ROWS (the last group padded with zero rows); group g
+ * holds, for each block b of 32 values in turn, QUANT_PACKED_*_BLOCK bytes:
+ *   fp16 d[8]                 the 8 rows' scales of block b
+ *   Q8_0: int8 q[8][8][4]     q[k][r][i] = value 4k+i of row r
+ *   Q4_0: uint8 q[4][8][4]    q[k][r][i] = byte 4k+i of row r's block (low nibble: value
+ *                             4k+i, high nibble: value 16+4k+i)
+ * That is the original bytes (plus the padding rows) in another order: no memory is lost
+ * beyond the copy itself.
+ */
+#define QUANT_PACKED_ROWS 8
+#define QUANT_PACKED_Q8_0_BLOCK (16 + 256)
+#define QUANT_PACKED_Q4_0_BLOCK (16 + 128)
+
+/* True for the types that have a packed layout (Q8_0, Q4_0). */
+bool quant_packed_supported(uint32_t type);
+/* True when this CPU has packed kernels for `type` (a SIMD level); the scalar level computes
+ * packed weights correctly, but slower than unpacked ones. */
+bool quant_packed_preferred(uint32_t type);
+/* Bytes of n_rows rows of n values, packed (whole groups); 0 when unsupported or when n is
+ * not a multiple of the block size. */
+size_t quant_packed_bytes(uint32_t type, int64_t n, int64_t n_rows);
+/* Packs n_rows rows of n values (src_stride bytes apart) into dst, quant_packed_bytes() long. */
+void quant_pack_rows(uint32_t type, int64_t n, const void *src, size_t src_stride,
+		     int64_t n_rows, void *dst);
+/* sums[b] = the sum of the 32 int8 of block b of a Q8_0 row of n values (the packed Q4_0
+ * kernels take them, to apply Q4_0's offset of 8 once per block). */
+void quant_q8_0_block_sums(const void *x_row, int64_t n, int16_t *sums);
+/*
+ * quant_gemm() on packed weights: w points at the group that holds the tile's first row (nr
+ * rows from a group boundary on; the pad rows of a last group are not written); x as for
+ * quant_gemm(); x_sums, for Q4_0, holds quant_q8_0_block_sums() of each activation row, n/32
+ * per row back to back (ignored for Q8_0). Per row, per block: the exact integer sum, then
+ * acc = fmaf(sum, d_w * d_x, acc) in block order — the same bits at every SIMD level, in the
+ * scalar reference, and whatever nr and nc are.
+ */
+void quant_gemm_packed(uint32_t type, int64_t n, const void *w, int64_t nr, const void *x,
+		       size_t x_stride, const int16_t *x_sums, int64_t nc, float *y,
+		       size_t y_stride);
 
 /* The scalar reference kernels, always available (tests compare the SIMD ones with them). */
 void quant_quantize_row_ref(uint32_t type, const float *x, void *dst, int64_t n);
 float quant_vec_dot_ref(uint32_t type, int64_t n, const void *w_row, const void *x_row);
+void quant_gemm_ref(uint32_t type, int64_t n, const void *w, size_t w_stride, int64_t nr,
+		    const void *x, size_t x_stride, int64_t nc, float *y, size_t y_stride);
+void quant_gemm_packed_ref(uint32_t type, int64_t n, const void *w, int64_t nr, const void *x,
+			   size_t x_stride, const int16_t *x_sums, int64_t nc, float *y,
+			   size_t y_stride);
 
 /* Which SIMD level quant_vec_dot() dispatches to: "avx512vnni", "avx512", "avx2", "scalar". */
 const char *quant_simd_level(void);

@@ -23,7 +23,7 @@
 #include "peft.h"
 
 static const char *const target_names[LORA_TARGET_COUNT_] = {
-	[LORA_TARGET_Q] = "q",       [LORA_TARGET_K] = "k",   [LORA_TARGET_V] = "v",
+	[LORA_TARGET_Q] = "q",       [LORA_TARGET_K] = "k",       [LORA_TARGET_V] = "v",
 	[LORA_TARGET_O] = "o",       [LORA_TARGET_GATE] = "gate", [LORA_TARGET_UP] = "up",
 	[LORA_TARGET_DOWN] = "down",
 };
@@ -105,9 +105,10 @@ int lora_targets_parse(const char *s, uint32_t *ret_mask, struct errmsg *e)
 				found = true;
 			}
 		if (!found)
-			return errmsg_set(e, -EINVAL,
-					  "unknown target '%.*s' (targets: q, k, v, o, gate, up, down, all)",
-					  (int) MIN(n, (size_t) 64), p);
+			return errmsg_set(
+				e, -EINVAL,
+				"unknown target '%.*s' (targets: q, k, v, o, gate, up, down, all)",
+				(int) MIN(n, (size_t) 64), p);
 		p += n;
 		if (*p == ',')
 			p++;
@@ -122,8 +123,9 @@ size_t lora_mat_bytes(const struct lora_mat *m, bool b_matrix)
 {
 	if (!m)
 		return 0;
-	/* F16 and BF16 rows: 2 bytes a value; u32 × u32 × 2 fits size_t on 64-bit. */
-	return (size_t) m->rank * (b_matrix ? m->n_out : m->n_in) * 2;
+	/* F16/BF16: 2 bytes a value, F32 (keep_f32): 4; u32 · u32 · 4 fits a 64-bit size_t */
+	return (size_t) m->rank * (b_matrix ? m->n_out : m->n_in) *
+	       (m->dtype == GGML_TYPE_F32 ? 4 : 2);
 }
 
 void lora_warn(struct errmsg *warn, const char *fmt, ...)
@@ -270,8 +272,9 @@ int lora_base_dims(const struct model *base, uint32_t layer, enum lora_target t,
 	const struct weight *w;
 
 	if (layer >= base->hp.n_layer)
-		return errmsg_set(e, -EINVAL, "layer %" PRIu32 " is past the base's %" PRIu32 " layers",
-				  layer, base->hp.n_layer);
+		return errmsg_set(e, -EINVAL,
+				  "layer %" PRIu32 " is past the base's %" PRIu32 " layers", layer,
+				  base->hp.n_layer);
 	w = base_weight(base, layer, t);
 	if (!w)
 		return errmsg_set(e, -EINVAL, "unknown target %d", (int) t);
@@ -425,8 +428,7 @@ void lora_content_hash(const struct lora_mat *mats, size_t n, const uint8_t (*a_
 	sha256_final(&c, ret);
 }
 
-int lora_adapter_check_base(const struct lora_adapter *a, const struct model *m,
-			    struct errmsg *e)
+int lora_adapter_check_base(const struct lora_adapter *a, const struct model *m, struct errmsg *e)
 {
 	_cleanup_free_ char *desc = NULL;
 	uint8_t fp[32];
@@ -438,25 +440,27 @@ int lora_adapter_check_base(const struct lora_adapter *a, const struct model *m,
 		return -ENOMEM;
 	lora_base_fingerprint(m, fp);
 	if (memcmp(fp, a->base_fingerprint, 32) != 0)
-		return errmsg_set(e, -EXDEV,
-				  "adapter '%s' was made for base '%s' (fingerprint %.16s), but the "
-				  "loaded base is '%s' (fingerprint %.16s)",
-				  a->meta.name ? a->meta.name : "?",
-				  a->base_description ? a->base_description : "?",
-				  sha256_hex(a->base_fingerprint, h1), desc, sha256_hex(fp, h2));
+		return errmsg_set(
+			e, -EXDEV,
+			"adapter '%s' was made for base '%s' (fingerprint %.16s), but the "
+			"loaded base is '%s' (fingerprint %.16s)",
+			a->meta.name ? a->meta.name : "?",
+			a->base_description ? a->base_description : "?",
+			sha256_hex(a->base_fingerprint, h1), desc, sha256_hex(fp, h2));
 	for (size_t i = 0; i < a->n_mats; i++) {
 		const struct lora_mat *mat = &a->mats[i];
-		uint32_t n_in, n_out;
+		uint32_t n_in = 0, n_out = 0;
 
 		if (lora_base_dims(m, mat->layer, mat->target, &n_in, &n_out, NULL) < 0 ||
 		    n_in != mat->n_in || n_out != mat->n_out)
-			return errmsg_set(e, -EXDEV,
-					  "adapter '%s' (made for base '%s'): layer %" PRIu32
-					  " %s is %" PRIu32 " -> %" PRIu32 ", which does not fit the "
-					  "loaded base '%s'",
-					  a->meta.name ? a->meta.name : "?",
-					  a->base_description ? a->base_description : "?", mat->layer,
-					  lora_target_name(mat->target), mat->n_in, mat->n_out, desc);
+			return errmsg_set(
+				e, -EXDEV,
+				"adapter '%s' (made for base '%s'): layer %" PRIu32
+				" %s is %" PRIu32 " -> %" PRIu32 ", which does not fit the "
+				"loaded base '%s'",
+				a->meta.name ? a->meta.name : "?",
+				a->base_description ? a->base_description : "?", mat->layer,
+				lora_target_name(mat->target), mat->n_in, mat->n_out, desc);
 	}
 	return 0;
 }
@@ -472,9 +476,23 @@ static int cmp_src(const void *x, const void *y)
 	return (int) a->mat.target - (int) b->mat.target;
 }
 
-/* Converts rows × cols values of src_type into dtype (F16/BF16) at dst. */
-static int convert(const void *src, uint32_t src_type, uint32_t rows, uint32_t cols,
-		   uint32_t dtype, uint16_t *dst, const char *name, struct errmsg *e)
+/* Stores v as dtype (F32, F16 or BF16) at dst[i]; false when it overflows the type. */
+static bool store_value(uint32_t dtype, void *dst, size_t i, float v)
+{
+	uint16_t h;
+
+	if (dtype == GGML_TYPE_F32) {
+		memcpy((uint8_t *) dst + 4 * i, &v, 4);
+		return true;
+	}
+	h = dtype == GGML_TYPE_F16 ? f32_to_fp16(v) : f32_to_bf16(v);
+	memcpy((uint8_t *) dst + 2 * i, &h, 2);
+	return isfinite(dtype == GGML_TYPE_F16 ? fp16_to_f32(h) : bf16_to_f32(h));
+}
+
+/* Converts rows × cols values of src_type into dtype (F32/F16/BF16) at dst. */
+static int convert(const void *src, uint32_t src_type, uint32_t rows, uint32_t cols, uint32_t dtype,
+		   void *dst, const char *name, struct errmsg *e)
 {
 	_cleanup_free_ float *row = NULL;
 	int64_t row_bytes = quant_row_bytes(src_type, cols);
@@ -482,24 +500,13 @@ static int convert(const void *src, uint32_t src_type, uint32_t rows, uint32_t c
 
 	if (!quant_type_supported(src_type) || src_type == GGML_TYPE_Q8_K)
 		return errmsg_set(e, -EOPNOTSUPP, "tensor '%s': type %s is not supported", name,
-				  quant_type_name(src_type) ? quant_type_name(src_type) : "unknown");
+				  quant_type_name(src_type)       ? quant_type_name(src_type)
+				  : gguf_ggml_type_name(src_type) ? gguf_ggml_type_name(src_type)
+								  : "unknown");
 	if (row_bytes < 0)
 		return errmsg_set(e, -EBADMSG,
-				  "tensor '%s': rows of %" PRIu32 " values do not fit type %s", name,
-				  cols, quant_type_name(src_type));
-	if (src_type == dtype) {
-		/* Kept as stored: byte for byte (the values are F16/BF16 already). */
-		memcpy(dst, src, (size_t) rows * cols * 2);
-		for (size_t i = 0; i < (size_t) rows * cols; i++) {
-			float v = dtype == GGML_TYPE_F16 ? fp16_to_f32(dst[i]) : bf16_to_f32(dst[i]);
-
-			if (!isfinite(v))
-				return errmsg_set(e, -EBADMSG,
-						  "tensor '%s': value %zu is not finite (%g)", name, i,
-						  (double) v);
-		}
-		return 0;
-	}
+				  "tensor '%s': rows of %" PRIu32 " values do not fit type %s",
+				  name, cols, quant_type_name(src_type));
 	row = malloc((size_t) cols * sizeof(float));
 	if (!row)
 		return -ENOMEM;
@@ -512,30 +519,28 @@ static int convert(const void *src, uint32_t src_type, uint32_t rows, uint32_t c
 				uint16_t h;
 
 				memcpy(&h, p + 2 * (size_t) c, 2);
-				row[c] = src_type == GGML_TYPE_F16 ? fp16_to_f32(h) : bf16_to_f32(h);
+				row[c] =
+					src_type == GGML_TYPE_F16 ? fp16_to_f32(h) : bf16_to_f32(h);
 			}
 		} else {
 			quant_dequantize_row(src_type, p, row, cols);
 		}
 		for (uint32_t c = 0; c < cols; c++) {
-			uint16_t h;
-			float back;
-
 			if (!isfinite(row[c]))
 				return errmsg_set(e, -EBADMSG,
-						  "tensor '%s': value at row %" PRIu32 ", column %" PRIu32
-						  " is not finite (%g)",
+						  "tensor '%s': value at row %" PRIu32
+						  ", column %" PRIu32 " is not finite (%g)",
 						  name, r, c, (double) row[c]);
-			h = dtype == GGML_TYPE_F16 ? f32_to_fp16(row[c]) : f32_to_bf16(row[c]);
-			back = dtype == GGML_TYPE_F16 ? fp16_to_f32(h) : bf16_to_f32(h);
-			if (!isfinite(back))
+			if (!store_value(dtype, dst, (size_t) r * cols + c, row[c]))
 				return errmsg_set(e, -ERANGE,
-						  "tensor '%s': value %g at row %" PRIu32 ", column %" PRIu32
-						  " does not fit %s (use bf16)",
-						  name, (double) row[c], r, c, quant_type_name(dtype));
-			dst[(size_t) r * cols + c] = h;
+						  "tensor '%s': value %g at row %" PRIu32
+						  ", column %" PRIu32 " does not fit %s (use bf16)",
+						  name, (double) row[c], r, c,
+						  quant_type_name(dtype));
 		}
 	}
+	/* F16 and BF16 sources kept as they are come out bit for bit: an F16 → float → F16
+	 * round trip is exact. */
 	return 0;
 }
 
@@ -554,8 +559,9 @@ int lora_adapter_from_sources(struct lora_src_mat *src, size_t n, const struct l
 		return errmsg_set(e, -EINVAL, "adapter dtype must be f16 or bf16, not %s",
 				  quant_type_name(want) ? quant_type_name(want) : "unknown");
 	if (n == 0)
-		return errmsg_set(e, -ENOENT, "no supported LoRA matrices (targets: q, k, v, o, "
-					      "gate, up, down)");
+		return errmsg_set(e, -ENOENT,
+				  "no supported LoRA matrices (targets: q, k, v, o, "
+				  "gate, up, down)");
 	qsort(src, n, sizeof(*src), cmp_src);
 	for (size_t i = 1; i < n; i++)
 		if (cmp_src(&src[i - 1], &src[i]) == 0)
@@ -580,10 +586,11 @@ int lora_adapter_from_sources(struct lora_src_mat *src, size_t n, const struct l
 		struct lora_mat *m = &a->mats[i];
 
 		*m = s->mat;
-		m->dtype = s->a_type == s->b_type &&
-					   (s->a_type == GGML_TYPE_F16 || s->a_type == GGML_TYPE_BF16)
-				   ? s->a_type
-				   : want;
+		if (s->a_type == s->b_type &&
+		    (s->a_type == GGML_TYPE_F16 || s->a_type == GGML_TYPE_BF16))
+			m->dtype = s->a_type; /* kept as stored */
+		else
+			m->dtype = opts->keep_f32 ? GGML_TYPE_F32 : want;
 		a->n_mats = i + 1; /* p->a[i], p->b[i] freed from here on */
 		p->a[i] = malloc(lora_mat_bytes(m, false));
 		p->b[i] = malloc(lora_mat_bytes(m, true));
@@ -665,8 +672,6 @@ int lora_adapter_open(const char *path, const struct lora_open_opts *opts,
 	assert_return(path && ret, -EINVAL);
 	if (!opts)
 		opts = &defaults;
-	if (warn)
-		warn->text[0] = 0;
 	r = open_detect(path, opts, &a, warn, e);
 	if (r < 0)
 		return errmsg_prefix(e, r, "%s", path);

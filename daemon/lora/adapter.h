@@ -69,7 +69,8 @@ struct lora_mat {
 	uint32_t n_in;
 	uint32_t n_out;
 	float scale;     /* alpha/rank (or rsLoRA / pattern-adjusted); user scale not included */
-	uint32_t dtype;  /* GGML_TYPE_F16 or GGML_TYPE_BF16: the row type of A and B */
+	uint32_t dtype;  /* GGML_TYPE_F16 or GGML_TYPE_BF16: the row type of A and B
+			  * (GGML_TYPE_F32 for F32 data opened with keep_f32) */
 };
 
 struct lora_adapter_meta {
@@ -105,6 +106,11 @@ struct lora_open_opts {
 	 * cache); when the filesystem refuses O_DIRECT the file is read buffered instead, see
 	 * lora_adapter_direct_io(). Ignored for public formats (held in memory). */
 	bool direct_io;
+	/* Public formats: F32 data stays F32 (mats[i].dtype = GGML_TYPE_F32, 4 bytes a value),
+	 * e.g. to match llama.cpp's F32 numerics exactly; dtype then applies to nothing. Needed
+	 * because GGML_TYPE_F32 is 0, which dtype reads as "the default, F16". Molly files are
+	 * always F16 or BF16 (lora_file_write() converts F32 matrices to F16 by default). */
+	bool keep_f32;
 };
 
 /*

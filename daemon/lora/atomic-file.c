@@ -16,7 +16,7 @@ struct atomic_file {
 	char *path;     /* owned */
 	char *tmp_path; /* owned */
 	uint64_t offset;
-	int error;      /* sticky: the first failure */
+	int error; /* sticky: the first failure */
 	bool finished;
 };
 
@@ -25,9 +25,10 @@ static int io_error(struct atomic_file *f, int r, const char *what, uint64_t byt
 {
 	f->error = r;
 	if (r == -ENOSPC || r == -EDQUOT)
-		return errmsg_set(e, r, "%s: no space left on device writing %s (%llu bytes needed)",
-				  f->path, what, (unsigned long long) bytes);
-	return errmsg_set(e, r, "%s: %s failed: %s", f->path, what, strerror(-r));
+		return errmsg_set(e, r, "%s: %s (%s; the file needs %llu bytes)", f->path,
+				  r == -ENOSPC ? "no space left on device" : "disk quota exceeded",
+				  what, (unsigned long long) bytes);
+	return errmsg_set(e, r, "%s: %s: %s", f->path, what, strerror(-r));
 }
 
 int atomic_file_new(const char *path, struct atomic_file **ret, struct errmsg *e)
@@ -83,7 +84,7 @@ int atomic_file_reserve(struct atomic_file *f, uint64_t size, struct errmsg *e)
 	if (r == EOPNOTSUPP || r == ENOSYS || r == EINVAL)
 		return 0;
 	if (r != 0)
-		return io_error(f, -r, "(reserving space)", size, e);
+		return io_error(f, -r, "reserving space", size, e);
 	return 0;
 }
 
@@ -118,7 +119,7 @@ int atomic_file_pwrite(struct atomic_file *f, const void *data, size_t n, uint64
 		return errmsg_set(e, f->error, "%s: an earlier write failed", f->path);
 	r = write_all(f->fd, data, n, offset);
 	if (r < 0)
-		return io_error(f, r, "data", offset + n, e);
+		return io_error(f, r, "writing", offset + n, e);
 	return 0;
 }
 
@@ -167,7 +168,7 @@ int atomic_file_finish(struct atomic_file *f, struct errmsg *e)
 		return errmsg_set(e, f->error, "%s: an earlier write failed", f->path);
 	/* fallocate may have reserved more than was written (a size estimate). */
 	if (ftruncate(f->fd, (off_t) f->offset) < 0)
-		return io_error(f, -errno, "truncate", f->offset, e);
+		return io_error(f, -errno, "truncating", f->offset, e);
 	if (fsync(f->fd) < 0)
 		return io_error(f, -errno, "fsync", f->offset, e);
 	if (close(f->fd) < 0) {
@@ -178,8 +179,8 @@ int atomic_file_finish(struct atomic_file *f, struct errmsg *e)
 	if (rename(f->tmp_path, f->path) < 0) {
 		r = -errno;
 		f->error = r;
-		return errmsg_set(e, r, "%s: cannot rename %s into place: %s", f->path,
-				  f->tmp_path, strerror(-r));
+		return errmsg_set(e, r, "%s: cannot rename %s into place: %s", f->path, f->tmp_path,
+				  strerror(-r));
 	}
 	f->finished = true;
 	/* Make the rename itself durable. */

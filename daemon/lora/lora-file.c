@@ -21,7 +21,8 @@
 
 static uint32_t rd32(const uint8_t *p)
 {
-	return (uint32_t) p[0] | (uint32_t) p[1] << 8 | (uint32_t) p[2] << 16 | (uint32_t) p[3] << 24;
+	return (uint32_t) p[0] | (uint32_t) p[1] << 8 | (uint32_t) p[2] << 16 |
+	       (uint32_t) p[3] << 24;
 }
 
 static uint64_t rd64(const uint8_t *p)
@@ -153,7 +154,8 @@ static int next_string(struct str_cursor *c, char **ret, const char *what, size_
 	c->left -= 4;
 	if (len > c->left)
 		return errmsg_set(e, -EBADMSG,
-				  "header: %s %zu is %" PRIu32 " bytes, past the end of the strings",
+				  "header: %s %zu is %" PRIu32
+				  " bytes, past the end of the strings",
 				  what, idx, len);
 	if (memchr(c->p, 0, len))
 		return errmsg_set(e, -EBADMSG, "header: %s %zu contains a NUL byte", what, idx);
@@ -196,15 +198,15 @@ static int parse_strings(struct lora_adapter *a, const uint8_t *p, size_t n, uin
 }
 
 /* One tensor's place: aligned, after the previous one, inside the file. */
-static int check_extent(uint64_t off, uint64_t bytes, uint64_t *end, uint64_t file_bytes,
-			size_t i, const char *which, struct errmsg *e)
+static int check_extent(uint64_t off, uint64_t bytes, uint64_t *end, uint64_t file_bytes, size_t i,
+			const char *which, struct errmsg *e)
 {
 	uint64_t padded;
 
 	if (off % LORA_FILE_ALIGN != 0)
 		return errmsg_set(e, -EBADMSG,
-				  "matrix %zu: %s offset %" PRIu64 " is not a multiple of %d", i, which,
-				  off, LORA_FILE_ALIGN);
+				  "matrix %zu: %s offset %" PRIu64 " is not a multiple of %d", i,
+				  which, off, LORA_FILE_ALIGN);
 	if (off < *end)
 		return errmsg_set(e, -EBADMSG,
 				  "matrix %zu: %s offset %" PRIu64
@@ -231,8 +233,11 @@ static int parse_table(struct lora_adapter *a, const uint8_t *t, uint64_t data_o
 		uint64_t a_bytes, b_bytes;
 		uint32_t target = rd32(t + 4), scale_bits = rd32(t + 24);
 
-		*m = (struct lora_mat){ .layer = rd32(t), .rank = rd32(t + 8), .n_in = rd32(t + 12),
-					.n_out = rd32(t + 16), .dtype = rd32(t + 20) };
+		*m = (struct lora_mat){ .layer = rd32(t),
+					.rank = rd32(t + 8),
+					.n_in = rd32(t + 12),
+					.n_out = rd32(t + 16),
+					.dtype = rd32(t + 20) };
 		memcpy(&m->scale, &scale_bits, sizeof(m->scale));
 		if (target >= LORA_TARGET_COUNT_)
 			return errmsg_set(e, -EBADMSG, "matrix %zu: unknown target %" PRIu32, i,
@@ -240,12 +245,13 @@ static int parse_table(struct lora_adapter *a, const uint8_t *t, uint64_t data_o
 		m->target = (enum lora_target) target;
 		if (m->rank == 0 || m->n_in == 0 || m->n_out == 0)
 			return errmsg_set(e, -EBADMSG,
-					  "matrix %zu: rank %" PRIu32 ", n_in %" PRIu32 ", n_out %" PRIu32
-					  ": none may be 0",
+					  "matrix %zu: rank %" PRIu32 ", n_in %" PRIu32
+					  ", n_out %" PRIu32 ": none may be 0",
 					  i, m->rank, m->n_in, m->n_out);
 		if (m->dtype != GGML_TYPE_F16 && m->dtype != GGML_TYPE_BF16)
-			return errmsg_set(e, -EBADMSG, "matrix %zu: dtype %" PRIu32 " is not f16 or bf16",
-					  i, m->dtype);
+			return errmsg_set(e, -EBADMSG,
+					  "matrix %zu: dtype %" PRIu32 " is not f16 or bf16", i,
+					  m->dtype);
 		if (!isfinite(m->scale))
 			return errmsg_set(e, -EBADMSG, "matrix %zu: scale is not finite", i);
 		if (rd32(t + 28) != 0)
@@ -253,7 +259,8 @@ static int parse_table(struct lora_adapter *a, const uint8_t *t, uint64_t data_o
 		if (i > 0 && (m->layer < m[-1].layer ||
 			      (m->layer == m[-1].layer && m->target <= m[-1].target)))
 			return errmsg_set(e, -EBADMSG,
-					  "matrix %zu (layer %" PRIu32 " %s) is out of order or repeated",
+					  "matrix %zu (layer %" PRIu32
+					  " %s) is out of order or repeated",
 					  i, m->layer, lora_target_name(m->target));
 		a_bytes = rd64(t + 40);
 		b_bytes = rd64(t + 56);
@@ -276,7 +283,8 @@ static int parse_table(struct lora_adapter *a, const uint8_t *t, uint64_t data_o
 	}
 	if (end != file_bytes)
 		return errmsg_set(e, -EBADMSG,
-				  "the tensors end at %" PRIu64 ", but the file is %" PRIu64 " bytes",
+				  "the tensors end at %" PRIu64 ", but the file is %" PRIu64
+				  " bytes",
 				  end, file_bytes);
 	return 0;
 }
@@ -324,7 +332,7 @@ int lora_file_open(const char *path, const struct lora_open_opts *opts, struct l
 	uint8_t sha[32], want[32];
 	struct lora_priv *p;
 	struct stat st;
-	ssize_t k;
+	ssize_t k = 0;
 	int r;
 
 	a = lora_adapter_alloc(LORA_FORMAT_MOLLY);
@@ -338,8 +346,9 @@ int lora_file_open(const char *path, const struct lora_open_opts *opts, struct l
 	if (fstat(p->fd, &st) < 0)
 		return errmsg_set(e, -errno, "cannot stat: %s", strerror(errno));
 	if (k < LORA_FILE_FIXED_BYTES)
-		return errmsg_set(e, -EBADMSG, "truncated: %zd bytes, shorter than the %d-byte header",
-				  k, LORA_FILE_FIXED_BYTES);
+		return errmsg_set(e, -EBADMSG,
+				  "truncated: %zd bytes, shorter than the %d-byte header", k,
+				  LORA_FILE_FIXED_BYTES);
 	if (memcmp(hdr, LORA_FILE_MAGIC, 8) != 0)
 		return errmsg_set(e, -EBADMSG, "bad magic: not a Molly adapter file");
 	version = rd32(hdr + 8);
@@ -377,7 +386,8 @@ int lora_file_open(const char *path, const struct lora_open_opts *opts, struct l
 		hdr = big;
 		k = read_at(p->fd, hdr, data_offset, 0);
 		if (k < 0)
-			return errmsg_set(e, (int) k, "cannot read the header: %s", strerror((int) -k));
+			return errmsg_set(e, (int) k, "cannot read the header: %s",
+					  strerror((int) -k));
 		if ((uint64_t) k < data_offset)
 			return errmsg_set(e, -EBADMSG, "truncated inside the header");
 	}
@@ -400,8 +410,9 @@ int lora_file_open(const char *path, const struct lora_open_opts *opts, struct l
 	if (flags & ~FLAG_BASE_WEIGHTS_HASH)
 		return errmsg_set(e, -EBADMSG, "unknown flags 0x%" PRIx32, flags);
 	if (rd32(hdr + 184) != LORA_FILE_FIXED_BYTES || rd32(hdr + 188) != LORA_FILE_ENTRY_BYTES)
-		return errmsg_set(e, -EBADMSG, "table at %" PRIu32 " with %" PRIu32
-					       "-byte entries (expected %d, %d)",
+		return errmsg_set(e, -EBADMSG,
+				  "table at %" PRIu32 " with %" PRIu32
+				  "-byte entries (expected %d, %d)",
 				  rd32(hdr + 184), rd32(hdr + 188), LORA_FILE_FIXED_BYTES,
 				  LORA_FILE_ENTRY_BYTES);
 	if (n_mats == 0)
@@ -410,8 +421,9 @@ int lora_file_open(const char *path, const struct lora_open_opts *opts, struct l
 	    strings_offset != LORA_FILE_FIXED_BYTES + n_mats * LORA_FILE_ENTRY_BYTES ||
 	    (uint64_t) strings_offset + strings_bytes != header_bytes)
 		return errmsg_set(e, -EBADMSG,
-				  "%" PRIu32 " matrices and %" PRIu32 " bytes of strings at %" PRIu32
-				  " do not fill the %" PRIu32 "-byte header",
+				  "%" PRIu32 " matrices and %" PRIu32
+				  " bytes of strings at %" PRIu32 " do not fill the %" PRIu32
+				  "-byte header",
 				  n_mats, strings_bytes, strings_offset, header_bytes);
 	for (int i = 200; i < LORA_FILE_FIXED_BYTES; i++)
 		if (hdr[i] != 0)
@@ -467,19 +479,25 @@ static int put_string(uint8_t **p, const char *s)
 	return 0;
 }
 
-static int convert_dtype(uint16_t *v, size_t n, uint32_t from, uint32_t to, size_t idx,
-			 struct errmsg *e)
+/* Converts n values from one row type to another (F32, F16, BF16) into out. */
+static int convert_dtype(const void *in, uint32_t from, void *out, uint32_t to, size_t n,
+			 size_t idx, struct errmsg *e)
 {
-	if (from == to)
-		return 0;
 	for (size_t i = 0; i < n; i++) {
-		float x = from == GGML_TYPE_F16 ? fp16_to_f32(v[i]) : bf16_to_f32(v[i]);
-		uint16_t h = to == GGML_TYPE_F16 ? f32_to_fp16(x) : f32_to_bf16(x);
+		float x;
+		uint16_t h;
 
+		if (from == GGML_TYPE_F32) {
+			memcpy(&x, (const uint8_t *) in + 4 * i, 4);
+		} else {
+			memcpy(&h, (const uint8_t *) in + 2 * i, 2);
+			x = from == GGML_TYPE_F16 ? fp16_to_f32(h) : bf16_to_f32(h);
+		}
+		h = to == GGML_TYPE_F16 ? f32_to_fp16(x) : f32_to_bf16(x);
 		if (isfinite(x) && !isfinite(to == GGML_TYPE_F16 ? fp16_to_f32(h) : bf16_to_f32(h)))
 			return errmsg_set(e, -ERANGE, "matrix %zu: value %g does not fit %s", idx,
 					  (double) x, quant_type_name(to));
-		v[i] = h;
+		memcpy((uint8_t *) out + 2 * i, &h, 2);
 	}
 	return 0;
 }
@@ -536,6 +554,8 @@ int lora_file_write(const struct lora_adapter *a, const char *path,
 		mats[i] = a->mats[i];
 		if (opts->dtype)
 			mats[i].dtype = opts->dtype;
+		else if (mats[i].dtype == GGML_TYPE_F32)
+			mats[i].dtype = GGML_TYPE_F16; /* Molly files hold F16 or BF16 */
 		offs[2 * i] = off;
 		off += ALIGN_UP((uint64_t) lora_mat_bytes(&mats[i], false), LORA_FILE_ALIGN);
 		offs[2 * i + 1] = off;
@@ -550,18 +570,27 @@ int lora_file_write(const struct lora_adapter *a, const char *path,
 		return r;
 	for (size_t i = 0; i < n; i++)
 		for (int b = 0; b < 2; b++) {
-			size_t bytes = lora_mat_bytes(&a->mats[i], b);
-			_cleanup_free_ uint16_t *buf = malloc(bytes);
+			size_t in_bytes = lora_mat_bytes(&a->mats[i], b);
+			size_t bytes = lora_mat_bytes(&mats[i], b);
+			_cleanup_free_ uint8_t *in = malloc(in_bytes), *conv = NULL;
+			const uint8_t *buf = in;
 
-			if (!buf)
+			if (!in)
 				return -ENOMEM;
-			r = lora_adapter_read(a, i, b, buf, bytes);
+			r = lora_adapter_read(a, i, b, in, in_bytes);
 			if (r < 0)
-				return errmsg_set(e, r, "reading matrix %zu %s of the source: %s", i,
-						  b ? "B" : "A", strerror(-r));
-			r = convert_dtype(buf, bytes / 2, a->mats[i].dtype, mats[i].dtype, i, e);
-			if (r < 0)
-				return r;
+				return errmsg_set(e, r, "reading matrix %zu %s of the source: %s",
+						  i, b ? "B" : "A", strerror(-r));
+			if (a->mats[i].dtype != mats[i].dtype) {
+				conv = malloc(bytes);
+				if (!conv)
+					return -ENOMEM;
+				r = convert_dtype(in, a->mats[i].dtype, conv, mats[i].dtype,
+						  bytes / 2, i, e);
+				if (r < 0)
+					return r;
+				buf = conv;
+			}
 			sha256(buf, bytes, b ? b_sha[i] : a_sha[i]);
 			if ((r = atomic_file_write(f, buf, bytes, e)) < 0 ||
 			    (r = atomic_file_pad(f, LORA_FILE_ALIGN, e)) < 0)
@@ -577,8 +606,9 @@ int lora_file_write(const struct lora_adapter *a, const char *path,
 			  hdr + 64);
 	memcpy(hdr + 96, a->base_fingerprint, 32);
 	if (opts->base_weights_hash || a->has_base_weights_hash) {
-		memcpy(hdr + 128, opts->base_weights_hash ? opts->base_weights_hash
-							  : a->base_weights_hash, 32);
+		memcpy(hdr + 128,
+		       opts->base_weights_hash ? opts->base_weights_hash : a->base_weights_hash,
+		       32);
 		wr32(hdr + 160, FLAG_BASE_WEIGHTS_HASH);
 	}
 	wr32(hdr + 164, (uint32_t) n);

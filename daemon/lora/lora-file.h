@@ -57,17 +57,17 @@
 #include "../basic/errmsg.h"
 #include "adapter.h"
 
-#define LORA_FILE_MAGIC "MOLLYLRA"
-#define LORA_FILE_VERSION 1
-#define LORA_FILE_ALIGN 4096
+#define LORA_FILE_MAGIC       "MOLLYLRA"
+#define LORA_FILE_VERSION     1
+#define LORA_FILE_ALIGN       4096
 #define LORA_FILE_FIXED_BYTES 256
 #define LORA_FILE_ENTRY_BYTES 128
-#define LORA_FILE_MAX_HEADER (64u << 20)
+#define LORA_FILE_MAX_HEADER  (64u << 20)
 
 struct lora_write_opts {
-	uint32_t dtype;                        /* 0: keep each matrix's; F16/BF16: convert all */
-	const struct lora_adapter_meta *meta;  /* NULL: the adapter's own */
-	const uint8_t *base_weights_hash;      /* 32 bytes, or NULL: the adapter's own if known */
+	uint32_t dtype;                       /* 0: keep each matrix's; F16/BF16: convert all */
+	const struct lora_adapter_meta *meta; /* NULL: the adapter's own */
+	const uint8_t *base_weights_hash;     /* 32 bytes, or NULL: the adapter's own if known */
 };
 
 /*

@@ -81,8 +81,8 @@ static size_t type_size(uint32_t dtype)
 	return dtype == GGML_TYPE_F32 ? 4 : 2;
 }
 
-static void *make_values(const struct lora_gen_opts *o, uint32_t layer, enum lora_target t,
-			 bool b, size_t n, float std)
+static void *make_values(const struct lora_gen_opts *o, uint32_t layer, enum lora_target t, bool b,
+			 size_t n, float std)
 {
 	_cleanup_free_ float *v = malloc(n * sizeof(float));
 	void *out;
@@ -97,7 +97,8 @@ static void *make_values(const struct lora_gen_opts *o, uint32_t layer, enum lor
 		return NULL;
 	/* Scalar round-to-nearest-even, the same function readers use to check the values. */
 	for (size_t i = 0; i < n; i++)
-		((uint16_t *) out)[i] = o->dtype == GGML_TYPE_F16 ? f32_to_fp16(v[i]) : f32_to_bf16(v[i]);
+		((uint16_t *) out)[i] =
+			o->dtype == GGML_TYPE_F16 ? f32_to_fp16(v[i]) : f32_to_bf16(v[i]);
 	return out;
 }
 
@@ -157,14 +158,15 @@ static int write_peft(const char *dir, const struct lora_gen_opts *o, struct gen
 	static const char *const meta[] = { "format", "pt" };
 	_cleanup_free_ struct safetensors_tensor *t = NULL;
 	_cleanup_free_ char *st_path = NULL, *cfg_path = NULL;
-	enum safetensors_dtype dt = o->dtype == GGML_TYPE_F32	? SAFETENSORS_F32
+	enum safetensors_dtype dt = o->dtype == GGML_TYPE_F32   ? SAFETENSORS_F32
 				    : o->dtype == GGML_TYPE_F16 ? SAFETENSORS_F16
 								: SAFETENSORS_BF16;
 	size_t k = 0;
 	int r;
 
 	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-		return errmsg_set(e, -errno, "%s: cannot create directory: %s", dir, strerror(errno));
+		return errmsg_set(e, -errno, "%s: cannot create directory: %s", dir,
+				  strerror(errno));
 	if (asprintf(&st_path, "%s/adapter_model.safetensors", dir) < 0) {
 		st_path = NULL;
 		return -ENOMEM;
@@ -271,20 +273,22 @@ int lora_gen_write(const char *path, const struct lora_gen_opts *o, struct errms
 		for (int t = 0; t < LORA_TARGET_COUNT_; t++) {
 			struct gen_mat *g;
 			const struct model_layer *L = &o->base->layers[l];
-			const struct weight *w[LORA_TARGET_COUNT_] = { &L->wq,	     &L->wk,
-								       &L->wv,	     &L->wo,
+			const struct weight *w[LORA_TARGET_COUNT_] = { &L->wq,       &L->wk,
+								       &L->wv,       &L->wo,
 								       &L->ffn_gate, &L->ffn_up,
 								       &L->ffn_down };
 
 			if (!(targets & (1u << t)))
 				continue;
 			g = &m[n++];
-			*g = (struct gen_mat){ .layer = l, .target = (enum lora_target) t,
+			*g = (struct gen_mat){ .layer = l,
+					       .target = (enum lora_target) t,
 					       .n_in = (uint32_t) w[t]->n_in,
 					       .n_out = (uint32_t) w[t]->n_out };
 			g->a = make_values(o, l, g->target, false, (size_t) o->rank * g->n_in,
 					   1.0f / sqrtf((float) g->n_in));
-			g->b = make_values(o, l, g->target, true, (size_t) o->rank * g->n_out, b_std);
+			g->b = make_values(o, l, g->target, true, (size_t) o->rank * g->n_out,
+					   b_std);
 			if (!g->a || !g->b) {
 				r = -ENOMEM;
 				goto out;

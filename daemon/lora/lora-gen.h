@@ -30,9 +30,9 @@ struct lora_gen_opts {
 	float alpha;              /* 0: rank (scale 1) */
 	uint32_t targets;         /* mask of 1 << enum lora_target; 0: all seven */
 	uint64_t seed;
-	uint32_t dtype;           /* GGML_TYPE_F32 (0), GGML_TYPE_F16 or GGML_TYPE_BF16 */
-	enum lora_format format;  /* LORA_FORMAT_PEFT or LORA_FORMAT_GGUF */
-	float b_std;              /* 0: 0.02 */
+	uint32_t dtype;          /* GGML_TYPE_F32 (0), GGML_TYPE_F16 or GGML_TYPE_BF16 */
+	enum lora_format format; /* LORA_FORMAT_PEFT or LORA_FORMAT_GGUF */
+	float b_std;             /* 0: 0.02 */
 };
 
 int lora_gen_write(const char *path, const struct lora_gen_opts *o, struct errmsg *e);

@@ -72,16 +72,18 @@ static int check_header(const struct gguf *g, const struct model *base, float *a
 		return errmsg_set(e, -EBADMSG, "general.type is not a string");
 	if (strcmp(type, "adapter") != 0)
 		return errmsg_set(e, -EMEDIUMTYPE,
-				  "general.type is '%.64s', not 'adapter': not a LoRA adapter", type);
+				  "general.type is '%.64s', not 'adapter': not a LoRA adapter",
+				  type);
 	r = gguf_get_string(g, "adapter.type", &atype);
 	if (r < 0)
 		return errmsg_set(e, -EBADMSG, "adapter.type is missing or not a string");
 	if (strcmp(atype, "lora") != 0)
-		return errmsg_set(e, -EOPNOTSUPP, "adapter.type '%.64s' is not supported (only lora)",
-				  atype);
-	if (gguf_get(g, "adapter.alora.invocation_tokens"))
 		return errmsg_set(e, -EOPNOTSUPP,
-				  "adapter.alora.invocation_tokens: activated LoRA is not supported");
+				  "adapter.type '%.64s' is not supported (only lora)", atype);
+	if (gguf_get(g, "adapter.alora.invocation_tokens"))
+		return errmsg_set(
+			e, -EOPNOTSUPP,
+			"adapter.alora.invocation_tokens: activated LoRA is not supported");
 	r = gguf_get_string(g, "general.architecture", &arch);
 	if (r < 0)
 		return errmsg_set(e, -EBADMSG, "general.architecture is missing or not a string");
@@ -89,8 +91,8 @@ static int check_header(const struct gguf *g, const struct model *base, float *a
 		return -ENOMEM;
 	if (strcmp(arch, base_arch) != 0)
 		return errmsg_set(e, -EXDEV,
-				  "adapter architecture '%.64s' does not match the base's '%.64s'", arch,
-				  base_arch);
+				  "adapter architecture '%.64s' does not match the base's '%.64s'",
+				  arch, base_arch);
 	*alpha = 0;
 	r = gguf_get_f32(g, "adapter.lora.alpha", alpha);
 	if (r < 0 && r != -ENOENT)
@@ -114,14 +116,16 @@ static int check_pair(const struct pair *p, const struct model *base, float alph
 				  a->n_dims != 2 ? a->name : b->name,
 				  a->n_dims != 2 ? a->n_dims : b->n_dims);
 	if (a->ne[1] == 0 || b->ne[0] == 0)
-		return errmsg_set(e, -EBADMSG, "tensor '%s': rank 0", a->ne[1] == 0 ? a->name : b->name);
+		return errmsg_set(e, -EBADMSG, "tensor '%s': rank 0",
+				  a->ne[1] == 0 ? a->name : b->name);
 	if (a->ne[1] != b->ne[0])
 		return errmsg_set(e, -EBADMSG,
-				  "rank mismatch: '%s' has rank %" PRIu64 " ([n_in, rank] = [%" PRIu64
-				  ", %" PRIu64 "]), '%s' has rank %" PRIu64 " ([rank, n_out] = [%" PRIu64
+				  "rank mismatch: '%s' has rank %" PRIu64
+				  " ([n_in, rank] = [%" PRIu64 ", %" PRIu64
+				  "]), '%s' has rank %" PRIu64 " ([rank, n_out] = [%" PRIu64
 				  ", %" PRIu64 "])",
-				  a->name, a->ne[1], a->ne[0], a->ne[1], b->name, b->ne[0], b->ne[0],
-				  b->ne[1]);
+				  a->name, a->ne[1], a->ne[0], a->ne[1], b->name, b->ne[0],
+				  b->ne[0], b->ne[1]);
 	r = lora_base_dims(base, p->layer, p->target, &n_in, &n_out, e);
 	if (r < 0)
 		return errmsg_prefix(e, r, "tensor '%s'", a->name);
@@ -130,17 +134,24 @@ static int check_pair(const struct pair *p, const struct model *base, float alph
 		return errmsg_set(e, -EXDEV,
 				  "'%.*s': lora_a [%" PRIu64 ", %" PRIu64 "] and lora_b [%" PRIu64
 				  ", %" PRIu64 "] do not fit base '%s', where %s is %" PRIu32
-				  " -> %" PRIu32 " (expected lora_a [%" PRIu32 ", rank], lora_b [rank, %" PRIu32
-				  "]; made for another base?)",
+				  " -> %" PRIu32 " (expected lora_a [%" PRIu32
+				  ", rank], lora_b [rank, %" PRIu32 "]; made for another base?)",
 				  (int) strlen(a->name) - 7, a->name, a->ne[0], a->ne[1], b->ne[0],
-				  b->ne[1], desc ? desc : "?", gguf_names[p->target], n_in, n_out, n_in,
-				  n_out);
+				  b->ne[1], desc ? desc : "?", gguf_names[p->target], n_in, n_out,
+				  n_in, n_out);
 	}
 	*out = (struct lora_src_mat){
-		.mat = { .layer = p->layer, .target = p->target, .rank = (uint32_t) a->ne[1],
-			 .n_in = n_in, .n_out = n_out },
-		.a = a->data, .b = b->data, .a_type = a->type, .b_type = b->type,
-		.a_name = a->name, .b_name = b->name,
+		.mat = { .layer = p->layer,
+			 .target = p->target,
+			 .rank = (uint32_t) a->ne[1],
+			 .n_in = n_in,
+			 .n_out = n_out },
+		.a = a->data,
+		.b = b->data,
+		.a_type = a->type,
+		.b_type = b->type,
+		.a_name = a->name,
+		.b_name = b->name,
 	};
 	/* llama.cpp: scale = alpha ? alpha / rank : 1 */
 	out->mat.scale = alpha > 0 ? alpha / (float) a->ne[1] : 1.0f;
@@ -169,8 +180,9 @@ int lora_gguf_open(const char *path, const struct lora_open_opts *opts, struct l
 	int r;
 
 	if (!opts->base)
-		return errmsg_set(e, -EINVAL, "a GGUF LoRA file needs its base model to be loaded "
-					      "(it does not record the base's shapes)");
+		return errmsg_set(e, -EINVAL,
+				  "a GGUF LoRA file needs its base model to be loaded "
+				  "(it does not record the base's shapes)");
 	r = gguf_open(path, &g, e);
 	if (r < 0)
 		return r;
@@ -195,19 +207,21 @@ int lora_gguf_open(const char *path, const struct lora_open_opts *opts, struct l
 			is_b = true;
 		else {
 			if (!opts->skip_unsupported)
-				return errmsg_set(e, -EOPNOTSUPP,
-						  "tensor '%s' is not a LoRA tensor (.lora_a/.lora_b)",
-						  t->name);
+				return errmsg_set(
+					e, -EOPNOTSUPP,
+					"tensor '%s' is not a LoRA tensor (.lora_a/.lora_b)",
+					t->name);
 			lora_warn(warn, "skipped tensor '%s': not a LoRA tensor", t->name);
 			continue;
 		}
 		if (parse_base_name(t->name, len - 7, &layer, &target) < 0) {
 			if (!opts->skip_unsupported)
-				return errmsg_set(e, -EOPNOTSUPP,
-						  "tensor '%s': '%.*s' is not a supported LoRA target "
-						  "(blk.N.attn_q/attn_k/attn_v/attn_output/ffn_gate/ffn_up/"
-						  "ffn_down.weight)",
-						  t->name, (int) MIN(len - 7, (size_t) 128), t->name);
+				return errmsg_set(
+					e, -EOPNOTSUPP,
+					"tensor '%s': '%.*s' is not a supported LoRA target "
+					"(blk.N.attn_q/attn_k/attn_v/attn_output/ffn_gate/ffn_up/"
+					"ffn_down.weight)",
+					t->name, (int) MIN(len - 7, (size_t) 128), t->name);
 			lora_warn(warn, "skipped tensor '%s': unsupported target '%.*s'", t->name,
 				  (int) MIN(len - 7, (size_t) 128), t->name);
 			continue;

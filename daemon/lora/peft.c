@@ -31,7 +31,7 @@
 /* Bounds on what a config may ask of the regex engine. */
 #define REGEX_MATCH_LIMIT 1000000u
 #define REGEX_DEPTH_LIMIT 10000u
-#define MAX_LIST 4096 /* entries in target_modules, rank_pattern, ... */
+#define MAX_LIST          4096 /* entries in target_modules, rank_pattern, ... */
 
 static const char *const peft_names[LORA_TARGET_COUNT_] = {
 	"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
@@ -189,8 +189,8 @@ static int get_rank(struct json_object *v, const char *key, uint32_t *ret, struc
 		return errmsg_set(e, -EBADMSG, "%s is not an integer", key);
 	r = json_object_get_int64(v);
 	if (r < 1 || r > (1 << 20))
-		return errmsg_set(e, -EBADMSG, "%s is %" PRId64 "; a LoRA rank must be in 1..%d", key,
-				  r, 1 << 20);
+		return errmsg_set(e, -EBADMSG, "%s is %" PRId64 "; a LoRA rank must be in 1..%d",
+				  key, r, 1 << 20);
 	*ret = (uint32_t) r;
 	return 0;
 }
@@ -220,7 +220,8 @@ static int get_module_set(struct json_object *root, const char *key, bool allow_
 		return errmsg_set(e, -EBADMSG, "'%s' is neither a string nor a list", key);
 	n = json_object_array_length(v);
 	if (n > MAX_LIST)
-		return errmsg_set(e, -EBADMSG, "'%s' has %zu entries (at most %d)", key, n, MAX_LIST);
+		return errmsg_set(e, -EBADMSG, "'%s' has %zu entries (at most %d)", key, n,
+				  MAX_LIST);
 	s->kind = PEFT_MATCH_LIST;
 	s->names = calloc(n ? n : 1, sizeof(*s->names));
 	if (!s->names)
@@ -247,19 +248,21 @@ static int get_patterns(struct json_object *root, const char *key, bool ranks,
 		return errmsg_set(e, -EBADMSG, "'%s' is not an object", key);
 	n = (size_t) json_object_object_length(v);
 	if (n > MAX_LIST)
-		return errmsg_set(e, -EBADMSG, "'%s' has %zu entries (at most %d)", key, n, MAX_LIST);
+		return errmsg_set(e, -EBADMSG, "'%s' has %zu entries (at most %d)", key, n,
+				  MAX_LIST);
 	p = calloc(n ? n : 1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
 	*ret = p;
 	/* json-c keeps object entries in file order, which PEFT's first-match rule needs. */
-	json_object_object_foreach(v, k, val) {
+	json_object_object_foreach(v, k, val)
+	{
 		char what[160];
 		struct peft_pattern *q = &p[(*ret_n)++];
 
 		(void) snprintf(what, sizeof(what), "%s '%.100s'", key, k);
 		if (ranks) {
-			uint32_t rank;
+			uint32_t rank = 0;
 
 			r = get_rank(val, what, &rank, e);
 			q->value = rank;
@@ -306,8 +309,8 @@ static int get_layers(struct json_object *root, struct peft_config *c, struct er
 		struct json_object *x = json_object_array_get_idx(v, i);
 
 		if (!json_object_is_type(x, json_type_int))
-			return errmsg_set(e, -EBADMSG, "'layers_to_transform' entry %zu is not an integer",
-					  i);
+			return errmsg_set(e, -EBADMSG,
+					  "'layers_to_transform' entry %zu is not an integer", i);
 		c->layers_to_transform[i] = json_object_get_int64(x);
 	}
 	c->n_layers_to_transform = n;
@@ -346,7 +349,7 @@ static void tokener_freep(struct json_tokener **t)
 int peft_config_parse(const char *json, size_t len, struct peft_config **ret, struct errmsg *e)
 {
 	static const char *const unsupported[] = {
-		"use_dora", "layer_replication", "target_parameters", "alora_invocation_tokens",
+		"use_dora",   "layer_replication", "target_parameters", "alora_invocation_tokens",
 		"use_qalora", "lora_bias",
 	};
 	_cleanup_(peft_config_freep) struct peft_config *c = NULL;
@@ -367,15 +370,16 @@ int peft_config_parse(const char *json, size_t len, struct peft_config **ret, st
 	root = json_tokener_parse_ex(tok, json, (int) len);
 	jerr = json_tokener_get_error(tok);
 	if (!root || jerr != json_tokener_success)
-		return errmsg_set(e, -EBADMSG, "adapter_config.json is not valid JSON: %s (near byte %zu)",
+		return errmsg_set(e, -EBADMSG,
+				  "adapter_config.json is not valid JSON: %s (near byte %zu)",
 				  jerr == json_tokener_continue ? "unexpected end"
-								 : json_tokener_error_desc(jerr),
+								: json_tokener_error_desc(jerr),
 				  json_tokener_get_parse_end(tok));
 	for (size_t i = json_tokener_get_parse_end(tok); i < len; i++)
 		if (!strchr(" \t\r\n", json[i]) || json[i] == 0)
-			return errmsg_set(e, -EBADMSG,
-					  "adapter_config.json has data after the JSON object (byte %zu)",
-					  i);
+			return errmsg_set(
+				e, -EBADMSG,
+				"adapter_config.json has data after the JSON object (byte %zu)", i);
 	if (!json_object_is_type(root, json_type_object))
 		return errmsg_set(e, -EBADMSG, "adapter_config.json is not a JSON object");
 
@@ -399,10 +403,12 @@ int peft_config_parse(const char *json, size_t len, struct peft_config **ret, st
 		return r;
 	if ((r = get_module_set(root, "target_modules", true, &c->target_modules, e)) < 0 ||
 	    (r = get_module_set(root, "exclude_modules", false, &c->exclude_modules, e)) < 0 ||
-	    (r = get_layers(root, c, e)) < 0 || (r = get_bool(root, "use_rslora", &c->use_rslora, e)) < 0 ||
+	    (r = get_layers(root, c, e)) < 0 ||
+	    (r = get_bool(root, "use_rslora", &c->use_rslora, e)) < 0 ||
 	    (r = get_bool(root, "use_dora", &c->use_dora, e)) < 0 ||
 	    (r = get_bool(root, "fan_in_fan_out", &c->fan_in_fan_out, e)) < 0 ||
-	    (r = get_patterns(root, "rank_pattern", true, &c->rank_pattern, &c->n_rank_pattern, e)) < 0 ||
+	    (r = get_patterns(root, "rank_pattern", true, &c->rank_pattern, &c->n_rank_pattern,
+			      e)) < 0 ||
 	    (r = get_patterns(root, "alpha_pattern", false, &c->alpha_pattern, &c->n_alpha_pattern,
 			      e)) < 0)
 		return r;
@@ -450,7 +456,8 @@ static int set_matches(const struct peft_module_set *s, const char *key)
 			size_t n = strlen(s->names[i]);
 
 			if (strcmp(key, s->names[i]) == 0 ||
-			    (klen > n && key[klen - n - 1] == '.' && strcmp(key + klen - n, s->names[i]) == 0))
+			    (klen > n && key[klen - n - 1] == '.' &&
+			     strcmp(key + klen - n, s->names[i]) == 0))
 				return 1;
 		}
 		return 0;
@@ -466,6 +473,10 @@ int peft_config_targets(const struct peft_config *c, const char *key, int64_t la
 	r = set_matches(&c->exclude_modules, key);
 	if (r != 0)
 		return r < 0 ? r : 0;
+	/* Not given (null): PEFT would fill in the architecture's defaults when the adapter was
+	 * made, so a file without them is taken as targeting what it has weights for. */
+	if (c->target_modules.kind == PEFT_MATCH_NONE)
+		return 1;
 	r = set_matches(&c->target_modules, key);
 	if (r <= 0)
 		return r;
@@ -690,7 +701,7 @@ static int check_module(const struct module *m, const struct peft_config *c,
 			const struct model *base, struct lora_src_mat *src, struct errmsg *e)
 {
 	const struct safetensors_tensor *a = m->a, *b = m->b;
-	uint32_t n_in, n_out, want_rank;
+	uint32_t n_in = 0, n_out = 0, want_rank = 0;
 	const char *rank_pat, *alpha_pat;
 	double alpha;
 	int r;
@@ -702,30 +713,35 @@ static int check_module(const struct module *m, const struct peft_config *c,
 		const struct safetensors_tensor *t = i ? b : a;
 
 		if (st_to_ggml(t->dtype) == UINT32_MAX)
-			return errmsg_set(e, -EOPNOTSUPP,
-					  "tensor '%s': dtype %s is not supported (F32, F16 or BF16)",
-					  t->name, safetensors_dtype_name(t->dtype));
+			return errmsg_set(
+				e, -EOPNOTSUPP,
+				"tensor '%s': dtype %s is not supported (F32, F16 or BF16)",
+				t->name, safetensors_dtype_name(t->dtype));
 		if (t->n_dims != 2)
-			return errmsg_set(e, -EBADMSG, "tensor '%s': expected 2 dimensions, has %" PRIu32,
+			return errmsg_set(e, -EBADMSG,
+					  "tensor '%s': expected 2 dimensions, has %" PRIu32,
 					  t->name, t->n_dims);
 	}
 	if (a->shape[0] == 0 || b->shape[1] == 0)
-		return errmsg_set(e, -EBADMSG, "tensor '%s': rank 0", a->shape[0] == 0 ? a->name : b->name);
+		return errmsg_set(e, -EBADMSG, "tensor '%s': rank 0",
+				  a->shape[0] == 0 ? a->name : b->name);
 	if (a->shape[0] != b->shape[1])
 		return errmsg_set(e, -EBADMSG,
 				  "rank mismatch: '%s' [%" PRIu64 ", %" PRIu64 "] has rank %" PRIu64
 				  ", '%s' [%" PRIu64 ", %" PRIu64 "] has rank %" PRIu64,
-				  a->name, a->shape[0], a->shape[1], a->shape[0], b->name, b->shape[0],
-				  b->shape[1], b->shape[1]);
+				  a->name, a->shape[0], a->shape[1], a->shape[0], b->name,
+				  b->shape[0], b->shape[1], b->shape[1]);
 	r = peft_config_rank(c, m->key, &want_rank, &rank_pat);
 	if (r < 0)
-		return errmsg_set(e, r, "rank_pattern: matching '%s' failed (%s)", m->key, strerror(-r));
+		return errmsg_set(e, r, "rank_pattern: matching '%s' failed (%s)", m->key,
+				  strerror(-r));
 	if (a->shape[0] != want_rank) {
 		if (rank_pat)
-			return errmsg_set(e, -EBADMSG,
-					  "rank mismatch: tensor '%s' has rank %" PRIu64
-					  ", but adapter_config.json's rank_pattern '%s' gives %" PRIu32,
-					  a->name, a->shape[0], rank_pat, want_rank);
+			return errmsg_set(
+				e, -EBADMSG,
+				"rank mismatch: tensor '%s' has rank %" PRIu64
+				", but adapter_config.json's rank_pattern '%s' gives %" PRIu32,
+				a->name, a->shape[0], rank_pat, want_rank);
 		return errmsg_set(e, -EBADMSG,
 				  "rank mismatch: tensor '%s' has rank %" PRIu64
 				  ", but adapter_config.json has r = %" PRIu32,
@@ -737,22 +753,31 @@ static int check_module(const struct module *m, const struct peft_config *c,
 	if (a->shape[1] != n_in || b->shape[0] != n_out) {
 		_cleanup_free_ char *desc = lora_base_describe(base);
 
-		return errmsg_set(e, -EXDEV,
-				  "module '%s': lora_A [%" PRIu64 ", %" PRIu64 "] and lora_B [%" PRIu64
-				  ", %" PRIu64 "] do not fit base '%s', where %s is %" PRIu32
-				  " -> %" PRIu32 " (expected lora_A [rank, %" PRIu32 "], lora_B [%" PRIu32
-				  ", rank]; made for another base?)",
-				  m->key, a->shape[0], a->shape[1], b->shape[0], b->shape[1],
-				  desc ? desc : "?", peft_names[m->target], n_in, n_out, n_in, n_out);
+		return errmsg_set(
+			e, -EXDEV,
+			"module '%s': lora_A [%" PRIu64 ", %" PRIu64 "] and lora_B [%" PRIu64
+			", %" PRIu64 "] do not fit base '%s', where %s is %" PRIu32 " -> %" PRIu32
+			" (expected lora_A [rank, %" PRIu32 "], lora_B [%" PRIu32
+			", rank]; made for another base?)",
+			m->key, a->shape[0], a->shape[1], b->shape[0], b->shape[1],
+			desc ? desc : "?", peft_names[m->target], n_in, n_out, n_in, n_out);
 	}
 	r = peft_config_alpha(c, m->key, &alpha, &alpha_pat);
 	if (r < 0)
-		return errmsg_set(e, r, "alpha_pattern: matching '%s' failed (%s)", m->key, strerror(-r));
+		return errmsg_set(e, r, "alpha_pattern: matching '%s' failed (%s)", m->key,
+				  strerror(-r));
 	*src = (struct lora_src_mat){
-		.mat = { .layer = m->layer, .target = m->target, .rank = want_rank, .n_in = n_in,
+		.mat = { .layer = m->layer,
+			 .target = m->target,
+			 .rank = want_rank,
+			 .n_in = n_in,
 			 .n_out = n_out },
-		.a = a->data, .b = b->data, .a_type = st_to_ggml(a->dtype),
-		.b_type = st_to_ggml(b->dtype), .a_name = a->name, .b_name = b->name,
+		.a = a->data,
+		.b = b->data,
+		.a_type = st_to_ggml(a->dtype),
+		.b_type = st_to_ggml(b->dtype),
+		.a_name = a->name,
+		.b_name = b->name,
 	};
 	src->mat.scale = (float) (c->use_rslora ? alpha / sqrt((double) want_rank)
 						: alpha / (double) want_rank);
@@ -765,13 +790,15 @@ static int check_config(const struct peft_config *c, const struct lora_open_opts
 			struct errmsg *warn, struct errmsg *e)
 {
 	if (c->peft_type && strcmp(c->peft_type, "LORA") != 0)
-		return errmsg_set(e, -EOPNOTSUPP,
-				  "adapter_config.json: peft_type '%.64s' is not supported (only LORA)",
-				  c->peft_type);
+		return errmsg_set(
+			e, -EOPNOTSUPP,
+			"adapter_config.json: peft_type '%.64s' is not supported (only LORA)",
+			c->peft_type);
 	if (c->use_dora)
-		return errmsg_set(e, -EOPNOTSUPP,
-				  "adapter_config.json: use_dora: DoRA adapters are not supported "
-				  "(their magnitude vectors change what every targeted layer computes)");
+		return errmsg_set(
+			e, -EOPNOTSUPP,
+			"adapter_config.json: use_dora: DoRA adapters are not supported "
+			"(their magnitude vectors change what every targeted layer computes)");
 	if (c->unsupported_feature)
 		return errmsg_set(e, -EOPNOTSUPP, "adapter_config.json: '%s' is not supported",
 				  c->unsupported_feature);
@@ -780,14 +807,16 @@ static int check_config(const struct peft_config *c, const struct lora_open_opts
 			return errmsg_set(e, -EOPNOTSUPP,
 					  "adapter_config.json: modules_to_save ('%.64s'%s) is not "
 					  "supported: the adapter replaces whole modules",
-					  c->modules_to_save[0], c->n_modules_to_save > 1 ? ", ..." : "");
+					  c->modules_to_save[0],
+					  c->n_modules_to_save > 1 ? ", ..." : "");
 		lora_warn(warn, "ignored modules_to_save ('%.64s'%s): their weights are skipped",
 			  c->modules_to_save[0], c->n_modules_to_save > 1 ? ", ..." : "");
 	}
 	if (c->has_trainable_tokens) {
 		if (!opts->skip_unsupported)
-			return errmsg_set(e, -EOPNOTSUPP,
-					  "adapter_config.json: trainable_token_indices is not supported");
+			return errmsg_set(
+				e, -EOPNOTSUPP,
+				"adapter_config.json: trainable_token_indices is not supported");
 		lora_warn(warn, "ignored trainable_token_indices");
 	}
 	if (c->fan_in_fan_out)
@@ -816,8 +845,8 @@ static char *dir_name(const char *dir)
 	return strndup(s, (size_t) (dir + n - s));
 }
 
-int peft_adapter_open(const char *dir, const struct lora_open_opts *opts,
-		      struct lora_adapter **ret, struct errmsg *warn, struct errmsg *e)
+int peft_adapter_open(const char *dir, const struct lora_open_opts *opts, struct lora_adapter **ret,
+		      struct errmsg *warn, struct errmsg *e)
 {
 	_cleanup_(peft_config_freep) struct peft_config *c = NULL;
 	_cleanup_(safetensors_freep) struct safetensors *st = NULL;
@@ -828,8 +857,9 @@ int peft_adapter_open(const char *dir, const struct lora_open_opts *opts,
 	int r;
 
 	if (!opts->base)
-		return errmsg_set(e, -EINVAL, "a PEFT adapter needs its base model to be loaded (it "
-					      "does not record the base's shapes)");
+		return errmsg_set(e, -EINVAL,
+				  "a PEFT adapter needs its base model to be loaded (it "
+				  "does not record the base's shapes)");
 	if (asprintf(&cfg_path, "%s/adapter_config.json", dir) < 0) {
 		cfg_path = NULL;
 		return -ENOMEM;
@@ -854,9 +884,10 @@ int peft_adapter_open(const char *dir, const struct lora_open_opts *opts,
 		_cleanup_free_ char *bin = NULL;
 
 		if (asprintf(&bin, "%s/adapter_model.bin", dir) >= 0 && access(bin, F_OK) == 0)
-			return errmsg_set(e, -EOPNOTSUPP,
-					  "only adapter_model.safetensors is read; adapter_model.bin "
-					  "(a pickle) is not: convert it with safetensors first");
+			return errmsg_set(
+				e, -EOPNOTSUPP,
+				"only adapter_model.safetensors is read; adapter_model.bin "
+				"(a pickle) is not: convert it with safetensors first");
 		return errmsg_set(e, r, "no adapter_model.safetensors");
 	}
 	if (r < 0)
@@ -881,8 +912,8 @@ int peft_adapter_open(const char *dir, const struct lora_open_opts *opts,
 		if (kind == KIND_OTHER) {
 			if (!opts->skip_unsupported) {
 				r = errmsg_set(e, -EOPNOTSUPP,
-					       "tensor '%s' (module '%s'): %s: not supported", t->name,
-					       key, what);
+					       "tensor '%s' (module '%s'): %s: not supported",
+					       t->name, key, what);
 				goto out;
 			}
 			lora_warn(warn, "skipped tensor '%s': %s", t->name, what);
@@ -890,14 +921,16 @@ int peft_adapter_open(const char *dir, const struct lora_open_opts *opts,
 		}
 		if (parse_module(key, &layer, &target) < 0) {
 			if (!opts->skip_unsupported) {
-				r = errmsg_set(e, -EOPNOTSUPP,
-					       "tensor '%s': module '%s' is not a supported LoRA target "
-					       "(q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
-					       "down_proj of model.layers.N)",
-					       t->name, key);
+				r = errmsg_set(
+					e, -EOPNOTSUPP,
+					"tensor '%s': module '%s' is not a supported LoRA target "
+					"(q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+					"down_proj of model.layers.N)",
+					t->name, key);
 				goto out;
 			}
-			lora_warn(warn, "skipped tensor '%s': module '%s' is not a supported target",
+			lora_warn(warn,
+				  "skipped tensor '%s': module '%s' is not a supported target",
 				  t->name, key);
 			continue;
 		}
@@ -914,17 +947,20 @@ int peft_adapter_open(const char *dir, const struct lora_open_opts *opts,
 					       "tensor '%s': module '%s' is not targeted by "
 					       "adapter_config.json (target_modules%s)",
 					       t->name, key,
-					       c->has_layers_to_transform ? ", layers_to_transform" : "");
+					       c->has_layers_to_transform ? ", layers_to_transform"
+									  : "");
 				goto out;
 			}
-			lora_warn(warn, "skipped tensor '%s': module not in target_modules", t->name);
+			lora_warn(warn, "skipped tensor '%s': module not in target_modules",
+				  t->name);
 			continue;
 		}
 		for (size_t k = 0; k < n_mods; k++)
 			if (strcmp(mods[k].key, key) == 0)
 				m = &mods[k];
 		if (m && (kind == KIND_A ? m->a : m->b)) {
-			r = errmsg_set(e, -EBADMSG, "tensors '%s' and '%s' are both lora_%s of '%s'",
+			r = errmsg_set(e, -EBADMSG,
+				       "tensors '%s' and '%s' are both lora_%s of '%s'",
 				       (kind == KIND_A ? m->a : m->b)->name, t->name,
 				       kind == KIND_A ? "A" : "B", key);
 			goto out;
@@ -932,14 +968,17 @@ int peft_adapter_open(const char *dir, const struct lora_open_opts *opts,
 		if (!m) {
 			for (size_t k = 0; k < n_mods; k++)
 				if (mods[k].layer == layer && mods[k].target == target) {
-					r = errmsg_set(e, -EBADMSG,
-						       "modules '%s' and '%s' both adapt layer %" PRIu32
-						       " %s",
-						       mods[k].key, key, layer, peft_names[target]);
+					r = errmsg_set(
+						e, -EBADMSG,
+						"modules '%s' and '%s' both adapt layer %" PRIu32
+						" %s",
+						mods[k].key, key, layer, peft_names[target]);
 					goto out;
 				}
 			m = &mods[n_mods++];
-			*m = (struct module){ .key = TAKE_PTR(key), .layer = layer, .target = target };
+			*m = (struct module){ .key = TAKE_PTR(key),
+					      .layer = layer,
+					      .target = target };
 		}
 		if (kind == KIND_A)
 			m->a = t;

@@ -10,7 +10,9 @@
  *
  *   target_modules   a list: the key equals an entry or ends with "." + entry;
  *                    a string: a regular expression that must match the whole key
- *                    (re.fullmatch); "all-linear": every linear layer but the output.
+ *                    (re.fullmatch); "all-linear": every linear layer but the output;
+ *                    absent or null: every module the file has weights for (PEFT fills in
+ *                    the architecture's defaults when it makes an adapter).
  *   exclude_modules  the same forms; an excluded key is not targeted.
  *   layers_to_transform  an int or a list: only those layer indices (list form only, as PEFT).
  *   rank_pattern, alpha_pattern   {pattern: value}: the first pattern, in file order, for
@@ -39,7 +41,7 @@
 #define PEFT_CONFIG_MAX_BYTES (16u << 20)
 
 enum peft_match_kind {
-	PEFT_MATCH_NONE,       /* absent or null: nothing */
+	PEFT_MATCH_NONE,       /* absent or null (exclude_modules: nothing; target_modules: all) */
 	PEFT_MATCH_LIST,       /* exact name or "."-suffix */
 	PEFT_MATCH_REGEX,      /* full match */
 	PEFT_MATCH_ALL_LINEAR, /* "all-linear" (target_modules only) */
@@ -47,41 +49,41 @@ enum peft_match_kind {
 
 struct peft_module_set {
 	enum peft_match_kind kind;
-	char **names;  /* owned, n_names (LIST) */
+	char **names; /* owned, n_names (LIST) */
 	size_t n_names;
-	char *regex;   /* owned (REGEX): the pattern as written */
-	void *re;      /* owned pcre2_code (REGEX) */
+	char *regex; /* owned (REGEX): the pattern as written */
+	void *re;    /* owned pcre2_code (REGEX) */
 };
 
 struct peft_pattern {
-	char *key;     /* owned: the pattern as written */
-	void *re;      /* owned pcre2_code of (.*\.)?(KEY)$, anchored */
+	char *key; /* owned: the pattern as written */
+	void *re;  /* owned pcre2_code of (.*\.)?(KEY)$, anchored */
 	double value;
 };
 
 struct peft_config {
-	char *peft_type;               /* owned; NULL when absent */
-	char *base_model;              /* owned: base_model_name_or_path, or NULL */
-	uint32_t r;                    /* default 8, as PEFT */
-	double lora_alpha;             /* default 8, as PEFT */
+	char *peft_type;   /* owned; NULL when absent */
+	char *base_model;  /* owned: base_model_name_or_path, or NULL */
+	uint32_t r;        /* default 8, as PEFT */
+	double lora_alpha; /* default 8, as PEFT */
 	struct peft_module_set target_modules;
 	struct peft_module_set exclude_modules;
 	bool has_layers_to_transform;
-	int64_t *layers_to_transform;  /* owned */
+	int64_t *layers_to_transform; /* owned */
 	size_t n_layers_to_transform;
 	bool use_rslora;
 	bool use_dora;
 	bool fan_in_fan_out;
-	struct peft_pattern *rank_pattern;  /* owned, file order */
+	struct peft_pattern *rank_pattern; /* owned, file order */
 	size_t n_rank_pattern;
 	struct peft_pattern *alpha_pattern; /* owned, file order */
 	size_t n_alpha_pattern;
-	char **modules_to_save;        /* owned */
+	char **modules_to_save; /* owned */
 	size_t n_modules_to_save;
 	/* Features that change what the adapter computes and that Molly does not implement;
 	 * each holds the config key when set (non-null, non-empty), else NULL. */
-	const char *unsupported_feature;  /* use_dora, layer_replication, target_parameters, ... */
-	bool has_trainable_tokens;     /* trainable_token_indices: extra embedding rows */
+	const char *unsupported_feature; /* use_dora, layer_replication, target_parameters, ... */
+	bool has_trainable_tokens;       /* trainable_token_indices: extra embedding rows */
 };
 
 /* Parses adapter_config.json's bytes (need not be NUL-terminated). Type errors, invalid
@@ -101,5 +103,5 @@ int peft_config_alpha(const struct peft_config *c, const char *key, double *ret,
 		      const char **ret_pattern);
 
 /* The directory loader (lora_adapter_open() calls it for directories). */
-int peft_adapter_open(const char *dir, const struct lora_open_opts *opts,
-		      struct lora_adapter **ret, struct errmsg *warn, struct errmsg *e);
+int peft_adapter_open(const char *dir, const struct lora_open_opts *opts, struct lora_adapter **ret,
+		      struct errmsg *warn, struct errmsg *e);

@@ -264,9 +264,10 @@ static bool have_avx2(void)
 {
 	static int cached = -1;
 
+	/* quant's dispatch already checked AVX2 + FMA + F16C for its avx2 level and above (clang
+	 * has no "f16c" for __builtin_cpu_supports) */
 	if (cached < 0)
-		cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-			 __builtin_cpu_supports("f16c");
+		cached = strcmp(quant_simd_level(), "scalar") != 0;
 	return cached;
 }
 

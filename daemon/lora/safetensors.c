@@ -27,11 +27,11 @@ struct metadata_entry {
 struct safetensors {
 	const uint8_t *data; /* borrowed buffer, or the mapping */
 	size_t size;
-	void *map;           /* owned mapping or NULL */
+	void *map; /* owned mapping or NULL */
 	size_t n_tensors;
 	struct safetensors_tensor *tensors; /* owned, sorted by name */
 	size_t n_meta;
-	struct metadata_entry *meta;        /* owned */
+	struct metadata_entry *meta; /* owned */
 };
 
 static const struct {
@@ -113,11 +113,11 @@ static int get_uint(struct json_object *v, const char *name, const char *what, u
 	return 0;
 }
 
-static int parse_tensor(const char *name, struct json_object *info,
-			uint64_t data_size, struct safetensors_tensor *t, struct errmsg *e)
+static int parse_tensor(const char *name, struct json_object *info, uint64_t data_size,
+			struct safetensors_tensor *t, struct errmsg *e)
 {
 	struct json_object *dtype, *shape, *offsets;
-	uint64_t begin, end, bits;
+	uint64_t begin = 0, end = 0, bits;
 	int r;
 
 	if (!json_object_is_type(info, json_type_object))
@@ -153,7 +153,8 @@ static int parse_tensor(const char *name, struct json_object *info,
 
 	if (!json_object_is_type(offsets, json_type_array) ||
 	    json_object_array_length(offsets) != 2)
-		return errmsg_set(e, -EBADMSG, "tensor '%s': data_offsets is not [begin, end]", name);
+		return errmsg_set(e, -EBADMSG, "tensor '%s': data_offsets is not [begin, end]",
+				  name);
 	if ((r = get_uint(json_object_array_get_idx(offsets, 0), name, "data_offsets[0]", &begin,
 			  e)) < 0 ||
 	    (r = get_uint(json_object_array_get_idx(offsets, 1), name, "data_offsets[1]", &end,
@@ -161,7 +162,8 @@ static int parse_tensor(const char *name, struct json_object *info,
 		return r;
 	if (end < begin)
 		return errmsg_set(e, -EBADMSG,
-				  "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] end before begin",
+				  "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
+				  "] end before begin",
 				  name, begin, end);
 	if (end > data_size)
 		return errmsg_set(e, -EBADMSG,
@@ -173,14 +175,15 @@ static int parse_tensor(const char *name, struct json_object *info,
 		return errmsg_set(e, -EBADMSG, "tensor '%s': shape overflows", name);
 	if (bits % 8 != 0)
 		return errmsg_set(e, -EBADMSG,
-				  "tensor '%s': %" PRIu64 " %s elements are not a whole number of bytes",
+				  "tensor '%s': %" PRIu64
+				  " %s elements are not a whole number of bytes",
 				  name, t->n_elems, dtypes[t->dtype].name);
 	if (bits / 8 != end - begin)
-		return errmsg_set(e, -EBADMSG,
-				  "tensor '%s': %" PRIu64 " %s elements need %" PRIu64
-				  " bytes, but data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64,
-				  name, t->n_elems, dtypes[t->dtype].name, bits / 8, begin, end,
-				  end - begin);
+		return errmsg_set(
+			e, -EBADMSG,
+			"tensor '%s': %" PRIu64 " %s elements need %" PRIu64
+			" bytes, but data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64,
+			name, t->n_elems, dtypes[t->dtype].name, bits / 8, begin, end, end - begin);
 	t->offset = begin;
 	t->n_bytes = end - begin;
 	t->name = strdup(name);
@@ -199,7 +202,8 @@ static int parse_metadata(struct safetensors *s, struct json_object *meta, struc
 	s->meta = calloc(n ? n : 1, sizeof(*s->meta));
 	if (!s->meta)
 		return -ENOMEM;
-	json_object_object_foreach(meta, key, val) {
+	json_object_object_foreach(meta, key, val)
+	{
 		if (!json_object_is_type(val, json_type_string))
 			return errmsg_set(e, -EBADMSG, "__metadata__ '%.64s' is not a string", key);
 		s->meta[s->n_meta].key = strdup(key);
@@ -261,8 +265,8 @@ static int check_tiling(struct safetensors *s, uint64_t data_size, struct errmsg
 	}
 	if (end != data_size)
 		return errmsg_set(e, -EBADMSG,
-				  "the tensors cover %" PRIu64 " bytes of data, but the file holds %" PRIu64
-				  " after the header",
+				  "the tensors cover %" PRIu64
+				  " bytes of data, but the file holds %" PRIu64 " after the header",
 				  end, data_size);
 	return 0;
 }
@@ -281,16 +285,18 @@ int safetensors_parse_buffer(const void *data, size_t size, struct safetensors *
 
 	assert_return((data || size == 0) && ret, -EINVAL);
 	if (size < 8)
-		return errmsg_set(e, -EBADMSG, "file is %zu bytes, too short for a safetensors header",
-				  size);
+		return errmsg_set(e, -EBADMSG,
+				  "file is %zu bytes, too short for a safetensors header", size);
 	for (int i = 0; i < 8; i++)
 		header_len |= (uint64_t) p[i] << (8 * i);
 	if (header_len > SAFETENSORS_MAX_HEADER)
-		return errmsg_set(e, -EBADMSG, "header length %" PRIu64 " exceeds the %u-byte limit",
-				  header_len, SAFETENSORS_MAX_HEADER);
+		return errmsg_set(e, -EBADMSG,
+				  "header length %" PRIu64 " exceeds the %u-byte limit", header_len,
+				  SAFETENSORS_MAX_HEADER);
 	if (header_len > size - 8)
 		return errmsg_set(e, -EBADMSG,
-				  "header length %" PRIu64 " runs past the end of the file (%zu bytes)",
+				  "header length %" PRIu64
+				  " runs past the end of the file (%zu bytes)",
 				  header_len, size);
 	if (header_len < 2 || p[8] != '{')
 		return errmsg_set(e, -EBADMSG, "header does not start with '{'");
@@ -300,18 +306,19 @@ int safetensors_parse_buffer(const void *data, size_t size, struct safetensors *
 	if (!tok)
 		return -ENOMEM;
 	json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_ALLOW_TRAILING_CHARS |
-				       JSON_TOKENER_VALIDATE_UTF8);
+					    JSON_TOKENER_VALIDATE_UTF8);
 	root = json_tokener_parse_ex(tok, (const char *) p + 8, (int) header_len);
 	jerr = json_tokener_get_error(tok);
 	if (!root || jerr != json_tokener_success)
 		return errmsg_set(e, -EBADMSG, "header is not valid JSON: %s (near byte %zu)",
 				  jerr == json_tokener_continue ? "unexpected end"
-								 : json_tokener_error_desc(jerr),
+								: json_tokener_error_desc(jerr),
 				  8 + json_tokener_get_parse_end(tok));
 	end = json_tokener_get_parse_end(tok);
 	for (size_t i = end; i < header_len; i++)
 		if (!strchr(" \t\r\n", p[8 + i]) || p[8 + i] == 0)
-			return errmsg_set(e, -EBADMSG, "header has data after the JSON object (byte %zu)",
+			return errmsg_set(e, -EBADMSG,
+					  "header has data after the JSON object (byte %zu)",
 					  8 + i);
 	if (!json_object_is_type(root, json_type_object))
 		return errmsg_set(e, -EBADMSG, "header is not a JSON object");
@@ -342,7 +349,8 @@ int safetensors_parse_buffer(const void *data, size_t size, struct safetensors *
 		r = parse_tensor(key, val, data_size, &s->tensors[s->n_tensors], e);
 		if (r < 0)
 			return r;
-		s->tensors[s->n_tensors].data = p + 8 + header_len + s->tensors[s->n_tensors].offset;
+		s->tensors[s->n_tensors].data =
+			p + 8 + header_len + s->tensors[s->n_tensors].offset;
 		s->n_tensors++;
 	}
 	r = check_tiling(s, data_size, e);
@@ -471,7 +479,8 @@ int safetensors_write(const char *path, const struct safetensors_tensor *tensors
 			json_object_put(info);
 			return -ENOMEM;
 		}
-		if ((unsigned) t->dtype >= SAFETENSORS_DTYPE_COUNT_ || t->n_dims > SAFETENSORS_MAX_DIMS)
+		if ((unsigned) t->dtype >= SAFETENSORS_DTYPE_COUNT_ ||
+		    t->n_dims > SAFETENSORS_MAX_DIMS)
 			return errmsg_set(e, -EINVAL, "tensor '%s': bad dtype or rank", t->name);
 		shape = json_object_new_array();
 		offs = json_object_new_array();
@@ -488,7 +497,8 @@ int safetensors_write(const char *path, const struct safetensors_tensor *tensors
 		}
 		if (__builtin_mul_overflow(elems, (uint64_t) dtypes[t->dtype].bits, &bits) ||
 		    bits % 8 != 0)
-			return errmsg_set(e, -EINVAL, "tensor '%s': size is not whole bytes", t->name);
+			return errmsg_set(e, -EINVAL, "tensor '%s': size is not whole bytes",
+					  t->name);
 		json_object_array_add(offs, json_object_new_int64((int64_t) offset));
 		offset += bits / 8;
 		json_object_array_add(offs, json_object_new_int64((int64_t) offset));

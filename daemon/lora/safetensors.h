@@ -34,7 +34,7 @@
 #include "../basic/errmsg.h"
 #include "../basic/macro.h"
 
-#define SAFETENSORS_MAX_DIMS 8
+#define SAFETENSORS_MAX_DIMS   8
 #define SAFETENSORS_MAX_HEADER (100u * 1000 * 1000) /* as the reference implementation */
 
 enum safetensors_dtype {
@@ -54,21 +54,21 @@ enum safetensors_dtype {
 	SAFETENSORS_F64,
 	SAFETENSORS_I64,
 	SAFETENSORS_U64,
-	SAFETENSORS_F4,      /* sub-byte types: packed, elements × bits must fill whole bytes */
+	SAFETENSORS_F4, /* sub-byte types: packed, elements × bits must fill whole bytes */
 	SAFETENSORS_F6_E2M3,
 	SAFETENSORS_F6_E3M2,
 	SAFETENSORS_DTYPE_COUNT_,
 };
 
 struct safetensors_tensor {
-	char *name;                       /* owned, NUL-terminated */
+	char *name; /* owned, NUL-terminated */
 	enum safetensors_dtype dtype;
-	uint32_t n_dims;                  /* 0 = a scalar (one element) */
+	uint32_t n_dims; /* 0 = a scalar (one element) */
 	uint64_t shape[SAFETENSORS_MAX_DIMS];
 	uint64_t n_elems;
-	uint64_t offset;                  /* begin, relative to the data section */
-	uint64_t n_bytes;                 /* end - begin */
-	const void *data;                 /* borrowed: inside the mapping / buffer */
+	uint64_t offset;  /* begin, relative to the data section */
+	uint64_t n_bytes; /* end - begin */
+	const void *data; /* borrowed: inside the mapping / buffer */
 };
 
 struct safetensors;

@@ -929,7 +929,10 @@ int sched_submit(struct sched *s, const struct sched_request *req, uint64_t *ret
 		seq_free(q);
 		return errmsg_set(e, -ESHUTDOWN, "the scheduler is stopping");
 	}
-	if (s->n_waiting >= s->p.queue_length) {
+	/* QueueLength counts requests waiting beyond the free running slots: a burst that arrives
+	 * before the scheduler thread admits anything still fills every slot, and
+	 * n_waiting + n_running never exceeds queue_length + max_sequences (the arrays' size). */
+	if (s->n_waiting + s->n_running >= s->p.queue_length + s->p.max_sequences) {
 		pthread_mutex_unlock(&s->lock);
 		seq_free(q);
 		return errmsg_set(e, -EAGAIN, "the queue is full (%u waiting)", s->p.queue_length);

@@ -35,7 +35,8 @@ struct sched;
 
 struct sched_params {
 	uint32_t max_sequences;  /* running at once (default 8) */
-	uint32_t queue_length;   /* waiting requests before -EAGAIN (default 64) */
+	uint32_t queue_length;   /* requests waiting beyond the running slots before -EAGAIN
+				  * (default 64) */
 	uint32_t max_context;    /* per sequence, prompt + generated (default: model's, <= 8192) */
 	uint32_t step_tokens;    /* token budget of one step (default 256) */
 	size_t pool_bytes;       /* the paged pool (default: enough for max_sequences full contexts) */

@@ -1,0 +1,1689 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * manager.c: see manager.h.
+ *
+ * Locking: m->lock protects the request list, the adapter registry, the counters and the
+ * config pointer. It is never held while calling into the scheduler, because the scheduler
+ * delivers events (which take m->lock) from its own thread and may hold its own lock meanwhile:
+ * holding ours while waiting for its lock could deadlock.
+ *
+ * A request (struct mreq) has two references: the submitter's (dropped when manager_submit
+ * returns) and the scheduler's (dropped after the final event). Its event-side state (text held
+ * back for stop strings, tokens for logprobs) is touched only on the scheduler's thread.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "basic/sha256.h"
+#include "core/config.h"
+#include "engine/model.h"
+#include "engine/vocab.h"
+#include "lora/adapter.h"
+#include "manager.h"
+#include "sched/sched.h"
+
+#define DEFAULT_MAX_CONTEXT 8192
+
+static inline void closedirp_(DIR **d)
+{
+	if (*d)
+		(void) closedir(*d);
+}
+
+struct adapter_entry {
+	struct adapter_entry *next;
+	char *name;
+	char *path;            /* where it was loaded from */
+	char hash[SHA256_HEX_SIZE];
+	char *base;            /* base description */
+	char **domains;
+	size_t n_domains;
+	uint32_t rank;
+	uint64_t requests;
+	uint32_t running;
+};
+
+struct mtoken {
+	int32_t id;
+	char *text;
+	size_t text_len;
+	float logprob;
+	uint64_t start, end;   /* absolute byte offsets in the request's output */
+};
+
+struct mreq {
+	struct mreq *prev, *next;
+	atomic_uint n_ref;
+	struct manager *manager;
+	uint64_t id;
+	uint64_t sched_id;      /* valid once submitted (under m->lock) */
+	bool submitted;         /* sched_id is valid */
+	bool cancel_requested;  /* manager_cancel() before sched_id was known */
+	bool client_cancel;     /* manager_cancel() was called */
+	manager_event_fn fn;
+	void *userdata;
+	char *model;            /* resolved model id */
+	char **adapters;        /* names whose running count we hold */
+	size_t n_adapters;
+	uint32_t n_prompt;
+	bool logprobs;
+
+	/* scheduler thread only */
+	char **stop;
+	size_t *stop_len;
+	size_t n_stop;
+	size_t max_stop_len;
+	char *pending;          /* text not yet released */
+	size_t n_pending, cap_pending;
+	uint64_t released;      /* bytes released so far (absolute offset of pending[0]) */
+	struct mtoken *tokens;  /* logprobs: tokens not yet released */
+	size_t n_tokens, cap_tokens;
+	uint32_t n_completion;
+	bool stopped;           /* a stop string matched: ignore further tokens */
+};
+
+struct manager {
+	pthread_mutex_t lock;
+	struct config *config;        /* owned reference */
+	struct model *model;          /* owned */
+	struct sched *sched;          /* owned */
+	char *model_name;             /* owned */
+	enum chat_family family;
+	bool has_family;
+	struct errmsg chat_error;     /* why chat is unavailable, when !has_family */
+	uint32_t max_context;
+	uint32_t max_sequences, queue_length;
+	atomic_bool stopping;
+	bool started;
+
+	struct mreq *requests;        /* in flight */
+	uint64_t next_id;
+	struct adapter_entry *adapters;
+
+	uint64_t requests_total, requests_rejected, requests_finished, requests_failed;
+	uint64_t prompt_tokens, completion_tokens;
+};
+
+/* ---- errors ---- */
+
+static const struct {
+	const char *name;
+	int http;
+	const char *dbus;
+} err_table[] = {
+	[MANAGER_ERR_NONE] = { "ok", 200, "org.molly.Error.Internal" },
+	[MANAGER_ERR_INVALID_REQUEST] = { "invalid_request_error", 400,
+					  "org.molly.Error.InvalidRequest" },
+	[MANAGER_ERR_MODEL_NOT_FOUND] = { "model_not_found", 404, "org.molly.Error.ModelNotFound" },
+	[MANAGER_ERR_CONTEXT_LENGTH] = { "context_length_exceeded", 400,
+					 "org.molly.Error.ContextLengthExceeded" },
+	[MANAGER_ERR_FORBIDDEN] = { "forbidden", 403, "org.freedesktop.DBus.Error.AccessDenied" },
+	[MANAGER_ERR_QUEUE_FULL] = { "queue_full", 429, "org.molly.Error.QueueFull" },
+	[MANAGER_ERR_UNAVAILABLE] = { "service_unavailable", 503, "org.molly.Error.Unavailable" },
+	[MANAGER_ERR_CANCELLED] = { "cancelled", 503, "org.molly.Error.Cancelled" },
+	[MANAGER_ERR_INTERNAL] = { "internal_error", 500, "org.molly.Error.Internal" },
+};
+
+const char *manager_err_name(enum manager_err k)
+{
+	return (unsigned) k < ELEMENTSOF(err_table) ? err_table[k].name : "internal_error";
+}
+
+int manager_err_http_status(enum manager_err k)
+{
+	return (unsigned) k < ELEMENTSOF(err_table) ? err_table[k].http : 500;
+}
+
+const char *manager_err_dbus_name(enum manager_err k)
+{
+	return (unsigned) k < ELEMENTSOF(err_table) ? err_table[k].dbus
+						    : "org.molly.Error.Internal";
+}
+
+_printf_(4, 5) static int set_err(struct manager_error *err, enum manager_err kind, int r,
+				  const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err)
+		return r;
+	err->kind = kind;
+	err->error = r;
+	va_start(ap, fmt);
+	(void) vsnprintf(err->message, sizeof(err->message), fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+/* ---- small helpers ---- */
+
+/* Strict UTF-8 (no overlongs, no surrogates, <= U+10FFFF). */
+static bool utf8_valid(const char *s, size_t n)
+{
+	const unsigned char *p = (const unsigned char *) s;
+	size_t i = 0;
+
+	while (i < n) {
+		unsigned c = p[i];
+		size_t len;
+		uint32_t cp;
+
+		if (c < 0x80) {
+			i++;
+			continue;
+		} else if ((c & 0xe0) == 0xc0) {
+			len = 2;
+			cp = c & 0x1f;
+		} else if ((c & 0xf0) == 0xe0) {
+			len = 3;
+			cp = c & 0x0f;
+		} else if ((c & 0xf8) == 0xf0) {
+			len = 4;
+			cp = c & 0x07;
+		} else
+			return false;
+		if (n - i < len)
+			return false;
+		for (size_t k = 1; k < len; k++) {
+			if ((p[i + k] & 0xc0) != 0x80)
+				return false;
+			cp = (cp << 6) | (p[i + k] & 0x3f);
+		}
+		if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) ||
+		    (len == 4 && cp < 0x10000) || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+			return false;
+		i += len;
+	}
+	return true;
+}
+
+static void strv_free(char **v, size_t n)
+{
+	if (!v)
+		return;
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
+}
+
+/* ---- adapter registry (m->lock held) ---- */
+
+static struct adapter_entry *adapter_find(struct manager *m, const char *name)
+{
+	for (struct adapter_entry *a = m->adapters; a; a = a->next)
+		if (strcmp(a->name, name) == 0)
+			return a;
+	return NULL;
+}
+
+static struct adapter_entry *adapter_entry_free(struct adapter_entry *a)
+{
+	if (!a)
+		return NULL;
+	free(a->name);
+	free(a->path);
+	free(a->base);
+	strv_free(a->domains, a->n_domains);
+	free(a);
+	return NULL;
+}
+
+static int adapter_entry_new(const struct lora_adapter *la, const char *path,
+			     struct adapter_entry **ret)
+{
+	struct adapter_entry *a = calloc(1, sizeof(*a));
+
+	if (!a)
+		return -ENOMEM;
+	a->name = strdup(la->meta.name);
+	a->path = strdup(path);
+	a->base = strdup(la->base_description ? la->base_description : "");
+	a->rank = la->max_rank;
+	sha256_hex(la->content_hash, a->hash);
+	if (!a->name || !a->path || !a->base)
+		goto oom;
+	if (la->meta.n_domains > 0) {
+		a->domains = calloc(la->meta.n_domains, sizeof(char *));
+		if (!a->domains)
+			goto oom;
+		for (size_t i = 0; i < la->meta.n_domains; i++) {
+			a->domains[i] = strdup(la->meta.domains[i]);
+			if (!a->domains[i])
+				goto oom;
+			a->n_domains++;
+		}
+	}
+	*ret = a;
+	return 0;
+oom:
+	adapter_entry_free(a);
+	return -ENOMEM;
+}
+
+/* A name usable as a model id and a file name: [A-Za-z0-9._-], not starting with '.',
+ * at most 64 bytes, without ':' (which separates base and adapter). */
+static bool adapter_name_valid(const char *name)
+{
+	size_t n = strlen(name);
+
+	if (n == 0 || n > 64 || name[0] == '.' || name[0] == '-')
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == '-'))
+			return false;
+	}
+	return true;
+}
+
+/* The suffixes an adapter file in Directory= may have; a directory has none. */
+static const char *const adapter_suffixes[] = { ".molly", ".gguf" };
+
+/* The adapter's name for a directory entry: the entry without a known suffix. NULL if the
+ * entry is not an adapter (hidden, temporary, unknown suffix on a regular file). */
+static char *adapter_name_of_entry(const char *dir, const char *entry)
+{
+	_cleanup_free_ char *p = NULL;
+	struct stat st;
+
+	if (entry[0] == '.')
+		return NULL;
+	if (asprintf(&p, "%s/%s", dir, entry) < 0)
+		return NULL;
+	if (stat(p, &st) < 0)
+		return NULL;
+	if (S_ISDIR(st.st_mode)) {
+		_cleanup_free_ char *cfg = NULL;
+		if (asprintf(&cfg, "%s/adapter_config.json", p) < 0 || access(cfg, F_OK) < 0)
+			return NULL;
+		return adapter_name_valid(entry) ? strdup(entry) : NULL;
+	}
+	if (!S_ISREG(st.st_mode))
+		return NULL;
+	for (size_t i = 0; i < ELEMENTSOF(adapter_suffixes); i++) {
+		size_t n = strlen(entry), k = strlen(adapter_suffixes[i]);
+		if (n > k && strcmp(entry + n - k, adapter_suffixes[i]) == 0) {
+			char *name = strndup(entry, n - k);
+			if (name && !adapter_name_valid(name)) {
+				free(name);
+				return NULL;
+			}
+			return name;
+		}
+	}
+	return NULL;
+}
+
+/* Finds NAME in dir: "dir/NAME" (a PEFT directory) or "dir/NAME.<suffix>". */
+static int adapter_find_in_dir(const char *dir, const char *name, char **ret_path)
+{
+	_cleanup_(closedirp_) DIR *d = NULL;
+	struct dirent *de;
+
+	if (!dir)
+		return -ENOENT;
+	d = opendir(dir);
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		_cleanup_free_ char *n = adapter_name_of_entry(dir, de->d_name);
+		if (n && strcmp(n, name) == 0)
+			return asprintf(ret_path, "%s/%s", dir, de->d_name) < 0 ? -ENOMEM : 0;
+	}
+	return -ENOENT;
+}
+
+/* ---- lifetime ---- */
+
+static uint32_t pick_max_context(const struct config *c, const struct model *mdl)
+{
+	uint32_t n = mdl->hp.n_ctx_train ? mdl->hp.n_ctx_train : 2048;
+
+	if (c->context_length)
+		return c->context_length;
+	return MIN(n, DEFAULT_MAX_CONTEXT);
+}
+
+int manager_new(struct config *config, struct manager **ret, struct errmsg *e)
+{
+	_cleanup_(manager_freep) struct manager *m = NULL;
+	struct sched_params sp = { 0 };
+	int r;
+
+	assert_return(config && ret, -EINVAL);
+	if (!config->model_path)
+		return errmsg_set(e, -EINVAL, "no model configured: set [Model] Path= in %s",
+				  config->n_files ? config->files[0] : CONFIG_DEFAULT_PATH);
+
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	pthread_mutex_init(&m->lock, NULL);
+	m->config = config_ref(config);
+	m->next_id = 1;
+
+	r = model_load(config->model_path, &m->model, e);
+	if (r < 0)
+		return errmsg_prefix(e, r, "%s", config->model_path);
+	m->model_name = config_model_name(config);
+	if (!m->model_name)
+		return -ENOMEM;
+
+	r = chat_family_choose(config->chat_template, m->model->chat_template, &m->family,
+			       &m->chat_error);
+	m->has_family = r >= 0;
+	if (r < 0 && config->chat_template)
+		/* A named family that does not exist is a configuration error, not a model quirk.
+		 */
+		return errmsg_set(e, r, "[Model] ChatTemplate=%s: %s", config->chat_template,
+				  m->chat_error.text);
+	if (r < 0)
+		errmsg_prefix(&m->chat_error, r,
+			      "set [Model] ChatTemplate= to one of chatml, llama2, llama3, "
+			      "mistral, phi3, "
+			      "gemma instead of the model's template");
+
+	m->max_context = pick_max_context(config, m->model);
+	m->max_sequences = config->max_sequences;
+	m->queue_length = config->queue_length;
+	sp.max_sequences = config->max_sequences;
+	sp.queue_length = config->queue_length;
+	sp.max_context = m->max_context;
+	sp.step_tokens = config->step_tokens;
+	sp.pool_bytes = config->pool_bytes;
+	sp.n_threads = config->threads;
+	r = sched_new(m->model, &sp, &m->sched, e);
+	if (r < 0)
+		return errmsg_prefix(e, r, "scheduler");
+
+	for (size_t i = 0; i < config->n_adapter_load; i++) {
+		struct manager_error err = { 0 };
+		r = manager_adapter_load(m, config->adapter_load[i], NULL, &err);
+		if (r < 0)
+			return errmsg_set(e, r, "[Adapters] Load=%s: %s", config->adapter_load[i],
+					  err.message);
+	}
+
+	*ret = TAKE_PTR(m);
+	return 0;
+}
+
+struct manager *manager_free(struct manager *m)
+{
+	if (!m)
+		return NULL;
+	atomic_store(&m->stopping, true);
+	/* Cancels what is left; the events (ERROR "cancelled") still reach the fronts. */
+	m->sched = sched_free(m->sched);
+	while (m->adapters) {
+		struct adapter_entry *a = m->adapters;
+		m->adapters = a->next;
+		adapter_entry_free(a);
+	}
+	model_free(m->model);
+	free(m->model_name);
+	config_unref(m->config);
+	pthread_mutex_destroy(&m->lock);
+	free(m);
+	return NULL;
+}
+
+int manager_start(struct manager *m)
+{
+	int r;
+
+	assert_return(m, -EINVAL);
+	if (m->started)
+		return 0;
+	r = sched_start(m->sched);
+	if (r >= 0)
+		m->started = true;
+	return r;
+}
+
+void manager_drain(struct manager *m, uint64_t timeout_ns)
+{
+	atomic_store(&m->stopping, true);
+	sched_drain(m->sched, timeout_ns);
+}
+
+bool manager_is_stopping(struct manager *m)
+{
+	return atomic_load(&m->stopping);
+}
+
+struct config *manager_get_config(struct manager *m)
+{
+	struct config *c;
+
+	pthread_mutex_lock(&m->lock);
+	c = config_ref(m->config);
+	pthread_mutex_unlock(&m->lock);
+	return c;
+}
+
+const char *manager_model_name(struct manager *m)
+{
+	return m->model_name;
+}
+
+uint32_t manager_context_length(struct manager *m)
+{
+	return m->max_context;
+}
+
+static bool strv_contains(char *const *v, size_t n, const char *s)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(v[i], s) == 0)
+			return true;
+	return false;
+}
+
+static bool streq_null(const char *a, const char *b)
+{
+	return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+int manager_reload(struct manager *m, struct config *c, struct errmsg *e)
+{
+	_cleanup_(config_unrefp) struct config *old = NULL;
+	char restart[256] = "";
+	char failed[2048] = "";
+	int ret = 0;
+
+	assert_return(m && c, -EINVAL);
+
+#define CHANGED(cond, key)                                                                         \
+	do {                                                                                       \
+		if (cond)                                                                          \
+			snprintf(restart + strlen(restart), sizeof(restart) - strlen(restart),     \
+				 "%s%s", restart[0] ? ", " : "", key);                             \
+	} while (0)
+	pthread_mutex_lock(&m->lock);
+	old = m->config;
+	CHANGED(!streq_null(old->model_path, c->model_path), "[Model] Path=");
+	CHANGED(!streq_null(old->model_name, c->model_name), "[Model] Name=");
+	CHANGED(old->threads != c->threads, "[Model] Threads=");
+	CHANGED(!streq_null(old->chat_template, c->chat_template), "[Model] ChatTemplate=");
+	CHANGED(old->pool_bytes != c->pool_bytes || old->max_sequences != c->max_sequences ||
+			old->queue_length != c->queue_length ||
+			old->context_length != c->context_length ||
+			old->step_tokens != c->step_tokens,
+		"[Engine]");
+	CHANGED(old->bus != c->bus, "[DBus] Bus=");
+	CHANGED(!streq_null(old->user, c->user), "[Daemon] User=");
+	/* Everything else (members, adapters, admin group, HTTP limits, timeouts) applies now. */
+	m->config = config_ref(c);
+	pthread_mutex_unlock(&m->lock);
+#undef CHANGED
+
+	/* Adapters: load the newly listed, unload the no longer listed (if idle). */
+	for (size_t i = 0; i < c->n_adapter_load; i++) {
+		struct manager_error err = { 0 };
+		int r;
+
+		if (strv_contains(old->adapter_load, old->n_adapter_load, c->adapter_load[i]))
+			continue;
+		r = manager_adapter_load(m, c->adapter_load[i], NULL, &err);
+		if (r < 0 && r != -EEXIST) {
+			ret = ret ?: r;
+			snprintf(failed + strlen(failed), sizeof(failed) - strlen(failed),
+				 "%sload %.200s: %.200s", failed[0] ? "; " : "", c->adapter_load[i],
+				 err.message);
+		}
+	}
+	for (size_t i = 0; i < old->n_adapter_load; i++) {
+		struct manager_error err = { 0 };
+		int r;
+
+		if (strv_contains(c->adapter_load, c->n_adapter_load, old->adapter_load[i]))
+			continue;
+		r = manager_adapter_unload(m, old->adapter_load[i], &err);
+		if (r < 0 && r != -ENOENT) {
+			ret = ret ?: r;
+			snprintf(failed + strlen(failed), sizeof(failed) - strlen(failed),
+				 "%sunload %.200s: %.200s", failed[0] ? "; " : "", old->adapter_load[i],
+				 err.message);
+		}
+	}
+
+	if (ret < 0)
+		return errmsg_set(e, ret, "%s%s%s%s", failed,
+				  restart[0] ? "; changes that need a restart: " : "", restart, "");
+	if (restart[0]) {
+		errmsg_set(e, 1, "changes that need a restart were not applied: %s", restart);
+		return 1;
+	}
+	return 0;
+}
+
+/* ---- scopes ---- */
+
+bool manager_caller_may_use(struct manager *m, const struct manager_caller *caller,
+			    const char *model)
+{
+	const struct config_member *mem;
+	bool ok;
+
+	if (!caller || !caller->member)
+		return true;
+	pthread_mutex_lock(&m->lock);
+	mem = config_find_member(m->config, caller->member);
+	/* A member that a reload removed has no scopes left. */
+	ok = mem && config_member_may_use(mem, m->model_name,
+					  model && model[0] ? model : m->model_name);
+	pthread_mutex_unlock(&m->lock);
+	return ok;
+}
+
+/* ---- requests ---- */
+
+static void mreq_free(struct mreq *q)
+{
+	strv_free(q->stop, q->n_stop);
+	free(q->stop_len);
+	free(q->pending);
+	for (size_t i = 0; i < q->n_tokens; i++)
+		free(q->tokens[i].text);
+	free(q->tokens);
+	free(q->model);
+	strv_free(q->adapters, q->n_adapters);
+	free(q);
+}
+
+static void mreq_unref(struct mreq *q)
+{
+	if (q && atomic_fetch_sub(&q->n_ref, 1) == 1)
+		mreq_free(q);
+}
+
+/* m->lock held */
+static void mreq_unlink(struct manager *m, struct mreq *q)
+{
+	if (q->prev)
+		q->prev->next = q->next;
+	else if (m->requests == q)
+		m->requests = q->next;
+	if (q->next)
+		q->next->prev = q->prev;
+	q->prev = q->next = NULL;
+}
+
+/* m->lock held: the adapters' running counts go down when a request ends. */
+static void mreq_release_adapters(struct manager *m, struct mreq *q)
+{
+	for (size_t i = 0; i < q->n_adapters; i++) {
+		struct adapter_entry *a = adapter_find(m, q->adapters[i]);
+		if (a && a->running > 0)
+			a->running--;
+	}
+}
+
+static int pending_append(struct mreq *q, const char *s, size_t n)
+{
+	if (q->n_pending + n + 1 > q->cap_pending) {
+		size_t cap = MAX(q->cap_pending * 2, q->n_pending + n + 64);
+		char *p = realloc(q->pending, cap);
+		if (!p)
+			return -ENOMEM;
+		q->pending = p;
+		q->cap_pending = cap;
+	}
+	memcpy(q->pending + q->n_pending, s, n);
+	q->n_pending += n;
+	q->pending[q->n_pending] = 0;
+	return 0;
+}
+
+/* Releases the first n bytes of pending as one TEXT event, with the tokens that end in them
+ * (or every held token when all_tokens). */
+static void release(struct mreq *q, size_t n, bool all_tokens)
+{
+	struct manager_event ev = { .type = MANAGER_EVENT_TEXT, .id = q->id };
+	_cleanup_free_ struct manager_token *toks = NULL;
+	uint64_t cut = q->released + n;
+	size_t n_out = 0;
+
+	while (n_out < q->n_tokens && (all_tokens || q->tokens[n_out].end <= cut))
+		n_out++;
+	if (n > 0) {
+		if (q->logprobs && n_out > 0) {
+			toks = calloc(n_out, sizeof(*toks));
+			/* Without memory for the list the text still goes out. */
+			for (size_t i = 0; toks && i < n_out; i++)
+				toks[i] = (struct manager_token){ .id = q->tokens[i].id,
+								  .text = q->tokens[i].text,
+								  .text_len = q->tokens[i].text_len,
+								  .logprob = q->tokens[i].logprob };
+		}
+		ev.text = q->pending;
+		ev.text_len = n;
+		ev.tokens = toks;
+		ev.n_tokens = toks ? n_out : 0;
+		q->fn(&ev, q->userdata);
+	}
+	/* Tokens without text of their own (a trailing control token) go with no chunk. */
+	for (size_t i = 0; i < n_out; i++)
+		free(q->tokens[i].text);
+	if (n_out > 0 && q->tokens) {
+		memmove(q->tokens, q->tokens + n_out, (q->n_tokens - n_out) * sizeof(*q->tokens));
+		q->n_tokens -= n_out;
+	}
+	if (n > 0) {
+		memmove(q->pending, q->pending + n, q->n_pending - n + 1);
+		q->n_pending -= n;
+		q->released += n;
+	}
+}
+
+/* How many trailing bytes of pending could be the start of a stop string. */
+static size_t stop_holdback(const struct mreq *q)
+{
+	size_t best = 0;
+
+	for (size_t i = 0; i < q->n_stop; i++) {
+		size_t k = MIN(q->stop_len[i] - 1, q->n_pending);
+		for (; k > best; k--)
+			if (memcmp(q->pending + q->n_pending - k, q->stop[i], k) == 0) {
+				best = k;
+				break;
+			}
+	}
+	return best;
+}
+
+/* The earliest stop-string match in pending, or -1. */
+static ssize_t stop_find(const struct mreq *q)
+{
+	ssize_t best = -1;
+
+	for (size_t i = 0; i < q->n_stop; i++) {
+		const char *p = memmem(q->pending, q->n_pending, q->stop[i], q->stop_len[i]);
+		if (p && (best < 0 || p - q->pending < best))
+			best = p - q->pending;
+	}
+	return best;
+}
+
+static void deliver_final(struct mreq *q, const struct manager_event *ev)
+{
+	struct manager *m = q->manager;
+
+	pthread_mutex_lock(&m->lock);
+	mreq_unlink(m, q);
+	mreq_release_adapters(m, q);
+	if (ev->type == MANAGER_EVENT_DONE) {
+		m->requests_finished++;
+		m->prompt_tokens += ev->prompt_tokens;
+		m->completion_tokens += ev->completion_tokens;
+	} else
+		m->requests_failed++;
+	pthread_mutex_unlock(&m->lock);
+
+	q->fn(ev, q->userdata);
+	mreq_unref(q);
+}
+
+static void on_sched_event(const struct sched_event *sev, void *userdata)
+{
+	struct mreq *q = userdata;
+	struct manager *m = q->manager;
+
+	switch (sev->type) {
+	case SCHED_EVENT_TOKEN: {
+		ssize_t at;
+
+		if (q->stopped)
+			return;
+		q->n_completion++;
+		if (q->logprobs) {
+			if (q->n_tokens == q->cap_tokens) {
+				size_t cap = MAX(16, q->cap_tokens * 2);
+				struct mtoken *t = realloc(q->tokens, cap * sizeof(*t));
+				if (!t)
+					goto oom;
+				q->tokens = t;
+				q->cap_tokens = cap;
+			}
+			struct mtoken *t = &q->tokens[q->n_tokens];
+			t->text = strndup(sev->text ? sev->text : "", sev->text_len);
+			if (!t->text)
+				goto oom;
+			t->id = sev->token;
+			t->text_len = sev->text_len;
+			t->logprob = sev->logprob;
+			t->start = q->released + q->n_pending;
+			t->end = t->start + sev->text_len;
+			q->n_tokens++;
+		}
+		if (sev->text_len > 0 && pending_append(q, sev->text, sev->text_len) < 0)
+			goto oom;
+
+		if (q->n_stop == 0) {
+			release(q, q->n_pending, false);
+			return;
+		}
+		at = stop_find(q);
+		if (at >= 0) {
+			/* Tokens that began before the cut count as released with it. */
+			for (size_t i = 0; i < q->n_tokens; i++)
+				if (q->tokens[i].start < q->released + (uint64_t) at)
+					q->tokens[i].end = MIN(q->tokens[i].end,
+							       q->released + (uint64_t) at);
+			release(q, (size_t) at, false);
+			q->stopped = true;
+			/* The DONE event that follows says "cancelled": we turn it into "stop". */
+			(void) sched_cancel(m->sched, sev->id);
+			return;
+		}
+		release(q, q->n_pending - stop_holdback(q), false);
+		return;
+	}
+	case SCHED_EVENT_DONE: {
+		struct manager_event ev = { .type = MANAGER_EVENT_DONE,
+					    .id = q->id,
+					    .model = q->model };
+		struct manager_error err = { 0 };
+
+		if (!q->stopped)
+			/* No stop string matched: what was held back is plain output. */
+			release(q, q->n_pending, true);
+		else
+			release(q, 0, true);
+		ev.prompt_tokens = sev->prompt_tokens ? sev->prompt_tokens : q->n_prompt;
+		ev.completion_tokens = q->stopped ? q->n_completion : sev->completion_tokens;
+		if (q->stopped)
+			ev.finish_reason = "stop";
+		else if (sev->finish == SCHED_FINISH_CANCELLED && !q->client_cancel &&
+			 atomic_load(&m->stopping)) {
+			/* Cut short by shutdown, not by the client: that is an error for it. */
+			set_err(&err, MANAGER_ERR_CANCELLED, -ESHUTDOWN,
+				"the daemon is stopping; the request was cancelled after %u tokens",
+				sev->completion_tokens);
+			ev.type = MANAGER_EVENT_ERROR;
+			ev.error = &err;
+		} else
+			ev.finish_reason = sched_finish_name(sev->finish);
+		deliver_final(q, &ev);
+		return;
+	}
+	case SCHED_EVENT_ERROR: {
+		struct manager_event ev = { .type = MANAGER_EVENT_ERROR,
+					    .id = q->id,
+					    .model = q->model };
+		struct manager_error err = { 0 };
+		enum manager_err kind = MANAGER_ERR_INTERNAL;
+
+		if (sev->error == -E2BIG)
+			kind = MANAGER_ERR_CONTEXT_LENGTH;
+		else if (sev->error == -ESHUTDOWN || sev->error == -ECANCELED)
+			kind = MANAGER_ERR_CANCELLED;
+		else if (sev->error == -ENOENT)
+			kind = MANAGER_ERR_MODEL_NOT_FOUND;
+		release(q, q->stopped ? 0 : q->n_pending, true);
+		set_err(&err, kind, sev->error ? sev->error : -EIO, "%s",
+			sev->message ? sev->message : "generation failed");
+		ev.error = &err;
+		ev.prompt_tokens = sev->prompt_tokens;
+		ev.completion_tokens = sev->completion_tokens;
+		deliver_final(q, &ev);
+		return;
+	}
+	}
+	return;
+
+oom:
+	/* Out of memory on the event path: stop the request; its DONE follows. */
+	q->stopped = true;
+	(void) sched_cancel(m->sched, sev->id);
+}
+
+/* Resolves r->model and r->loras into scheduler loras (names point into r or the manager's
+ * strings) and the model id. */
+static int resolve_model(struct manager *m, const struct manager_request *r,
+			 const struct manager_caller *caller, struct sched_lora *loras,
+			 size_t *n_loras, char **ret_model, struct manager_error *err)
+{
+	const char *model = r->model && r->model[0] ? r->model : NULL;
+	const char *adapter = NULL;
+	size_t n = 0;
+
+	if (model && strcmp(model, m->model_name) != 0) {
+		const char *colon = strchr(model, ':');
+
+		if (colon) {
+			size_t bl = (size_t) (colon - model);
+			/* The adapter part of "base:adapter" must be on this base. */
+			if (bl != strlen(m->model_name) || memcmp(model, m->model_name, bl) != 0)
+				return set_err(
+					err, MANAGER_ERR_MODEL_NOT_FOUND, -ENOENT,
+					"The model `%s` does not exist: the base model is `%s`",
+					model, m->model_name);
+			adapter = colon + 1;
+		} else
+			adapter = model;
+		if (!adapter[0])
+			return set_err(err, MANAGER_ERR_MODEL_NOT_FOUND, -ENOENT,
+				       "The model `%s` does not exist.", model);
+	}
+
+	if (r->n_loras > MANAGER_MAX_LORAS)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -E2BIG,
+			       "too many adapters in lora: %zu (at most %d)", r->n_loras,
+			       MANAGER_MAX_LORAS);
+
+	pthread_mutex_lock(&m->lock);
+	if (adapter) {
+		if (!adapter_find(m, adapter)) {
+			pthread_mutex_unlock(&m->lock);
+			return set_err(err, MANAGER_ERR_MODEL_NOT_FOUND, -ENOENT,
+				       "The model `%s` does not exist: no adapter `%s` is loaded "
+				       "(see `molly adapters list`)",
+				       model, adapter);
+		}
+		loras[n++] = (struct sched_lora){ .name = adapter, .scale = 1.0f };
+	}
+	for (size_t i = 0; i < r->n_loras; i++) {
+		const struct manager_lora *l = &r->loras[i];
+
+		if (!l->name || !l->name[0] || !isfinite(l->scale) || fabsf(l->scale) > 100.0f) {
+			pthread_mutex_unlock(&m->lock);
+			return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+				       "lora[%zu]: needs a name and a finite scale in [-100, 100]",
+				       i);
+		}
+		if (!adapter_find(m, l->name)) {
+			pthread_mutex_unlock(&m->lock);
+			return set_err(err, MANAGER_ERR_MODEL_NOT_FOUND, -ENOENT,
+				       "The model `%s` does not exist: no adapter `%s` is loaded "
+				       "(see `molly adapters list`)",
+				       l->name, l->name);
+		}
+		for (size_t k = 0; k < n; k++)
+			if (strcmp(loras[k].name, l->name) == 0) {
+				pthread_mutex_unlock(&m->lock);
+				return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+					       "adapter `%s` is named twice in the request",
+					       l->name);
+			}
+		loras[n++] = (struct sched_lora){ .name = l->name, .scale = l->scale };
+	}
+	pthread_mutex_unlock(&m->lock);
+
+	/* Scopes: the model as named, and every extra adapter. */
+	if (!manager_caller_may_use(m, caller, model))
+		return set_err(err, MANAGER_ERR_FORBIDDEN, -EPERM,
+			       "member `%s` may not use model `%s` (see its Models=)",
+			       caller->member, model ? model : m->model_name);
+	for (size_t i = 0; i < r->n_loras; i++)
+		if (!manager_caller_may_use(m, caller, r->loras[i].name))
+			return set_err(err, MANAGER_ERR_FORBIDDEN, -EPERM,
+				       "member `%s` may not use adapter `%s` (see its Models=)",
+				       caller->member, r->loras[i].name);
+
+	*ret_model = strdup(adapter ? adapter : m->model_name);
+	if (!*ret_model)
+		return set_err(err, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
+	*n_loras = n;
+	return 0;
+}
+
+static int tokenize_request(struct manager *m, const struct manager_request *r, int32_t **ret,
+			    size_t *ret_n, struct manager_error *err)
+{
+	const struct vocab *v = m->model->vocab;
+	_cleanup_free_ char *text = NULL;
+	_cleanup_free_ int32_t *ids = NULL;
+	const char *src;
+	bool special = false;
+	int64_t n;
+	size_t cap;
+
+	if (r->messages) {
+		struct errmsg e = { { 0 } };
+		int k;
+
+		if (!m->has_family)
+			return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EOPNOTSUPP,
+				       "chat is not available: %s", m->chat_error.text);
+		for (size_t i = 0; i < r->n_messages; i++) {
+			if (!r->messages[i].role || !r->messages[i].content)
+				return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+					       "messages[%zu]: needs a role and a content", i);
+			if (!utf8_valid(r->messages[i].content, strlen(r->messages[i].content)))
+				return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EILSEQ,
+					       "messages[%zu].content is not valid UTF-8", i);
+			if (strcmp(r->messages[i].role, "system") != 0 &&
+			    strcmp(r->messages[i].role, "user") != 0 &&
+			    strcmp(r->messages[i].role, "assistant") != 0)
+				return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+					       "messages[%zu].role: '%.64s' is not one of system, "
+					       "user, assistant",
+					       i, r->messages[i].role);
+		}
+		k = chat_render(m->family, r->messages, r->n_messages, true, &text, &e);
+		if (k < 0)
+			return set_err(err, MANAGER_ERR_INVALID_REQUEST, k, "messages: %s", e.text);
+		src = text;
+		special = true; /* the template's markers are special tokens */
+	} else {
+		if (!utf8_valid(r->prompt, strlen(r->prompt)))
+			return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EILSEQ,
+				       "the prompt is not valid UTF-8");
+		src = r->prompt;
+	}
+
+	/* A first guess; the tokenizer says how many it needs when that is too small. */
+	cap = strlen(src) + 8;
+	for (int attempt = 0; attempt < 2; attempt++) {
+		free(ids);
+		ids = malloc(MAX(cap, 1) * sizeof(int32_t));
+		if (!ids)
+			return set_err(err, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
+		n = vocab_tokenize(v, src, strlen(src), vocab_add_bos(v), special, ids, cap);
+		if (n < 0)
+			return set_err(err, MANAGER_ERR_INVALID_REQUEST, (int) n,
+				       "the prompt cannot be tokenized: %s", strerror((int) -n));
+		if ((size_t) n <= cap)
+			break;
+		cap = (size_t) n;
+	}
+	if (n == 0)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+			       "the prompt is empty (and the model adds no BOS token)");
+	*ret = TAKE_PTR(ids);
+	*ret_n = (size_t) n;
+	return 0;
+}
+
+void manager_request_init(struct manager_request *r)
+{
+	*r = (struct manager_request){ .temperature = 1.0f, .top_p = 1.0f };
+}
+
+static int validate_request(struct manager *m, const struct manager_request *r,
+			    struct manager_error *err)
+{
+	if (!!r->prompt == !!r->messages)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+			       r->prompt ? "give either a prompt or messages, not both"
+					 : "a prompt or messages are required");
+	if (r->messages && r->n_messages == 0)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL, "messages is empty");
+	if (!isfinite(r->temperature) || r->temperature < 0 || r->temperature > 100)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+			       "temperature must be between 0 and 100, not %g",
+			       (double) r->temperature);
+	if (!isfinite(r->top_p) || r->top_p <= 0 || r->top_p > 1)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+			       "top_p must be in (0, 1], not %g", (double) r->top_p);
+	if (r->n_stop > MANAGER_MAX_STOP)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -E2BIG,
+			       "too many stop strings: %zu (at most %d)", r->n_stop,
+			       MANAGER_MAX_STOP);
+	for (size_t i = 0; i < r->n_stop; i++) {
+		size_t n = r->stop[i] ? strlen(r->stop[i]) : 0;
+		if (n == 0 || n > MANAGER_MAX_STOP_BYTES || !utf8_valid(r->stop[i], n))
+			return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+				       "stop[%zu]: must be 1 to %d bytes of valid UTF-8", i,
+				       MANAGER_MAX_STOP_BYTES);
+	}
+	if (r->model && !utf8_valid(r->model, strlen(r->model)))
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EILSEQ,
+			       "the model name is not valid UTF-8");
+	if (r->max_tokens > m->max_context)
+		return set_err(err, MANAGER_ERR_CONTEXT_LENGTH, -E2BIG,
+			       "This model's maximum context length is %u tokens. However, you "
+			       "requested %u tokens for the completion (max_tokens).",
+			       m->max_context, r->max_tokens);
+	return 0;
+}
+
+static int mreq_set_stops(struct mreq *q, const struct manager_request *r)
+{
+	if (r->n_stop == 0)
+		return 0;
+	q->stop = calloc(r->n_stop, sizeof(char *));
+	q->stop_len = calloc(r->n_stop, sizeof(size_t));
+	if (!q->stop || !q->stop_len)
+		return -ENOMEM;
+	for (size_t i = 0; i < r->n_stop; i++) {
+		q->stop[i] = strdup(r->stop[i]);
+		if (!q->stop[i])
+			return -ENOMEM;
+		q->stop_len[i] = strlen(r->stop[i]);
+		q->max_stop_len = MAX(q->max_stop_len, q->stop_len[i]);
+		q->n_stop++;
+	}
+	return 0;
+}
+
+int manager_submit(struct manager *m, const struct manager_request *r,
+		   const struct manager_caller *caller, manager_event_fn fn, void *userdata,
+		   uint64_t *ret_id, struct manager_error *err)
+{
+	struct sched_lora loras[MANAGER_MAX_LORAS + 1];
+	size_t n_loras = 0;
+	_cleanup_free_ int32_t *ids = NULL;
+	_cleanup_free_ char *model = NULL;
+	size_t n_ids = 0;
+	struct sched_request sr = { 0 };
+	struct errmsg e = { { 0 } };
+	struct mreq *q;
+	uint64_t sid;
+	bool cancel;
+	int k;
+
+	assert_return(m && r && fn && ret_id, -EINVAL);
+	if (err)
+		*err = (struct manager_error){ 0 };
+
+	k = validate_request(m, r, err);
+	if (k >= 0 && atomic_load(&m->stopping))
+		k = set_err(err, MANAGER_ERR_UNAVAILABLE, -ESHUTDOWN,
+			    "the daemon is stopping; retry when it is back");
+	if (k >= 0)
+		k = resolve_model(m, r, caller, loras, &n_loras, &model, err);
+	if (k >= 0)
+		k = tokenize_request(m, r, &ids, &n_ids, err);
+	if (k >= 0 && n_ids >= m->max_context)
+		k = set_err(err, MANAGER_ERR_CONTEXT_LENGTH, -E2BIG,
+			    "This model's maximum context length is %u tokens. However, your "
+			    "prompt has %zu tokens, which leaves no room for a completion.",
+			    m->max_context, n_ids);
+	if (k >= 0 && r->max_tokens > 0 && n_ids + r->max_tokens > m->max_context)
+		k = set_err(
+			err, MANAGER_ERR_CONTEXT_LENGTH, -E2BIG,
+			"This model's maximum context length is %u tokens. However, you "
+			"requested %zu tokens (%zu in the prompt, %u for the completion). Please "
+			"reduce the prompt or max_tokens.",
+			m->max_context, n_ids + r->max_tokens, n_ids, r->max_tokens);
+	if (k < 0) {
+		pthread_mutex_lock(&m->lock);
+		m->requests_rejected++;
+		pthread_mutex_unlock(&m->lock);
+		return k;
+	}
+
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		return set_err(err, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
+	atomic_init(&q->n_ref, 2);
+	q->manager = m;
+	q->fn = fn;
+	q->userdata = userdata;
+	q->logprobs = r->logprobs;
+	q->n_prompt = (uint32_t) n_ids;
+	q->model = TAKE_PTR(model);
+	if (mreq_set_stops(q, r) < 0)
+		goto oom;
+	if (n_loras > 0) {
+		q->adapters = calloc(n_loras, sizeof(char *));
+		if (!q->adapters)
+			goto oom;
+		for (size_t i = 0; i < n_loras; i++) {
+			q->adapters[i] = strdup(loras[i].name);
+			if (!q->adapters[i])
+				goto oom;
+			q->n_adapters++;
+		}
+	}
+
+	sr.prompt = ids;
+	sr.n_prompt = n_ids;
+	sr.loras = n_loras ? loras : NULL;
+	sr.n_loras = n_loras;
+	sampler_params_default(&sr.sampling);
+	sr.sampling.temperature = r->temperature;
+	sr.sampling.top_k = 0;
+	sr.sampling.top_p = r->top_p;
+	sr.sampling.min_p = 0;
+	sr.sampling.repeat_penalty = 1.0f;
+	if (r->has_seed)
+		sr.sampling.seed = r->seed;
+	else if (getrandom(&sr.sampling.seed, sizeof(sr.sampling.seed), GRND_NONBLOCK) !=
+		 sizeof(sr.sampling.seed))
+		sr.sampling.seed = now_ns();
+	sr.max_tokens = r->max_tokens;
+	sr.ignore_eos = r->ignore_eos;
+	sr.on_event = on_sched_event;
+	sr.userdata = q;
+
+	pthread_mutex_lock(&m->lock);
+	q->id = m->next_id++;
+	q->next = m->requests;
+	if (m->requests)
+		m->requests->prev = q;
+	m->requests = q;
+	for (size_t i = 0; i < q->n_adapters; i++) {
+		struct adapter_entry *a = adapter_find(m, q->adapters[i]);
+		if (a) {
+			a->running++;
+			a->requests++;
+		}
+	}
+	pthread_mutex_unlock(&m->lock);
+
+	k = sched_submit(m->sched, &sr, &sid, &e);
+	if (k < 0) {
+		enum manager_err kind = MANAGER_ERR_INTERNAL;
+
+		switch (k) {
+		case -EAGAIN:
+			kind = MANAGER_ERR_QUEUE_FULL;
+			break;
+		case -E2BIG:
+			kind = MANAGER_ERR_CONTEXT_LENGTH;
+			break;
+		case -ENOENT:
+			kind = MANAGER_ERR_MODEL_NOT_FOUND;
+			break;
+		case -EINVAL:
+			kind = MANAGER_ERR_INVALID_REQUEST;
+			break;
+		case -ESHUTDOWN:
+			kind = MANAGER_ERR_UNAVAILABLE;
+			break;
+		}
+		if (kind == MANAGER_ERR_QUEUE_FULL)
+			set_err(err, kind, k,
+				"the queue is full (%u requests waiting); retry later",
+				m->queue_length);
+		else
+			set_err(err, kind, k, "%s", e.text[0] ? e.text : strerror(-k));
+		pthread_mutex_lock(&m->lock);
+		mreq_unlink(m, q);
+		mreq_release_adapters(m, q);
+		m->requests_rejected++;
+		pthread_mutex_unlock(&m->lock);
+		mreq_free(q);
+		return k;
+	}
+
+	pthread_mutex_lock(&m->lock);
+	q->sched_id = sid;
+	q->submitted = true;
+	cancel = q->cancel_requested;
+	m->requests_total++;
+	*ret_id = q->id;
+	pthread_mutex_unlock(&m->lock);
+	if (cancel)
+		(void) sched_cancel(m->sched, sid);
+	mreq_unref(q);
+	return 0;
+
+oom:
+	mreq_free(q);
+	return set_err(err, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
+}
+
+int manager_cancel(struct manager *m, uint64_t id)
+{
+	uint64_t sid = 0;
+	bool found = false, submitted = false;
+
+	assert_return(m, -EINVAL);
+	pthread_mutex_lock(&m->lock);
+	for (struct mreq *q = m->requests; q; q = q->next)
+		if (q->id == id) {
+			found = true;
+			q->client_cancel = true;
+			submitted = q->submitted;
+			sid = q->sched_id;
+			if (!submitted)
+				q->cancel_requested = true;
+			break;
+		}
+	pthread_mutex_unlock(&m->lock);
+	if (!found)
+		return -ENOENT;
+	if (!submitted)
+		return 0;
+	/* -ENOENT here means it finished meanwhile: its final event is on its way. */
+	(void) sched_cancel(m->sched, sid);
+	return 0;
+}
+
+/* ---- introspection ---- */
+
+void manager_get_stats(struct manager *m, struct manager_stats *ret)
+{
+	struct sched_stats s;
+
+	sched_get_stats(m->sched, &s);
+	pthread_mutex_lock(&m->lock);
+	*ret = (struct manager_stats){
+		.waiting = s.waiting,
+		.running = s.running,
+		.max_sequences = m->max_sequences,
+		.queue_length = m->queue_length,
+		.requests_total = m->requests_total,
+		.requests_rejected = m->requests_rejected,
+		.requests_finished = m->requests_finished,
+		.requests_failed = m->requests_failed,
+		.prompt_tokens = m->prompt_tokens,
+		.completion_tokens = m->completion_tokens,
+		.pool_pages_total = s.pool_pages_total,
+		.pool_pages_free = s.pool_pages_free,
+	};
+	pthread_mutex_unlock(&m->lock);
+}
+
+struct sched_snapshot {
+	char name[72];
+	bool resident, pinned;
+};
+
+struct snapshot_list {
+	struct sched_snapshot *v;
+	size_t n, cap;
+};
+
+static void snapshot_one(const struct sched_adapter_info *info, void *userdata)
+{
+	struct snapshot_list *l = userdata;
+
+	if (l->n == l->cap) {
+		size_t cap = MAX(8, l->cap * 2);
+		struct sched_snapshot *v = realloc(l->v, cap * sizeof(*v));
+		if (!v)
+			return;
+		l->v = v;
+		l->cap = cap;
+	}
+	snprintf(l->v[l->n].name, sizeof(l->v[l->n].name), "%s", info->name);
+	l->v[l->n].resident = info->resident;
+	l->v[l->n].pinned = info->pinned;
+	l->n++;
+}
+
+void manager_foreach_adapter(struct manager *m,
+			     void (*fn)(const struct manager_adapter_info *a, void *userdata),
+			     void *userdata)
+{
+	struct snapshot_list snap = { 0 };
+	_cleanup_(closedirp_) DIR *d = NULL;
+	_cleanup_free_ char *dir = NULL;
+
+	/* The scheduler's view first, without our lock (see the top of this file). */
+	sched_foreach_adapter(m->sched, snapshot_one, &snap);
+
+	pthread_mutex_lock(&m->lock);
+	if (m->config->adapter_directory)
+		dir = strdup(m->config->adapter_directory);
+	for (struct adapter_entry *a = m->adapters; a; a = a->next) {
+		struct manager_adapter_info info = {
+			.name = a->name,
+			.content_hash = a->hash,
+			.path = a->path,
+			.base = a->base,
+			.domains = (const char *const *) a->domains,
+			.n_domains = a->n_domains,
+			.rank = a->rank,
+			.loaded = true,
+			.requests = a->requests,
+			.running = a->running,
+		};
+		for (size_t i = 0; i < snap.n; i++)
+			if (strcmp(snap.v[i].name, a->name) == 0) {
+				info.resident = snap.v[i].resident;
+				info.pinned = snap.v[i].pinned;
+			}
+		fn(&info, userdata);
+	}
+	/* Then what is in Directory= but not loaded. */
+	d = dir ? opendir(dir) : NULL;
+	if (d) {
+		struct dirent *de;
+		while ((de = readdir(d))) {
+			_cleanup_free_ char *name = adapter_name_of_entry(dir, de->d_name);
+			_cleanup_free_ char *path = NULL;
+			struct manager_adapter_info info = { .content_hash = "" , .base = "" };
+
+			if (!name || adapter_find(m, name))
+				continue;
+			if (asprintf(&path, "%s/%s", dir, de->d_name) < 0)
+				continue;
+			info.name = name;
+			info.path = path;
+			fn(&info, userdata);
+		}
+	}
+	pthread_mutex_unlock(&m->lock);
+	free(snap.v);
+}
+
+/* ---- adapter administration ---- */
+
+int manager_adapter_load(struct manager *m, const char *name, const char *path,
+			 struct manager_error *err)
+{
+	_cleanup_(lora_adapter_freep) struct lora_adapter *la = NULL;
+	_cleanup_free_ char *found = NULL;
+	struct adapter_entry *a = NULL;
+	struct lora_open_opts opts = { .base = m->model, .name = name };
+	struct errmsg e = { { 0 } };
+	_cleanup_free_ char *dir = NULL;
+	bool exists;
+	int r;
+
+	assert_return(m && name, -EINVAL);
+	if (!adapter_name_valid(name))
+		return set_err(
+			err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+			"'%.80s' is not a valid adapter name (letters, digits, '.', '_', '-'; "
+			"at most 64)",
+			name);
+	if (strcmp(name, m->model_name) == 0)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EEXIST,
+			       "'%s' is the base model's name", name);
+
+	pthread_mutex_lock(&m->lock);
+	exists = adapter_find(m, name) != NULL;
+	if (m->config->adapter_directory)
+		dir = strdup(m->config->adapter_directory);
+	pthread_mutex_unlock(&m->lock);
+	if (exists)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EEXIST,
+			       "adapter '%s' is already loaded", name);
+
+	if (!path) {
+		r = adapter_find_in_dir(dir, name, &found);
+		if (r < 0)
+			return set_err(
+				err, MANAGER_ERR_MODEL_NOT_FOUND, -ENOENT,
+				"no adapter '%s' in %s (import it with `molly adapters import "
+				"PATH`)",
+				name, dir ? dir : "the adapter directory ([Adapters] Directory=)");
+		path = found;
+	}
+
+	r = lora_adapter_open(path, &opts, &la, NULL, &e);
+	if (r < 0)
+		return set_err(err, r == -ENOENT ? MANAGER_ERR_MODEL_NOT_FOUND
+						 : MANAGER_ERR_INVALID_REQUEST,
+			       r, "%s", e.text);
+	r = lora_adapter_check_base(la, m->model, &e);
+	if (r < 0)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, r, "%s", e.text);
+	r = adapter_entry_new(la, path, &a);
+	if (r < 0)
+		return set_err(err, MANAGER_ERR_INTERNAL, r, "out of memory");
+	/* The registry name is the one asked for, whatever the file's metadata says. */
+	free(a->name);
+	a->name = strdup(name);
+	if (!a->name) {
+		adapter_entry_free(a);
+		return set_err(err, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
+	}
+
+	r = sched_add_adapter(m->sched, la, &e);
+	if (r < 0) {
+		adapter_entry_free(a);
+		return set_err(err,
+			       r == -EEXIST ? MANAGER_ERR_INVALID_REQUEST : MANAGER_ERR_INTERNAL, r,
+			       "%s", e.text);
+	}
+	TAKE_PTR(la); /* the scheduler owns it now */
+
+	pthread_mutex_lock(&m->lock);
+	a->next = m->adapters;
+	m->adapters = a;
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+}
+
+int manager_adapter_unload(struct manager *m, const char *name, struct manager_error *err)
+{
+	struct adapter_entry **p, *a = NULL;
+	int r;
+
+	assert_return(m && name, -EINVAL);
+	pthread_mutex_lock(&m->lock);
+	a = adapter_find(m, name);
+	pthread_mutex_unlock(&m->lock);
+	if (!a)
+		return set_err(err, MANAGER_ERR_MODEL_NOT_FOUND, -ENOENT,
+			       "adapter '%.80s' is not loaded", name);
+
+	r = sched_remove_adapter(m->sched, name);
+	if (r == -EBUSY)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, r,
+			       "adapter '%s' is in use by running or waiting requests; retry when "
+			       "they are done",
+			       name);
+	if (r < 0 && r != -ENOENT)
+		return set_err(err, MANAGER_ERR_INTERNAL, r, "unloading '%s': %s", name,
+			       strerror(-r));
+
+	pthread_mutex_lock(&m->lock);
+	for (p = &m->adapters; *p; p = &(*p)->next)
+		if (strcmp((*p)->name, name) == 0) {
+			a = *p;
+			*p = a->next;
+			adapter_entry_free(a);
+			break;
+		}
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+}
+
+int manager_adapter_pin(struct manager *m, const char *name, bool pin, struct manager_error *err)
+{
+	int r;
+
+	assert_return(m && name, -EINVAL);
+	r = sched_pin_adapter(m->sched, name, pin);
+	if (r == -ENOENT)
+		return set_err(err, MANAGER_ERR_MODEL_NOT_FOUND, r,
+			       "adapter '%.80s' is not loaded (load it first)", name);
+	if (r < 0)
+		return set_err(err,
+			       r == -ENOSPC ? MANAGER_ERR_INVALID_REQUEST : MANAGER_ERR_INTERNAL, r,
+			       "%s '%s': %s", pin ? "pinning" : "unpinning", name, strerror(-r));
+	return 0;
+}
+
+/* ---- import ---- */
+
+struct copy_progress {
+	void (*fn)(uint64_t done, uint64_t total, void *userdata);
+	void *userdata;
+	uint64_t done, total;
+};
+
+static int copy_file(const char *from, const char *to, struct copy_progress *pr)
+{
+	_cleanup_close_ int in = -EBADF, out = -EBADF;
+	char buf[1 << 16];
+
+	in = open(from, O_RDONLY | O_CLOEXEC);
+	if (in < 0)
+		return -errno;
+	out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (out < 0)
+		return -errno;
+	for (;;) {
+		ssize_t n = read(in, buf, sizeof(buf));
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			break;
+		for (ssize_t off = 0; off < n;) {
+			ssize_t w = write(out, buf + off, (size_t) (n - off));
+			if (w < 0) {
+				if (errno == EINTR)
+					continue;
+				return -errno;
+			}
+			off += w;
+		}
+		pr->done += (uint64_t) n;
+		if (pr->fn)
+			pr->fn(pr->done, pr->total, pr->userdata);
+	}
+	if (fsync(out) < 0)
+		return -errno;
+	return 0;
+}
+
+static void rm_rf_one_level(const char *path)
+{
+	_cleanup_(closedirp_) DIR *d = opendir(path);
+	struct dirent *de;
+
+	if (!d) {
+		(void) unlink(path);
+		return;
+	}
+	while ((de = readdir(d))) {
+		_cleanup_free_ char *p = NULL;
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (asprintf(&p, "%s/%s", path, de->d_name) >= 0)
+			(void) unlink(p);
+	}
+	(void) rmdir(path);
+}
+
+int manager_adapter_import(struct manager *m, const char *path, const char *name,
+			   void (*progress)(uint64_t done, uint64_t total, void *userdata),
+			   void *userdata, char **ret_name, struct manager_error *err)
+{
+	_cleanup_(lora_adapter_freep) struct lora_adapter *la = NULL;
+	_cleanup_free_ char *dir = NULL, *final = NULL, *tmp = NULL, *nm = NULL;
+	_cleanup_free_ char *existing = NULL;
+	struct lora_open_opts opts = { .base = m->model, .name = name };
+	struct copy_progress pr = { .fn = progress, .userdata = userdata };
+	struct errmsg e = { { 0 } };
+	const char *suffix = "";
+	struct stat st;
+	int r;
+
+	assert_return(m && path && ret_name, -EINVAL);
+
+	pthread_mutex_lock(&m->lock);
+	if (m->config->adapter_directory)
+		dir = strdup(m->config->adapter_directory);
+	pthread_mutex_unlock(&m->lock);
+	if (!dir)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -ENOTDIR,
+			       "no adapter directory: set [Adapters] Directory=");
+	if (path[0] != '/')
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+			       "'%.200s': give an absolute path (the daemon does not share your "
+			       "working directory)",
+			       path);
+	if (stat(path, &st) < 0)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -errno, "%.200s: %s", path,
+			       strerror(errno));
+
+	/* Open it first: a file that does not load, or is for another base, is not copied. */
+	r = lora_adapter_open(path, &opts, &la, NULL, &e);
+	if (r < 0)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, r, "%s", e.text);
+	r = lora_adapter_check_base(la, m->model, &e);
+	if (r < 0)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, r, "%s", e.text);
+	nm = strdup(name ? name : la->meta.name);
+	if (!nm)
+		return set_err(err, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
+	if (!name) {
+		/* A file's own name keeps its suffix in meta.name only if the reader kept it. */
+		for (size_t i = 0; i < ELEMENTSOF(adapter_suffixes); i++) {
+			size_t n = strlen(nm), k = strlen(adapter_suffixes[i]);
+			if (n > k && strcmp(nm + n - k, adapter_suffixes[i]) == 0)
+				nm[n - k] = 0;
+		}
+	}
+	if (!adapter_name_valid(nm) || strcmp(nm, m->model_name) == 0)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+			       "'%.80s' is not a usable adapter name (letters, digits, '.', '_', "
+			       "'-', at most 64, not the base's name); pass name= to choose one",
+			       nm);
+	if (adapter_find_in_dir(dir, nm, &existing) >= 0)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EEXIST,
+			       "an adapter named '%s' exists already (%s); pass another name", nm,
+			       existing);
+
+	if (S_ISREG(st.st_mode)) {
+		const char *dot = strrchr(path, '.');
+		suffix = dot && strcmp(dot, ".gguf") == 0 ? ".gguf" : ".molly";
+		pr.total = (uint64_t) st.st_size;
+	} else if (S_ISDIR(st.st_mode)) {
+		const char *files[] = { "adapter_config.json", "adapter_model.safetensors" };
+		for (size_t i = 0; i < ELEMENTSOF(files); i++) {
+			_cleanup_free_ char *p = NULL;
+			struct stat fs;
+			if (asprintf(&p, "%s/%s", path, files[i]) < 0)
+				return set_err(err, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
+			if (stat(p, &fs) < 0)
+				return set_err(err, MANAGER_ERR_INVALID_REQUEST, -errno, "%s: %s",
+					       p, strerror(errno));
+			pr.total += (uint64_t) fs.st_size;
+		}
+	} else
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+			       "%.200s is neither a file nor a PEFT directory", path);
+
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+		return set_err(err, MANAGER_ERR_INTERNAL, -errno, "creating %s: %s", dir,
+			       strerror(errno));
+	if (asprintf(&final, "%s/%s%s", dir, nm, suffix) < 0 ||
+	    asprintf(&tmp, "%s/.%s%s.tmp", dir, nm, suffix) < 0)
+		return set_err(err, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
+
+	/* Copy under a hidden temporary name, then rename: a crash leaves no half adapter that
+	 * List or Load would pick up. */
+	rm_rf_one_level(tmp);
+	if (S_ISREG(st.st_mode))
+		r = copy_file(path, tmp, &pr);
+	else {
+		const char *files[] = { "adapter_config.json", "adapter_model.safetensors" };
+		r = mkdir(tmp, 0755) < 0 ? -errno : 0;
+		for (size_t i = 0; r >= 0 && i < ELEMENTSOF(files); i++) {
+			_cleanup_free_ char *src = NULL, *dst = NULL;
+			if (asprintf(&src, "%s/%s", path, files[i]) < 0 ||
+			    asprintf(&dst, "%s/%s", tmp, files[i]) < 0)
+				r = -ENOMEM;
+			else
+				r = copy_file(src, dst, &pr);
+		}
+	}
+	if (r < 0) {
+		rm_rf_one_level(tmp);
+		return set_err(err, MANAGER_ERR_INTERNAL, r, "copying %s into %s: %s", path, dir,
+			       strerror(-r));
+	}
+	if (rename(tmp, final) < 0) {
+		r = -errno;
+		rm_rf_one_level(tmp);
+		return set_err(err, MANAGER_ERR_INTERNAL, r, "renaming into %s: %s", final,
+			       strerror(-r));
+	}
+	*ret_name = TAKE_PTR(nm);
+	return 0;
+}

@@ -1,0 +1,47 @@
+# SPDX-License-Identifier: MIT
+# Installs (component "daemon") the systemd unit, the D-Bus policy and activation file, the
+# polkit action, the sysusers.d and tmpfiles.d entries and the example configuration.
+# Destinations are relative to the install prefix, so `cmake --install BUILD --prefix /usr`
+# (with DESTDIR= for staging) gives the layout distributions use; each can be overridden.
+set(MOLLY_INSTALL_UNITDIR "lib/systemd/system" CACHE STRING "Where mollyd.service goes")
+set(MOLLY_INSTALL_SYSUSERSDIR "lib/sysusers.d" CACHE STRING "sysusers.d")
+set(MOLLY_INSTALL_TMPFILESDIR "lib/tmpfiles.d" CACHE STRING "tmpfiles.d")
+set(MOLLY_INSTALL_DBUS_POLICYDIR "${CMAKE_INSTALL_DATAROOTDIR}/dbus-1/system.d" CACHE STRING
+    "D-Bus system bus policy files")
+set(MOLLY_INSTALL_DBUS_SERVICEDIR "${CMAKE_INSTALL_DATAROOTDIR}/dbus-1/system-services"
+    CACHE STRING "D-Bus system bus activation files")
+set(MOLLY_INSTALL_POLKITDIR "${CMAKE_INSTALL_DATAROOTDIR}/polkit-1/actions" CACHE STRING
+    "polkit actions")
+
+# The unit names the installed binary, so it is written at install time, when the prefix
+# (--prefix) is known.
+set(_molly_pkg ${CMAKE_BINARY_DIR}/packaging)
+install(CODE "
+  set(MOLLYD_PATH \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_SBINDIR}/mollyd\")
+  configure_file(\"${CMAKE_CURRENT_LIST_DIR}/systemd/mollyd.service.in\"
+                 \"${_molly_pkg}/mollyd.service\" @ONLY)
+  configure_file(\"${CMAKE_CURRENT_LIST_DIR}/dbus/org.molly.Daemon1.service.in\"
+                 \"${_molly_pkg}/org.molly.Daemon1.service\" @ONLY)
+  # /etc for /usr, PREFIX/etc otherwise (as GNUInstallDirs decides at configure time)
+  if(CMAKE_INSTALL_PREFIX STREQUAL \"/usr\")
+    set(_etc \"/etc\")
+  else()
+    set(_etc \"\${CMAKE_INSTALL_PREFIX}/etc\")
+  endif()
+  file(MAKE_DIRECTORY \"\$ENV{DESTDIR}\${_etc}/molly/mollyd.conf.d\")
+" COMPONENT daemon)
+
+install(FILES ${_molly_pkg}/mollyd.service DESTINATION ${MOLLY_INSTALL_UNITDIR}
+        COMPONENT daemon)
+install(FILES ${CMAKE_CURRENT_LIST_DIR}/dbus/org.molly.Daemon1.conf
+        DESTINATION ${MOLLY_INSTALL_DBUS_POLICYDIR} COMPONENT daemon)
+install(FILES ${_molly_pkg}/org.molly.Daemon1.service
+        DESTINATION ${MOLLY_INSTALL_DBUS_SERVICEDIR} COMPONENT daemon)
+install(FILES ${CMAKE_CURRENT_LIST_DIR}/polkit/org.molly.policy
+        DESTINATION ${MOLLY_INSTALL_POLKITDIR} COMPONENT daemon)
+install(FILES ${CMAKE_CURRENT_LIST_DIR}/sysusers.d/molly.conf DESTINATION ${MOLLY_INSTALL_SYSUSERSDIR}
+        COMPONENT daemon)
+install(FILES ${CMAKE_CURRENT_LIST_DIR}/tmpfiles.d/molly.conf DESTINATION ${MOLLY_INSTALL_TMPFILESDIR}
+        COMPONENT daemon)
+install(FILES ${CMAKE_CURRENT_LIST_DIR}/mollyd.conf.example DESTINATION ${CMAKE_INSTALL_DOCDIR}
+        COMPONENT daemon)

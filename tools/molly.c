@@ -1,0 +1,993 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * molly: the command line client of mollyd.
+ *
+ *   molly ask PROMPT [--adapter A] [--chat] [--max-tokens N] [--temperature T] [--seed S]
+ *             [--stop STR]...           streams the answer (D-Bus Stream, one JSON line each)
+ *   molly adapters list                 the adapters the daemon knows
+ *   molly adapters import PATH [--name N] [--load]    copies an adapter in (progress bar)
+ *   molly adapters load|unload|pin|unpin NAME
+ *   molly status                        the daemon's counters
+ *   molly config check [FILE]           parses the configuration like mollyd would
+ *   molly key new NAME                  a new API key and the [Member NAME] lines to add
+ *
+ * Global options: --json (machine-readable output), --bus-address ADDRESS (else the system bus:
+ * $DBUS_SYSTEM_BUS_ADDRESS is honoured), --session (the session bus).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+#include <systemd/sd-bus.h>
+
+#include "core/config.h"
+#include "front/keys.h"
+
+#ifndef MOLLY_VERSION
+#define MOLLY_VERSION "0.1.0"
+#endif
+
+#define BUS_NAME "org.molly.Daemon1"
+#define BUS_PATH "/org/molly/Daemon1"
+
+static bool arg_json;
+static const char *arg_bus_address;
+static bool arg_session;
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+	(void) sig;
+	interrupted = 1;
+}
+
+/* ---- the bus ---- */
+
+static int bus_open(sd_bus **ret)
+{
+	sd_bus *bus = NULL;
+	int r;
+
+	if (arg_bus_address) {
+		r = sd_bus_new(&bus);
+		if (r >= 0)
+			r = sd_bus_set_address(bus, arg_bus_address);
+		if (r >= 0)
+			r = sd_bus_set_bus_client(bus, true);
+		if (r >= 0)
+			r = sd_bus_start(bus);
+	} else if (arg_session)
+		r = sd_bus_open_user(&bus);
+	else
+		r = sd_bus_open_system(&bus);
+	if (r < 0) {
+		fprintf(stderr,
+			"molly: cannot connect to the %s: %s\n"
+			"  Is D-Bus running? For a private bus pass --bus-address=ADDRESS or set "
+			"DBUS_SYSTEM_BUS_ADDRESS.\n",
+			arg_bus_address ? arg_bus_address
+			: arg_session	? "session bus"
+					: "system bus",
+			strerror(-r));
+		sd_bus_unref(bus);
+		return r;
+	}
+	*ret = bus;
+	return 0;
+}
+
+/* Explains a failed call and what to do about it. Returns 1 (the exit code). */
+static int explain(const char *what, const sd_bus_error *error, int r)
+{
+	const char *name = error && error->name ? error->name : "";
+	const char *msg = error && error->message ? error->message : strerror(-r);
+
+	fprintf(stderr, "molly: %s: %s\n", what, msg);
+	if (sd_bus_error_has_names(error, SD_BUS_ERROR_SERVICE_UNKNOWN,
+				   SD_BUS_ERROR_NAME_HAS_NO_OWNER))
+		fprintf(stderr, "  mollyd is not running on this bus. Start it: systemctl start "
+				"mollyd (or check: journalctl -u mollyd)\n");
+	else if (strcmp(name, SD_BUS_ERROR_ACCESS_DENIED) == 0)
+		fprintf(stderr,
+			"  Administrative commands need root, the group named by "
+			"AdminGroup= in mollyd.conf, or polkit; try with sudo. Asking needs "
+			"membership of the group 'molly'.\n");
+	else if (strcmp(name, "org.molly.Error.ModelNotFound") == 0)
+		fprintf(stderr, "  See the adapters with: molly adapters list\n");
+	else if (strcmp(name, "org.molly.Error.QueueFull") == 0)
+		fprintf(stderr, "  The daemon is busy; retry in a moment.\n");
+	else if (strcmp(name, "org.molly.Error.Unavailable") == 0)
+		fprintf(stderr, "  The daemon is stopping or restarting; retry in a moment.\n");
+	else if (strcmp(name, SD_BUS_ERROR_NO_REPLY) == 0 ||
+		 strcmp(name, SD_BUS_ERROR_TIMEOUT) == 0)
+		fprintf(stderr, "  The daemon did not answer in time (journalctl -u mollyd).\n");
+	return 1;
+}
+
+/* ---- molly ask ---- */
+
+struct ask_opts {
+	const char *adapter;
+	bool chat;
+	int64_t max_tokens;  /* -1: not given */
+	double temperature;  /* NAN: not given */
+	int64_t seed;
+	bool has_seed;
+	const char **stop;
+	size_t n_stop;
+};
+
+static int append_request(sd_bus_message *m, const char *prompt, const struct ask_opts *o)
+{
+	int r;
+
+	r = sd_bus_message_open_container(m, 'a', "{sv}");
+	if (r < 0)
+		return r;
+	if (o->chat)
+		r = sd_bus_message_append(m, "{sv}", "messages", "aa{ss}", 1, 2, "role", "user",
+					  "content", prompt);
+	else
+		r = sd_bus_message_append(m, "{sv}", "prompt", "s", prompt);
+	if (r >= 0 && o->adapter)
+		r = sd_bus_message_append(m, "{sv}", "adapter", "s", o->adapter);
+	if (r >= 0 && o->max_tokens >= 0)
+		r = sd_bus_message_append(m, "{sv}", "max_tokens", "u", (uint32_t) o->max_tokens);
+	if (r >= 0 && !isnan(o->temperature))
+		r = sd_bus_message_append(m, "{sv}", "temperature", "d", o->temperature);
+	if (r >= 0 && o->has_seed)
+		r = sd_bus_message_append(m, "{sv}", "seed", "x", o->seed);
+	if (r >= 0 && o->n_stop > 0) {
+		r = sd_bus_message_open_container(m, 'e', "sv");
+		if (r >= 0)
+			r = sd_bus_message_append(m, "s", "stop");
+		if (r >= 0)
+			r = sd_bus_message_open_container(m, 'v', "as");
+		if (r >= 0)
+			r = sd_bus_message_open_container(m, 'a', "s");
+		for (size_t i = 0; r >= 0 && i < o->n_stop; i++)
+			r = sd_bus_message_append(m, "s", o->stop[i]);
+		for (int k = 0; r >= 0 && k < 3; k++)
+			r = sd_bus_message_close_container(m);
+	}
+	if (r >= 0)
+		r = sd_bus_message_close_container(m);
+	return r;
+}
+
+/* Handles one JSON line of the stream; 1 at the final line, -1 on an error event. */
+static int ask_line(const char *line, bool *ended_with_newline)
+{
+	struct json_object *o = json_tokener_parse(line), *v;
+	const char *type;
+	int ret = 0;
+
+	if (arg_json) {
+		printf("%s\n", line);
+		fflush(stdout);
+	}
+	if (!o || !json_object_object_get_ex(o, "type", &v)) {
+		fprintf(stderr, "molly: the daemon sent a line that is not an event: %.80s\n",
+			line);
+		json_object_put(o);
+		return -1;
+	}
+	type = json_object_get_string(v);
+	if (strcmp(type, "token") == 0) {
+		if (!arg_json && json_object_object_get_ex(o, "text", &v)) {
+			const char *t = json_object_get_string(v);
+			size_t n = (size_t) json_object_get_string_len(v);
+			fwrite(t, 1, n, stdout);
+			fflush(stdout);
+			if (n > 0)
+				*ended_with_newline = t[n - 1] == '\n';
+		}
+	} else if (strcmp(type, "done") == 0) {
+		if (!arg_json && !*ended_with_newline)
+			putchar('\n');
+		ret = 1;
+	} else if (strcmp(type, "error") == 0) {
+		if (!arg_json) {
+			if (!*ended_with_newline)
+				putchar('\n');
+			fflush(stdout);
+			fprintf(stderr, "molly: %s\n",
+				json_object_object_get_ex(o, "message", &v)
+					? json_object_get_string(v)
+					: "the request failed");
+		}
+		ret = -1;
+	}
+	json_object_put(o);
+	return ret;
+}
+
+static int cmd_ask(int argc, char **argv)
+{
+	static const struct option options[] = {
+		{ "adapter", required_argument, NULL, 'a' },
+		{ "chat", no_argument, NULL, 'C' },
+		{ "max-tokens", required_argument, NULL, 'n' },
+		{ "temperature", required_argument, NULL, 't' },
+		{ "seed", required_argument, NULL, 's' },
+		{ "stop", required_argument, NULL, 'S' },
+		{},
+	};
+	struct ask_opts o = { .max_tokens = -1, .temperature = NAN };
+	_cleanup_free_ const char **stops = calloc((size_t) argc + 1, sizeof(char *));
+	_cleanup_free_ char *stdin_prompt = NULL;
+	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *reply = NULL;
+	_cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+	const char *prompt, *handle;
+	char buf[65536];
+	size_t n_buf = 0;
+	bool nl = true;
+	int fd, c, r, result = 0;
+
+	if (!stops)
+		return 1;
+	optind = 0; /* 0: glibc re-initialises (the main parse used "+") */
+	while ((c = getopt_long(argc, argv, "a:", options, NULL)) >= 0) {
+		char *end;
+		switch (c) {
+		case 'a':
+			o.adapter = optarg;
+			break;
+		case 'C':
+			o.chat = true;
+			break;
+		case 'n':
+			errno = 0;
+			o.max_tokens = strtoll(optarg, &end, 10);
+			if (errno || *end || o.max_tokens < 0 || o.max_tokens > UINT32_MAX) {
+				fprintf(stderr,
+					"molly ask: --max-tokens needs a whole number >= 0\n");
+				return 2;
+			}
+			break;
+		case 't':
+			errno = 0;
+			o.temperature = strtod(optarg, &end);
+			if (errno || *end || !(o.temperature >= 0)) {
+				fprintf(stderr, "molly ask: --temperature needs a number >= 0\n");
+				return 2;
+			}
+			break;
+		case 's':
+			errno = 0;
+			o.seed = strtoll(optarg, &end, 10);
+			if (errno || *end) {
+				fprintf(stderr, "molly ask: --seed needs a whole number\n");
+				return 2;
+			}
+			o.has_seed = true;
+			break;
+		case 'S':
+			stops[o.n_stop++] = optarg;
+			break;
+		default:
+			return 2;
+		}
+	}
+	o.stop = stops;
+	if (optind + 1 != argc) {
+		fprintf(stderr, "Usage: molly ask \"PROMPT\" [--adapter NAME] [--chat] "
+				"[--max-tokens N] [--temperature T] [--seed S] [--stop STR]...\n"
+				"  (PROMPT '-' reads it from standard input)\n");
+		return 2;
+	}
+	prompt = argv[optind];
+	if (strcmp(prompt, "-") == 0) {
+		size_t cap = 0, n = 0;
+		ssize_t k;
+		FILE *in = open_memstream(&stdin_prompt, &cap);
+		if (!in)
+			return 1;
+		while ((k = read(STDIN_FILENO, buf, sizeof(buf))) > 0)
+			fwrite(buf, 1, (size_t) k, in);
+		fclose(in);
+		(void) n;
+		/* `echo PROMPT | molly ask -` means PROMPT, not PROMPT and a newline. */
+		n = strlen(stdin_prompt);
+		if (n > 0 && stdin_prompt[n - 1] == '\n')
+			stdin_prompt[n - 1] = 0;
+		prompt = stdin_prompt;
+	}
+
+	r = bus_open(&bus);
+	if (r < 0)
+		return 1;
+	r = sd_bus_message_new_method_call(bus, &m, BUS_NAME, BUS_PATH, "org.molly.Inference1",
+					   "Stream");
+	if (r >= 0)
+		r = append_request(m, prompt, &o);
+	if (r < 0) {
+		fprintf(stderr, "molly: building the request: %s\n", strerror(-r));
+		return 1;
+	}
+	r = sd_bus_call(bus, m, 0, &error, &reply);
+	if (r < 0)
+		return explain("ask", &error, r);
+	r = sd_bus_message_read(reply, "ho", &fd, &handle);
+	if (r < 0) {
+		fprintf(stderr, "molly: unexpected reply: %s\n", strerror(-r));
+		return 1;
+	}
+
+	/* Ctrl-C: closing the fd is what cancels; we just stop reading and exit. */
+	signal(SIGINT, on_sigint);
+	for (;;) {
+		ssize_t k;
+		char *nlp;
+
+		if (interrupted) {
+			fprintf(stderr, "\nmolly: interrupted; the request is cancelled\n");
+			return 130;
+		}
+		if (n_buf == sizeof(buf)) {
+			fprintf(stderr, "molly: a stream line is longer than %zu bytes\n",
+				sizeof(buf));
+			return 1;
+		}
+		k = read(fd, buf + n_buf, sizeof(buf) - n_buf - 1);
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			fprintf(stderr, "molly: reading the stream: %s\n", strerror(errno));
+			return 1;
+		}
+		if (k == 0) {
+			if (result == 0)
+				fprintf(stderr,
+					"\nmolly: the stream ended without a final event (did "
+					"the daemon stop?)\n");
+			return result == 1 ? 0 : 1;
+		}
+		n_buf += (size_t) k;
+		buf[n_buf] = 0;
+		while ((nlp = memchr(buf, '\n', n_buf))) {
+			*nlp = 0;
+			int s = ask_line(buf, &nl);
+			memmove(buf, nlp + 1, n_buf - (size_t) (nlp + 1 - buf));
+			n_buf -= (size_t) (nlp + 1 - buf);
+			if (s != 0)
+				return s > 0 ? 0 : 1;
+		}
+	}
+	(void) result;
+}
+
+/* ---- molly status ---- */
+
+/* Prints a variant's value as text (or adds it to a JSON object). */
+static int print_variant(sd_bus_message *m, const char *key, struct json_object *json,
+			 bool print_key)
+{
+	const char *contents;
+	char type;
+	int r;
+
+	r = sd_bus_message_peek_type(m, &type, &contents);
+	if (r < 0)
+		return r;
+	r = sd_bus_message_enter_container(m, 'v', contents);
+	if (r < 0)
+		return r;
+	if (print_key && !json)
+		printf("%-20s ", key);
+	switch (contents[0]) {
+	case 's': {
+		const char *s;
+		r = sd_bus_message_read_basic(m, 's', &s);
+		if (r < 0)
+			return r;
+		if (json)
+			json_object_object_add(json, key, json_object_new_string(s));
+		else
+			printf("%s", s);
+		break;
+	}
+	case 'b': {
+		int b;
+		r = sd_bus_message_read_basic(m, 'b', &b);
+		if (r < 0)
+			return r;
+		if (json)
+			json_object_object_add(json, key, json_object_new_boolean(b));
+		else
+			printf("%s", b ? "yes" : "no");
+		break;
+	}
+	case 'u': {
+		uint32_t u;
+		r = sd_bus_message_read_basic(m, 'u', &u);
+		if (r < 0)
+			return r;
+		if (json)
+			json_object_object_add(json, key, json_object_new_int64(u));
+		else
+			printf("%u", u);
+		break;
+	}
+	case 't': {
+		uint64_t t;
+		r = sd_bus_message_read_basic(m, 't', &t);
+		if (r < 0)
+			return r;
+		if (json)
+			json_object_object_add(json, key, json_object_new_uint64(t));
+		else
+			printf("%llu", (unsigned long long) t);
+		break;
+	}
+	case 'a': {
+		const char *s;
+		struct json_object *a = json ? json_object_new_array() : NULL;
+		bool first = true;
+		r = sd_bus_message_enter_container(m, 'a', "s");
+		if (r < 0)
+			return r;
+		while ((r = sd_bus_message_read_basic(m, 's', &s)) > 0) {
+			if (a)
+				json_object_array_add(a, json_object_new_string(s));
+			else
+				printf("%s%s", first ? "" : ",", s);
+			first = false;
+		}
+		if (r < 0)
+			return r;
+		r = sd_bus_message_exit_container(m);
+		if (r < 0)
+			return r;
+		if (json)
+			json_object_object_add(json, key, a);
+		else if (first)
+			printf("-");
+		break;
+	}
+	default:
+		r = sd_bus_message_skip(m, contents);
+		if (r < 0)
+			return r;
+		if (!json)
+			printf("(%s)", contents);
+	}
+	if (print_key && !json)
+		printf("\n");
+	return sd_bus_message_exit_container(m);
+}
+
+static int cmd_status(int argc, char **argv)
+{
+	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+	_cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+	struct json_object *json = arg_json ? json_object_new_object() : NULL;
+	int r;
+
+	if (argc > 1) {
+		fprintf(stderr, "Usage: molly status\n");
+		return 2;
+	}
+	if (bus_open(&bus) < 0)
+		return 1;
+	r = sd_bus_call_method(bus, BUS_NAME, BUS_PATH, "org.molly.Daemon1", "Status", &error,
+			       &reply, "");
+	if (r < 0)
+		return explain("status", &error, r);
+	r = sd_bus_message_enter_container(reply, 'a', "{sv}");
+	while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'e', "sv")) > 0) {
+		const char *key;
+		r = sd_bus_message_read(reply, "s", &key);
+		if (r >= 0)
+			r = print_variant(reply, key, json, true);
+		if (r >= 0)
+			r = sd_bus_message_exit_container(reply);
+	}
+	if (r < 0) {
+		fprintf(stderr, "molly: unexpected reply: %s\n", strerror(-r));
+		json_object_put(json);
+		return 1;
+	}
+	if (json) {
+		printf("%s\n",
+		       json_object_to_json_string_ext(
+			       json, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
+		json_object_put(json);
+	}
+	return 0;
+}
+
+/* ---- molly adapters ---- */
+
+static int adapters_list(sd_bus *bus)
+{
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+	_cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+	struct json_object *all = arg_json ? json_object_new_array() : NULL;
+	const char *name, *hash;
+	int r, n = 0;
+
+	r = sd_bus_call_method(bus, BUS_NAME, BUS_PATH, "org.molly.Adapters1", "List", &error,
+			       &reply, "");
+	if (r < 0)
+		return explain("adapters list", &error, r);
+	r = sd_bus_message_enter_container(reply, 'a', "(ssa{sv})");
+	while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'r', "ssa{sv}")) > 0) {
+		struct json_object *o = NULL;
+
+		r = sd_bus_message_read(reply, "ss", &name, &hash);
+		if (r < 0)
+			break;
+		if (all) {
+			o = json_object_new_object();
+			json_object_object_add(o, "name", json_object_new_string(name));
+			json_object_object_add(o, "content_hash", json_object_new_string(hash));
+			json_object_array_add(all, o);
+		} else {
+			if (n == 0)
+				printf("%-24s %-12s %s\n", "NAME", "HASH", "PROPERTIES");
+			printf("%-24s %-12.12s", name, hash[0] ? hash : "-");
+		}
+		r = sd_bus_message_enter_container(reply, 'a', "{sv}");
+		while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'e', "sv")) > 0) {
+			const char *key;
+			r = sd_bus_message_read(reply, "s", &key);
+			if (r < 0)
+				break;
+			if (!all)
+				printf(" %s=", key);
+			r = print_variant(reply, key, o, false);
+			if (r >= 0)
+				r = sd_bus_message_exit_container(reply);
+		}
+		if (r >= 0)
+			r = sd_bus_message_exit_container(reply); /* a{sv} */
+		if (r >= 0)
+			r = sd_bus_message_exit_container(reply); /* r */
+		if (!all)
+			printf("\n");
+		n++;
+	}
+	if (r < 0) {
+		fprintf(stderr, "molly: unexpected reply: %s\n", strerror(-r));
+		json_object_put(all);
+		return 1;
+	}
+	if (all) {
+		printf("%s\n",
+		       json_object_to_json_string_ext(all, JSON_C_TO_STRING_PRETTY |
+								   JSON_C_TO_STRING_NOSLASHESCAPE));
+		json_object_put(all);
+	} else if (n == 0)
+		printf("No adapters. Import one with: molly adapters import PATH\n");
+	return 0;
+}
+
+static void progress_bar(uint64_t done, uint64_t total)
+{
+	struct winsize ws;
+	int width = 40, cols = 80;
+	double f = total ? (double) done / (double) total : 0;
+
+	if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 20)
+		cols = ws.ws_col;
+	width = MIN(40, cols - 32);
+	if (f > 1)
+		f = 1;
+	fprintf(stderr, "\rimporting [");
+	for (int i = 0; i < width; i++)
+		fputc(i < (int) (f * width) ? '#' : '.', stderr);
+	fprintf(stderr, "] %3d%% %7.1f MiB", (int) (f * 100), (double) done / (1024.0 * 1024.0));
+	fflush(stderr);
+}
+
+struct import_state {
+	bool done;
+	int r;
+	char *name;
+	sd_bus_error error;
+};
+
+static int on_import_reply(sd_bus_message *m, void *userdata, sd_bus_error *ret_error)
+{
+	struct import_state *s = userdata;
+	const char *name;
+
+	s->done = true;
+	if (sd_bus_message_is_method_error(m, NULL)) {
+		sd_bus_error_copy(&s->error, sd_bus_message_get_error(m));
+		s->r = -EIO;
+		return 0;
+	}
+	s->r = sd_bus_message_read(m, "s", &name);
+	if (s->r >= 0)
+		s->name = strdup(name);
+	return 0;
+}
+
+static int adapters_import(sd_bus *bus, int argc, char **argv)
+{
+	static const struct option options[] = {
+		{ "name", required_argument, NULL, 'n' },
+		{ "load", no_argument, NULL, 'l' },
+		{},
+	};
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+	_cleanup_(sd_bus_slot_unrefp) sd_bus_slot *slot = NULL;
+	_cleanup_free_ char *path = NULL;
+	struct import_state st = { .error = SD_BUS_ERROR_NULL };
+	const char *name = NULL;
+	bool load = false, bar = isatty(STDERR_FILENO) && !arg_json, shown = false;
+	int fds[2] = { -1, -1 }, c, r;
+	char pbuf[256];
+	size_t n_pbuf = 0;
+
+	optind = 0; /* 0: glibc re-initialises (the main parse used "+") */
+	while ((c = getopt_long(argc, argv, "", options, NULL)) >= 0) {
+		if (c == 'n')
+			name = optarg;
+		else if (c == 'l')
+			load = true;
+		else
+			return 2;
+	}
+	if (optind + 1 != argc) {
+		fprintf(stderr,
+			"Usage: molly adapters import PATH [--name NAME] [--load]\n"
+			"  PATH: a PEFT directory (adapter_config.json + "
+			"adapter_model.safetensors), a GGUF LoRA or a Molly adapter file\n");
+		return 2;
+	}
+	/* The daemon does not share our working directory. */
+	path = realpath(argv[optind], NULL);
+	if (!path) {
+		fprintf(stderr, "molly: %s: %s\n", argv[optind], strerror(errno));
+		return 1;
+	}
+	if (pipe2(fds, O_CLOEXEC) < 0)
+		return 1;
+
+	r = sd_bus_message_new_method_call(bus, &m, BUS_NAME, BUS_PATH, "org.molly.Adapters1",
+					   "Import");
+	if (r >= 0)
+		r = sd_bus_message_append(m, "s", path);
+	if (r >= 0)
+		r = sd_bus_message_open_container(m, 'a', "{sv}");
+	if (r >= 0)
+		r = sd_bus_message_append(m, "{sv}{sv}", "progress_fd", "h", fds[1], "load", "b",
+					  (int) load);
+	if (r >= 0 && name)
+		r = sd_bus_message_append(m, "{sv}", "name", "s", name);
+	if (r >= 0)
+		r = sd_bus_message_close_container(m);
+	/* Copies can take long: no method timeout; progress shows it is moving. */
+	if (r >= 0)
+		r = sd_bus_call_async(bus, &slot, m, on_import_reply, &st, UINT64_MAX - 1);
+	close(fds[1]);
+	if (r < 0) {
+		close(fds[0]);
+		fprintf(stderr, "molly: sending the request: %s\n", strerror(-r));
+		return 1;
+	}
+
+	while (!st.done) {
+		struct pollfd p[2] = {
+			{ .fd = sd_bus_get_fd(bus), .events = (short) sd_bus_get_events(bus) },
+			{ .fd = fds[0], .events = POLLIN },
+		};
+		r = sd_bus_process(bus, NULL);
+		if (r < 0) {
+			fprintf(stderr, "molly: bus: %s\n", strerror(-r));
+			break;
+		}
+		if (r > 0)
+			continue;
+		if (poll(p, fds[0] >= 0 ? 2 : 1, 1000) < 0 && errno != EINTR)
+			break;
+		if (fds[0] >= 0 && (p[1].revents & (POLLIN | POLLHUP))) {
+			ssize_t k = read(fds[0], pbuf + n_pbuf, sizeof(pbuf) - 1 - n_pbuf);
+			if (k <= 0) {
+				close(fds[0]);
+				fds[0] = -1;
+				continue;
+			}
+			n_pbuf += (size_t) k;
+			pbuf[n_pbuf] = 0;
+			/* Show the last complete line "DONE TOTAL". */
+			char *last = memrchr(pbuf, '\n', n_pbuf);
+			if (last) {
+				unsigned long long done = 0, total = 0;
+				char *line = last;
+				*last = 0;
+				while (line > pbuf && line[-1] != '\n')
+					line--;
+				if (sscanf(line, "%llu %llu", &done, &total) == 2 && bar) {
+					progress_bar(done, total);
+					shown = true;
+				}
+				size_t used = (size_t) (last + 1 - pbuf);
+				memmove(pbuf, last + 1, n_pbuf - used);
+				n_pbuf -= used;
+			}
+			if (n_pbuf == sizeof(pbuf) - 1)
+				n_pbuf = 0;
+		}
+	}
+	if (fds[0] >= 0)
+		close(fds[0]);
+	if (shown)
+		fprintf(stderr, "\n");
+	if (st.r < 0) {
+		int ret = explain("adapters import", &st.error, st.r);
+		sd_bus_error_free(&st.error);
+		return ret;
+	}
+	if (arg_json)
+		printf("{\"name\":\"%s\"}\n", st.name);
+	else
+		printf("Imported %s as '%s'%s.\n", path, st.name,
+		       load ? " and loaded it" : "; load it with: molly adapters load NAME");
+	free(st.name);
+	return 0;
+}
+
+static int cmd_adapters(int argc, char **argv)
+{
+	static const char *const simple[] = { "load", "unload", "pin", "unpin" };
+	static const char *const methods[] = { "Load", "Unload", "Pin", "Unpin" };
+	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+	_cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+	const char *verb = argc > 1 ? argv[1] : "list";
+
+	if (bus_open(&bus) < 0)
+		return 1;
+	if (strcmp(verb, "list") == 0)
+		return adapters_list(bus);
+	if (strcmp(verb, "import") == 0)
+		return adapters_import(bus, argc - 1, argv + 1);
+	for (size_t i = 0; i < ELEMENTSOF(simple); i++) {
+		char what[64];
+		int r;
+
+		if (strcmp(verb, simple[i]) != 0)
+			continue;
+		if (argc != 3) {
+			fprintf(stderr, "Usage: molly adapters %s NAME\n", verb);
+			return 2;
+		}
+		r = sd_bus_call_method(bus, BUS_NAME, BUS_PATH, "org.molly.Adapters1", methods[i],
+				       &error, NULL, "s", argv[2]);
+		snprintf(what, sizeof(what), "adapters %s %s", verb, argv[2]);
+		if (r < 0)
+			return explain(what, &error, r);
+		if (arg_json)
+			printf("{\"ok\":true}\n");
+		return 0;
+	}
+	fprintf(stderr, "molly adapters: unknown command '%s' (list, import, load, unload, pin, "
+			"unpin)\n",
+		verb);
+	return 2;
+}
+
+/* ---- molly config check ---- */
+
+static int cmd_config(int argc, char **argv)
+{
+	_cleanup_(config_unrefp) struct config *c = NULL;
+	struct errmsg e = { { 0 } };
+	const char *file;
+	int r;
+
+	if (argc < 2 || strcmp(argv[1], "check") != 0 || argc > 3) {
+		fprintf(stderr, "Usage: molly config check [FILE]   (default " CONFIG_DEFAULT_PATH
+				")\n");
+		return 2;
+	}
+	file = argc == 3 ? argv[2] : NULL;
+	r = config_load(file, &c, &e);
+	if (r < 0) {
+		if (arg_json) {
+			struct json_object *o = json_object_new_object();
+			json_object_object_add(o, "ok", json_object_new_boolean(0));
+			json_object_object_add(o, "error", json_object_new_string(e.text));
+			printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+			json_object_put(o);
+		} else
+			fprintf(stderr, "molly: %s\n", e.text);
+		return 1;
+	}
+	if (arg_json) {
+		struct json_object *o = json_object_new_object(), *files = json_object_new_array();
+		for (size_t i = 0; i < c->n_files; i++)
+			json_object_array_add(files, json_object_new_string(c->files[i]));
+		json_object_object_add(o, "ok", json_object_new_boolean(1));
+		json_object_object_add(o, "files", files);
+		json_object_object_add(
+			o, "model", c->model_path ? json_object_new_string(c->model_path) : NULL);
+		json_object_object_add(o, "members", json_object_new_int64((int64_t) c->n_members));
+		printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+		json_object_put(o);
+	} else {
+		if (c->n_files == 0)
+			printf("No configuration files found; the defaults apply.\n");
+		for (size_t i = 0; i < c->n_files; i++)
+			printf("read %s\n", c->files[i]);
+		printf("OK: %zu member(s), HTTP %s, D-Bus %s bus\n", c->n_members,
+		       c->listen.kind == CONFIG_LISTEN_NONE   ? "off"
+		       : c->listen.kind == CONFIG_LISTEN_UNIX ? c->listen.path
+							      : c->listen.host,
+		       c->bus == CONFIG_BUS_SYSTEM    ? "system"
+		       : c->bus == CONFIG_BUS_SESSION ? "session"
+						      : "no");
+	}
+	/* Not errors for the parser, but mollyd would not start: say so. */
+	if (!c->model_path) {
+		fprintf(stderr, "warning: no [Model] Path=; mollyd needs one (or $MOLLY_MODEL)\n");
+		return 1;
+	}
+	if (access(c->model_path, R_OK) < 0) {
+		fprintf(stderr, "warning: [Model] Path=%s: %s\n", c->model_path, strerror(errno));
+		return 1;
+	}
+	return 0;
+}
+
+/* ---- molly key new ---- */
+
+static bool member_name_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n == 0 || n > 64 || s[0] == '.' || s[0] == '-')
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+		      (s[i] >= '0' && s[i] <= '9') || strchr("._-", s[i])))
+			return false;
+	return true;
+}
+
+static int cmd_key(int argc, char **argv)
+{
+	char key[KEYS_KEY_SIZE], hash[KEYS_HASH_STRING_SIZE];
+	int r;
+
+	if (argc != 3 || strcmp(argv[1], "new") != 0) {
+		fprintf(stderr, "Usage: molly key new NAME\n");
+		return 2;
+	}
+	if (!member_name_ok(argv[2])) {
+		fprintf(stderr, "molly: '%s' is not a member name (letters, digits, '.', '_', '-'; "
+				"at most 64)\n",
+			argv[2]);
+		return 2;
+	}
+	r = keys_generate(key);
+	if (r < 0) {
+		fprintf(stderr, "molly: cannot generate a key: %s\n", strerror(-r));
+		return 1;
+	}
+	keys_hash_string(key, strlen(key), hash);
+	if (arg_json) {
+		struct json_object *o = json_object_new_object();
+		json_object_object_add(o, "name", json_object_new_string(argv[2]));
+		json_object_object_add(o, "key", json_object_new_string(key));
+		json_object_object_add(o, "key_hash", json_object_new_string(hash));
+		printf("%s\n", json_object_to_json_string_ext(
+				       o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
+		json_object_put(o);
+	} else {
+		printf("API key for %s (shown only now; store it):\n\n    %s\n\n", argv[2], key);
+		printf("Add these lines to %s.d/member-%s.conf (or to %s),\n"
+		       "adjust Models= (names, base:adapter, or *) and Admin=, then reload mollyd\n"
+		       "(systemctl reload mollyd):\n\n",
+		       CONFIG_DEFAULT_PATH, argv[2], CONFIG_DEFAULT_PATH);
+		printf("[Member %s]\nKeyHash=%s\nModels=*\nAdmin=no\n", argv[2], hash);
+	}
+	explicit_bzero(key, sizeof(key));
+	return 0;
+}
+
+/* ---- main ---- */
+
+static void usage(void)
+{
+	printf("Usage: molly [--json] [--bus-address ADDRESS | --session] COMMAND ...\n"
+	       "\n"
+	       "Commands:\n"
+	       "  ask \"PROMPT\" [--adapter NAME] [--chat] [--max-tokens N] [--temperature T]\n"
+	       "      [--seed S] [--stop STR]...     stream an answer\n"
+	       "  adapters list                       the adapters the daemon knows\n"
+	       "  adapters import PATH [--name N] [--load]\n"
+	       "  adapters load|unload|pin|unpin NAME\n"
+	       "  status                              the daemon's state and counters\n"
+	       "  config check [FILE]                 check a configuration (default "
+	       CONFIG_DEFAULT_PATH ")\n"
+	       "  key new NAME                        a new HTTP API key for member NAME\n"
+	       "\n"
+	       "Options:\n"
+	       "  --json                 machine-readable output\n"
+	       "  --bus-address ADDRESS  talk to mollyd on this bus (default: the system bus,\n"
+	       "                         or $DBUS_SYSTEM_BUS_ADDRESS)\n"
+	       "  --session              the session bus (a mollyd started with Bus=session)\n"
+	       "  --version, -h/--help\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option options[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "bus-address", required_argument, NULL, 'b' },
+		{ "session", no_argument, NULL, 's' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{},
+	};
+	int c;
+
+	/* Options before the command only; the command parses the rest. */
+	while ((c = getopt_long(argc, argv, "+h", options, NULL)) >= 0) {
+		switch (c) {
+		case 'j':
+			arg_json = true;
+			break;
+		case 'b':
+			arg_bus_address = optarg;
+			break;
+		case 's':
+			arg_session = true;
+			break;
+		case 'h':
+			usage();
+			return 0;
+		case 'V':
+			printf("molly %s\n", MOLLY_VERSION);
+			return 0;
+		default:
+			fprintf(stderr, "Try 'molly --help'.\n");
+			return 2;
+		}
+	}
+	if (optind >= argc) {
+		usage();
+		return 2;
+	}
+	argc -= optind;
+	argv += optind;
+	/* --json may also follow the command. */
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "--json") == 0) {
+			arg_json = true;
+			memmove(argv + i, argv + i + 1, (size_t) (argc - i) * sizeof(char *));
+			argc--;
+			i--;
+		}
+	if (strcmp(argv[0], "ask") == 0)
+		return cmd_ask(argc, argv);
+	if (strcmp(argv[0], "adapters") == 0)
+		return cmd_adapters(argc, argv);
+	if (strcmp(argv[0], "status") == 0)
+		return cmd_status(argc, argv);
+	if (strcmp(argv[0], "config") == 0)
+		return cmd_config(argc, argv);
+	if (strcmp(argv[0], "key") == 0)
+		return cmd_key(argc, argv);
+	fprintf(stderr, "molly: unknown command '%s'. Try 'molly --help'.\n", argv[0]);
+	return 2;
+}
