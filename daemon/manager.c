@@ -29,6 +29,7 @@
 #include "engine/model.h"
 #include "engine/vocab.h"
 #include "lora/adapter.h"
+#include "manager-audit.h"
 #include "manager.h"
 #include "sched/sched.h"
 
@@ -77,6 +78,7 @@ struct mreq {
 	size_t n_adapters;
 	uint32_t n_prompt;
 	bool logprobs;
+	struct audit_record *audit; /* owned; written when the request ends (NULL: no store) */
 
 	/* scheduler thread only */
 	char **stop;
@@ -112,6 +114,11 @@ struct manager {
 
 	uint64_t requests_total, requests_rejected, requests_finished, requests_failed;
 	uint64_t prompt_tokens, completion_tokens;
+
+	/* The sovereignty policy: immutable once built; a reload swaps it under policy_lock. */
+	pthread_rwlock_t policy_lock;
+	struct policy *policy;        /* owned */
+	struct manager_audit *audit;  /* owned; NULL without a state directory */
 };
 
 /* ---- errors ---- */
@@ -380,6 +387,17 @@ int manager_new(struct config *config, struct manager **ret, struct errmsg *e)
 	pthread_mutex_init(&m->lock, NULL);
 	m->config = config_ref(config);
 	m->next_id = 1;
+	pthread_rwlock_init(&m->policy_lock, NULL);
+
+	r = policy_new(config, &m->policy, e);
+	if (r < 0)
+		return r;
+	if (config->state_directory) {
+		r = manager_audit_new(config->state_directory, config->audit_retention_days,
+				      config->audit_map_size, &m->audit, e);
+		if (r < 0)
+			return r;
+	}
 
 	r = model_load(config->model_path, &m->model, e);
 	if (r < 0)
@@ -434,6 +452,10 @@ struct manager *manager_free(struct manager *m)
 	atomic_store(&m->stopping, true);
 	/* Cancels what is left; the events (ERROR "cancelled") still reach the fronts. */
 	m->sched = sched_free(m->sched);
+	/* After the scheduler: its last events wrote their records into the queue. */
+	m->audit = manager_audit_free(m->audit);
+	m->policy = policy_free(m->policy);
+	pthread_rwlock_destroy(&m->policy_lock);
 	while (m->adapters) {
 		struct adapter_entry *a = m->adapters;
 		m->adapters = a->next;
@@ -512,6 +534,20 @@ int manager_reload(struct manager *m, struct config *c, struct errmsg *e)
 	int ret = 0;
 
 	assert_return(m && c, -EINVAL);
+
+	/* The new policy first: a configuration whose rules do not build changes nothing. */
+	{
+		struct policy *np = NULL, *op;
+		int k = policy_new(c, &np, e);
+		if (k < 0)
+			return k;
+		pthread_rwlock_wrlock(&m->policy_lock);
+		op = m->policy;
+		m->policy = np;
+		pthread_rwlock_unlock(&m->policy_lock);
+		policy_free(op);
+		manager_audit_set_retention(m->audit, c->audit_retention_days);
+	}
 
 #define CHANGED(cond, key)                                                                         \
 	do {                                                                                       \
@@ -608,6 +644,7 @@ static void mreq_free(struct mreq *q)
 	free(q->tokens);
 	free(q->model);
 	strv_free(q->adapters, q->n_adapters);
+	free(q->audit);
 	free(q);
 }
 
@@ -739,6 +776,21 @@ static void deliver_final(struct mreq *q, const struct manager_event *ev)
 	} else
 		m->requests_failed++;
 	pthread_mutex_unlock(&m->lock);
+
+	if (q->audit) {
+		struct audit_record *a = q->audit;
+		a->time_ns = 0; /* the end */
+		a->prompt_tokens = ev->prompt_tokens;
+		a->completion_tokens = ev->completion_tokens;
+		if (ev->type == MANAGER_EVENT_DONE)
+			snprintf(a->finish, sizeof(a->finish), "%s",
+				 ev->finish_reason ? ev->finish_reason : "");
+		else
+			snprintf(a->error, sizeof(a->error), "%s",
+				 manager_err_name(ev->error ? ev->error->kind
+							    : MANAGER_ERR_INTERNAL));
+		manager_audit_submit(m->audit, a);
+	}
 
 	q->fn(ev, q->userdata);
 	mreq_unref(q);
@@ -1078,6 +1130,131 @@ static int mreq_set_stops(struct mreq *q, const struct manager_request *r)
 	return 0;
 }
 
+/* ---- policy and audit ---- */
+
+/* The text the policy sees: the prompt, or the messages' contents joined by "\n" (everything
+ * that would leave this machine). */
+static int policy_text(const struct manager_request *r, char **ret, size_t *ret_len)
+{
+	size_t n = 0, off = 0;
+	char *t;
+
+	if (r->prompt) {
+		n = strlen(r->prompt);
+		t = strdup(r->prompt);
+	} else {
+		for (size_t i = 0; i < r->n_messages; i++)
+			n += (r->messages[i].content ? strlen(r->messages[i].content) : 0) + 1;
+		t = malloc(n + 1);
+		for (size_t i = 0; t && i < r->n_messages; i++) {
+			const char *c = r->messages[i].content ? r->messages[i].content : "";
+			size_t l = strlen(c);
+			memcpy(t + off, c, l);
+			off += l;
+			if (i + 1 < r->n_messages)
+				t[off++] = '\n';
+		}
+		if (t)
+			t[off] = 0;
+		n = off;
+	}
+	if (!t)
+		return -ENOMEM;
+	*ret = t;
+	*ret_len = n;
+	return 0;
+}
+
+/* strict: an unknown declared class is an error; else it counts as none (for the audit
+ * record of a request rejected for it). */
+static int evaluate(struct manager *m, const struct manager_request *r,
+		    const struct manager_caller *caller, bool strict, struct policy_decision *d,
+		    struct manager_error *err)
+{
+	_cleanup_free_ char *text = NULL;
+	enum policy_class declared = POLICY_CLASS_PUBLIC;
+	struct policy_caller pc = { .uid = caller ? caller->uid : (uid_t) -1,
+				    .member = caller ? caller->member : NULL };
+	struct policy_request pr = { .caller = &pc };
+	int k;
+
+	if (r->declared_class && policy_class_from_name(r->declared_class, &declared) < 0 &&
+	    strict)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+			       "class: '%.64s' is not one of public, personal, secret",
+			       r->declared_class);
+	if (policy_text(r, &text, &pr.len) < 0)
+		return set_err(err, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
+	pr.text = text;
+	pr.declared = declared;
+	pthread_rwlock_rdlock(&m->policy_lock);
+	k = policy_evaluate(m->policy, &pr, d);
+	pthread_rwlock_unlock(&m->policy_lock);
+	if (k < 0)
+		return set_err(err, MANAGER_ERR_INTERNAL, k, "evaluating the policy: %s",
+			       strerror(-k));
+	return 0;
+}
+
+int manager_explain(struct manager *m, const struct manager_request *r,
+		    const struct manager_caller *caller, struct policy_decision *ret,
+		    struct manager_error *err)
+{
+	assert_return(m && r && ret, -EINVAL);
+	if (!!r->prompt == !!r->messages)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+			       r->prompt ? "give either a prompt or messages, not both"
+					 : "a prompt or messages are required");
+	return evaluate(m, r, caller, true, ret, err);
+}
+
+void manager_audit_sync(struct manager *m)
+{
+	manager_audit_flush(m->audit);
+}
+
+/* A record with who asked and what the policy decided (d NULL: it could not be evaluated);
+ * NULL without a store. Never holds a finding's text. */
+static struct audit_record *audit_begin(struct manager *m, const struct manager_caller *caller,
+					const struct manager_request *r,
+					const struct policy_decision *d)
+{
+	struct audit_record *a;
+
+	if (!m->audit)
+		return NULL;
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return NULL;
+	a->uid = caller && caller->uid != (uid_t) -1 ? (int64_t) caller->uid : -1;
+	a->tier = -1;
+	snprintf(a->front, sizeof(a->front), "%s", caller && caller->front ? caller->front : "");
+	snprintf(a->member, sizeof(a->member), "%s",
+		 caller && caller->member ? caller->member : "");
+	snprintf(a->declared, sizeof(a->declared), "%s",
+		 r->declared_class ? r->declared_class : "");
+	if (d) {
+		snprintf(a->class_name, sizeof(a->class_name), "%s", policy_class_name(d->class));
+		a->permitted_tiers = d->permitted_tiers;
+		for (size_t i = 0; i < d->n_findings; i++)
+			audit_record_add_finding(a, d->findings[i].kind, 1);
+	}
+	/* Kernel egress enforcement and routing come with later work: today the request stays
+	 * on this machine's engine. */
+	a->egress_enforced = false;
+	return a;
+}
+
+/* A request that was rejected before it ran still leaves its record. */
+static void audit_reject(struct manager *m, struct audit_record *a, const struct manager_error *err)
+{
+	if (!a)
+		return;
+	snprintf(a->error, sizeof(a->error), "%s", manager_err_name(err->kind));
+	manager_audit_submit(m->audit, a);
+	free(a);
+}
+
 int manager_submit(struct manager *m, const struct manager_request *r,
 		   const struct manager_caller *caller, manager_event_fn fn, void *userdata,
 		   uint64_t *ret_id, struct manager_error *err)
@@ -1093,12 +1270,37 @@ int manager_submit(struct manager *m, const struct manager_request *r,
 	uint64_t sid;
 	bool cancel;
 	int k;
+	struct manager_error local_err;
+	struct policy_decision dec = { 0 };
+	struct audit_record *arec = NULL;
 
 	assert_return(m && r && fn && ret_id, -EINVAL);
-	if (err)
-		*err = (struct manager_error){ 0 };
+	if (!err)
+		err = &local_err;
+	*err = (struct manager_error){ 0 };
 
 	k = validate_request(m, r, err);
+	/* The policy sees every request it can read, even one rejected for another reason: its
+	 * audit record then still says what it held. */
+	if (!!r->prompt != !!r->messages) {
+		struct manager_error perr = { 0 };
+		int p = evaluate(m, r, caller, true, &dec, k >= 0 ? err : &perr);
+		if (p < 0 && k >= 0)
+			k = p;
+		if (p < 0)
+			p = evaluate(m, r, caller, false, &dec, &perr);
+		arec = audit_begin(m, caller, r, p >= 0 ? &dec : NULL);
+		if (p >= 0 && k >= 0 && !(dec.permitted_tiers & POLICY_TIER(0))) {
+			char tiers[32];
+			k = set_err(err, MANAGER_ERR_FORBIDDEN, -EPERM,
+				    "the policy permits this %s request only the tiers '%s'; this "
+				    "daemon serves T0 (this machine) alone",
+				    policy_class_name(dec.class),
+				    policy_tiers_format(dec.permitted_tiers, tiers, sizeof(tiers)));
+		}
+		policy_decision_done(&dec);
+	} else
+		arec = audit_begin(m, caller, r, NULL);
 	if (k >= 0 && atomic_load(&m->stopping))
 		k = set_err(err, MANAGER_ERR_UNAVAILABLE, -ESHUTDOWN,
 			    "the daemon is stopping; retry when it is back");
@@ -1122,12 +1324,26 @@ int manager_submit(struct manager *m, const struct manager_request *r,
 		pthread_mutex_lock(&m->lock);
 		m->requests_rejected++;
 		pthread_mutex_unlock(&m->lock);
+		audit_reject(m, arec, err);
 		return k;
+	}
+	if (arec) {
+		/* Today every request runs on this machine's engine. */
+		if (strcmp(model, m->model_name) == 0)
+			snprintf(arec->target, sizeof(arec->target), "local:%s", m->model_name);
+		else
+			snprintf(arec->target, sizeof(arec->target), "local:%s:%s", m->model_name,
+				 model);
+		arec->tier = 0;
 	}
 
 	q = calloc(1, sizeof(*q));
-	if (!q)
-		return set_err(err, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
+	if (!q) {
+		set_err(err, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
+		audit_reject(m, arec, err);
+		return -ENOMEM;
+	}
+	q->audit = TAKE_PTR(arec); /* before sched_submit: the final event may come first */
 	atomic_init(&q->n_ref, 2);
 	q->manager = m;
 	q->fn = fn;
@@ -1171,6 +1387,8 @@ int manager_submit(struct manager *m, const struct manager_request *r,
 
 	pthread_mutex_lock(&m->lock);
 	q->id = m->next_id++;
+	if (q->audit)
+		q->audit->request_id = q->id;
 	q->next = m->requests;
 	if (m->requests)
 		m->requests->prev = q;
@@ -1216,7 +1434,9 @@ int manager_submit(struct manager *m, const struct manager_request *r,
 		mreq_release_adapters(m, q);
 		m->requests_rejected++;
 		pthread_mutex_unlock(&m->lock);
+		arec = TAKE_PTR(q->audit);
 		mreq_free(q);
+		audit_reject(m, arec, err);
 		return k;
 	}
 
@@ -1233,8 +1453,11 @@ int manager_submit(struct manager *m, const struct manager_request *r,
 	return 0;
 
 oom:
+	arec = TAKE_PTR(q->audit);
 	mreq_free(q);
-	return set_err(err, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
+	set_err(err, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
+	audit_reject(m, arec, err);
+	return -ENOMEM;
 }
 
 int manager_cancel(struct manager *m, uint64_t id)

@@ -43,6 +43,7 @@
 #include "basic/errmsg.h"
 #include "basic/macro.h"
 #include "engine/chat.h"
+#include "policy/policy.h"
 
 struct config;
 struct manager;
@@ -107,6 +108,9 @@ struct manager_request {
 	size_t n_stop;
 	bool logprobs;                        /* TEXT events carry per-token log-probabilities */
 	bool ignore_eos;
+	/* The caller's sensitivity class ("public", "personal", "secret"), or NULL: only a
+	 * stricter class than the detectors find counts. */
+	const char *declared_class;
 };
 
 /* Sets the defaults: temperature 1, top_p 1, everything else zero/NULL. */
@@ -259,6 +263,21 @@ int manager_adapter_load(struct manager *m, const char *name, const char *path,
 /* -EBUSY while requests use it; -ENOENT when not loaded. */
 int manager_adapter_unload(struct manager *m, const char *name, struct manager_error *err);
 int manager_adapter_pin(struct manager *m, const char *name, bool pin, struct manager_error *err);
+
+/* ---- policy and audit ---- */
+
+/*
+ * The sovereignty policy's decision for a request, without generating (Policy1.Explain):
+ * class, findings (offsets into the text the policy sees: the prompt, or the messages'
+ * contents joined by "\n") and permitted tiers. Every submitted request is evaluated the
+ * same way, and one audit record ([Paths] StateDirectory=/audit, docs/audit.md) is written
+ * when it ends or is rejected. *ret is released with policy_decision_done().
+ */
+int manager_explain(struct manager *m, const struct manager_request *r,
+		    const struct manager_caller *caller, struct policy_decision *ret,
+		    struct manager_error *err);
+/* Waits until the audit records of the requests finished so far are written. */
+void manager_audit_sync(struct manager *m);
 
 /* Whether the caller's member (if any) may use model (a base/adapter/"base:adapter" name). */
 bool manager_caller_may_use(struct manager *m, const struct manager_caller *caller,

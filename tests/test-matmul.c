@@ -4,9 +4,18 @@
  * dequantized weights and the dequantized (converted) activations, for odd shapes (output
  * rows not a multiple of the 4-row chunk, several tokens) and 1..3 threads; and thread-count
  * invariance (bit-identical results).
+ *
+ * The tile kernels (quant_gemm(), quant_gemm_packed()) at every SIMD level this CPU has,
+ * on fresh random inputs each run (MOLLY_TEST_SEED=N replays one): against the float64
+ * reference and the scalar level, for row and token counts that are not multiples of the
+ * tiles; every (row, token) result bit-identical whatever tile computed it; packed results
+ * bit-identical to the scalar packed reference; packed matmul() like unpacked. And the
+ * thread pool's sleeping path (jobs after an idle gap longer than its spin).
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include "test.h"
 
@@ -90,11 +99,24 @@ static int check_type(uint32_t type, int64_t n_in, int64_t n_out, int64_t n_tok)
 	return 0;
 }
 
+static void seed_rng(void)
+{
+	static uint64_t seed;
+	const char *env = getenv("MOLLY_TEST_SEED");
+
+	if (!seed) {
+		if (env)
+			seed = strtoull(env, NULL, 0);
+		if (!seed && getrandom(&seed, sizeof(seed), 0) != sizeof(seed))
+			seed = 42;
+		printf("  seed %llu (MOLLY_TEST_SEED)\n", (unsigned long long) seed);
+	}
+	rng_state = seed;
+}
+
 TEST(matmul_all_types_against_float64)
 {
-	if (getrandom(&rng_state, sizeof(rng_state), 0) != sizeof(rng_state))
-		rng_state = 42;
-	printf("  seed %llu\n", (unsigned long long) rng_state);
+	seed_rng();
 	for (size_t i = 0; i < ELEMENTSOF(types); i++) {
 		int64_t n_in = quant_block_values(types[i]) >= 256 ? 512 : 96;
 
@@ -148,5 +170,398 @@ TEST(threadpool_runs_every_thread_once_per_job)
 	for (int i = 0; i < 4; i++)
 		ASSERT_EQ(j.counts[i], 2000);
 	ASSERT_ERR(threadpool_new(0, &(struct threadpool *){ NULL }), -EINVAL);
+	return 0;
+}
+
+/* ---- tile kernels ---- */
+
+static const char *const levels[] = { "avx512vnni", "avx512", "avx2", "scalar" };
+
+struct tile_case {
+	uint32_t type, vt;
+	int64_t n, nr, nc;
+	size_t row_bytes, xrow_bytes;
+	char *w, *xq;
+	double *ref, *mag; /* [nc][nr] float64 dot and sum of |terms| */
+};
+
+static void tile_case_free(struct tile_case *c)
+{
+	free(c->w);
+	free(c->xq);
+	free(c->ref);
+	free(c->mag);
+}
+
+/* Random weights (quantized from uniform floats) and activations (converted as matmul does),
+ * and the float64 reference of every pair. */
+static int tile_case_new(struct tile_case *c, uint32_t type, int64_t n, int64_t nr, int64_t nc)
+{
+	_cleanup_free_ float *f = malloc(sizeof(float) * (size_t) n);
+	_cleanup_free_ float *wd = malloc(sizeof(float) * (size_t) n * (size_t) nr);
+	_cleanup_free_ float *xd = malloc(sizeof(float) * (size_t) n * (size_t) nc);
+
+	*c = (struct tile_case){ .type = type, .vt = quant_vec_dot_type(type), .n = n, .nr = nr,
+				 .nc = nc };
+	c->row_bytes = (size_t) quant_row_bytes(type, n);
+	c->xrow_bytes = (size_t) quant_row_bytes(c->vt, n);
+	c->w = malloc(c->row_bytes * (size_t) nr);
+	c->xq = malloc(c->xrow_bytes * (size_t) nc);
+	c->ref = malloc(sizeof(double) * (size_t) (nr * nc));
+	c->mag = malloc(sizeof(double) * (size_t) (nr * nc));
+	ASSERT_TRUE(f && wd && xd && c->w && c->xq && c->ref && c->mag);
+	for (int64_t r = 0; r < nr; r++) {
+		for (int64_t i = 0; i < n; i++)
+			f[i] = (float) (uniform() * 2 - 1);
+		quant_quantize_row(type, f, c->w + (size_t) r * c->row_bytes, n);
+		quant_dequantize_row(type, c->w + (size_t) r * c->row_bytes, wd + r * n, n);
+	}
+	for (int64_t t = 0; t < nc; t++) {
+		for (int64_t i = 0; i < n; i++)
+			f[i] = (float) ((uniform() * 2 - 1) * 3);
+		quant_quantize_row(c->vt, f, c->xq + (size_t) t * c->xrow_bytes, n);
+		quant_dequantize_row(c->vt, c->xq + (size_t) t * c->xrow_bytes, xd + t * n, n);
+	}
+	for (int64_t t = 0; t < nc; t++)
+		for (int64_t r = 0; r < nr; r++) {
+			double ref = 0, mag = 0;
+
+			for (int64_t i = 0; i < n; i++) {
+				ref += (double) wd[r * n + i] * xd[t * n + i];
+				mag += fabs((double) wd[r * n + i] * xd[t * n + i]);
+			}
+			c->ref[t * nr + r] = ref;
+			c->mag[t * nr + r] = mag;
+		}
+	return 0;
+}
+
+/* y[nc][nr] against the float64 reference: float accumulation of n terms errs by at most
+ * ~n * 2^-24 * sum|terms|; 1e-5 covers n <= ~1000 with margin. */
+static int check_against_ref(const struct tile_case *c, const float *y, const char *what)
+{
+	for (int64_t t = 0; t < c->nc; t++)
+		for (int64_t r = 0; r < c->nr; r++) {
+			double ref = c->ref[t * c->nr + r], tol = 1e-5 * c->mag[t * c->nr + r] + 1e-6;
+			float v = y[t * c->nr + r];
+
+			if (!(fabs(v - ref) <= tol))
+				TEST_FAIL_("%s %s n %lld row %lld tok %lld: %.9g vs %.9g (tol %g)", what,
+					   quant_type_name(c->type), (long long) c->n, (long long) r,
+					   (long long) t, v, ref, tol);
+		}
+	return 0;
+}
+
+/* One pair, or a sub-rectangle, computed alone must give the same bits as in the full call. */
+static int check_subtiles(const struct tile_case *c, const float *full)
+{
+	for (int k = 0; k < 12; k++) {
+		int64_t r0 = (int64_t) (uniform() * (double) c->nr);
+		int64_t c0 = (int64_t) (uniform() * (double) c->nc);
+		int64_t nr = 1 + (int64_t) (uniform() * (double) (c->nr - r0));
+		int64_t nc = 1 + (int64_t) (uniform() * (double) (c->nc - c0));
+		_cleanup_free_ float *y = malloc(sizeof(float) * (size_t) (nr * nc));
+
+		ASSERT_TRUE(y);
+		quant_gemm(c->type, c->n, c->w + (size_t) r0 * c->row_bytes, c->row_bytes, nr,
+			   c->xq + (size_t) c0 * c->xrow_bytes, c->xrow_bytes, nc, y, (size_t) nr);
+		for (int64_t t = 0; t < nc; t++)
+			for (int64_t r = 0; r < nr; r++)
+				if (memcmp(&y[t * nr + r], &full[(c0 + t) * c->nr + r0 + r], sizeof(float)))
+					TEST_FAIL_("%s: pair (%lld, %lld) in a %lldx%lld tile at (%lld, %lld) "
+						   "differs from the full call: %.9g vs %.9g",
+						   quant_type_name(c->type), (long long) (r0 + r),
+						   (long long) (c0 + t), (long long) nr, (long long) nc,
+						   (long long) r0, (long long) c0, y[t * nr + r],
+						   full[(c0 + t) * c->nr + r0 + r]);
+	}
+	return 0;
+}
+
+TEST(gemm_all_levels_all_types)
+{
+	static const int64_t shapes[][3] = {
+		/* n (multiples of 256 for the K types), rows, tokens */
+		{ 256, 13, 7 }, { 512, 1, 1 }, { 256, 9, 1 }, { 768, 6, 11 }, { 256, 4, 4 },
+	};
+	const char *orig = quant_simd_level();
+
+	seed_rng();
+	for (size_t l = 0; l < ELEMENTSOF(levels); l++) {
+		if (quant_force_simd_level(levels[l]) < 0)
+			continue;
+		printf("  level %s\n", levels[l]);
+		for (size_t i = 0; i < ELEMENTSOF(types); i++)
+			for (size_t s = 0; s < ELEMENTSOF(shapes); s++) {
+				struct tile_case c;
+				_cleanup_free_ float *y = NULL, *yref = NULL;
+				int r;
+
+				if (tile_case_new(&c, types[i], shapes[s][0], shapes[s][1], shapes[s][2]))
+					return 1;
+				y = malloc(sizeof(float) * (size_t) (c.nr * c.nc));
+				yref = malloc(sizeof(float) * (size_t) (c.nr * c.nc));
+				ASSERT_TRUE(y && yref);
+				quant_gemm(c.type, c.n, c.w, c.row_bytes, c.nr, c.xq, c.xrow_bytes, c.nc, y,
+					   (size_t) c.nr);
+				quant_gemm_ref(c.type, c.n, c.w, c.row_bytes, c.nr, c.xq, c.xrow_bytes, c.nc,
+					       yref, (size_t) c.nr);
+				r = check_against_ref(&c, y, levels[l]) || check_against_ref(&c, yref, "scalar") ||
+				    check_subtiles(&c, y);
+				tile_case_free(&c);
+				if (r)
+					return 1;
+			}
+	}
+	ASSERT_OK(quant_force_simd_level(orig));
+	return 0;
+}
+
+/* F32 and F16 take any n (a scalar tail after the 8-wide steps). */
+TEST(gemm_float_odd_lengths)
+{
+	const char *orig = quant_simd_level();
+
+	seed_rng();
+	for (size_t l = 0; l < ELEMENTSOF(levels); l++) {
+		if (quant_force_simd_level(levels[l]) < 0)
+			continue;
+		for (int64_t n = 1; n <= 41; n += 4)
+			for (uint32_t type = GGML_TYPE_F32; type <= GGML_TYPE_F16; type++) {
+				struct tile_case c;
+				_cleanup_free_ float *y = NULL;
+				int r;
+
+				if (tile_case_new(&c, type, n, 5, 6))
+					return 1;
+				y = malloc(sizeof(float) * 30);
+				ASSERT_TRUE(y);
+				quant_gemm(type, n, c.w, c.row_bytes, 5, c.xq, c.xrow_bytes, 6, y, 5);
+				r = check_against_ref(&c, y, levels[l]) || check_subtiles(&c, y);
+				tile_case_free(&c);
+				if (r)
+					return 1;
+			}
+	}
+	ASSERT_OK(quant_force_simd_level(orig));
+	return 0;
+}
+
+/* Packed tile products: exact against the scalar packed reference at every level, within
+ * the float64 bound, the same bits in any sub-tile, and the padding rows never written. */
+TEST(gemm_packed_all_levels)
+{
+	static const uint32_t ptypes[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0 };
+	static const int64_t shapes[][3] = {
+		{ 96, 13, 7 }, { 32, 1, 1 }, { 256, 8, 1 }, { 768, 21, 9 }, { 64, 16, 6 }, { 160, 3, 13 },
+	};
+	const char *orig = quant_simd_level();
+
+	seed_rng();
+	for (size_t i = 0; i < ELEMENTSOF(ptypes); i++)
+		for (size_t s = 0; s < ELEMENTSOF(shapes); s++) {
+			struct tile_case c;
+			const int64_t nb = shapes[s][0] / 32;
+			size_t pbytes = quant_packed_bytes(ptypes[i], shapes[s][0], shapes[s][1]);
+			_cleanup_free_ void *wp = NULL;
+			_cleanup_free_ int16_t *sums = NULL;
+			_cleanup_free_ float *yref = NULL, *y = NULL;
+
+			ASSERT_TRUE(quant_packed_supported(ptypes[i]) && pbytes > 0);
+			if (tile_case_new(&c, ptypes[i], shapes[s][0], shapes[s][1], shapes[s][2]))
+				return 1;
+			wp = malloc(pbytes);
+			sums = malloc(sizeof(int16_t) * (size_t) (nb * c.nc));
+			yref = malloc(sizeof(float) * (size_t) (c.nr * c.nc));
+			y = malloc(sizeof(float) * (size_t) (c.nr * c.nc + 8));
+			ASSERT_TRUE(wp && sums && yref && y);
+			quant_pack_rows(c.type, c.n, c.w, c.row_bytes, c.nr, wp);
+			for (int64_t t = 0; t < c.nc; t++) {
+				const int8_t *q = (const int8_t *) (c.xq + (size_t) t * c.xrow_bytes);
+
+				quant_q8_0_block_sums(q, c.n, sums + t * nb);
+				for (int64_t b = 0; b < nb; b++) {
+					int sum = 0;
+
+					for (int j = 0; j < 32; j++)
+						sum += q[b * 34 + 2 + j];
+					ASSERT_EQ(sums[t * nb + b], sum);
+				}
+			}
+			quant_gemm_packed_ref(c.type, c.n, wp, c.nr, c.xq, c.xrow_bytes, sums, c.nc, yref,
+					      (size_t) c.nr);
+			if (check_against_ref(&c, yref, "packed scalar")) {
+				tile_case_free(&c);
+				return 1;
+			}
+			for (size_t l = 0; l < ELEMENTSOF(levels); l++) {
+				if (quant_force_simd_level(levels[l]) < 0)
+					continue;
+				for (int k = 0; k < 8; k++)
+					y[c.nr * c.nc + k] = -12345.f;
+				quant_gemm_packed(c.type, c.n, wp, c.nr, c.xq, c.xrow_bytes, sums, c.nc, y,
+						  (size_t) c.nr);
+				for (int k = 0; k < 8; k++)
+					ASSERT_TRUE(y[c.nr * c.nc + k] == -12345.f);
+				if (memcmp(y, yref, sizeof(float) * (size_t) (c.nr * c.nc)))
+					TEST_FAIL_("packed %s at level %s differs from the scalar reference",
+						   quant_type_name(c.type), levels[l]);
+				/* sub-tiles from group boundaries */
+				for (int k = 0; k < 8; k++) {
+					int64_t groups = (c.nr + 7) / 8;
+					int64_t g0 = (int64_t) (uniform() * (double) groups);
+					int64_t c0 = (int64_t) (uniform() * (double) c.nc);
+					int64_t nr = 1 + (int64_t) (uniform() * (double) (c.nr - 8 * g0));
+					int64_t nc = 1 + (int64_t) (uniform() * (double) (c.nc - c0));
+					float sub[8 * 64];
+
+					if (nr * nc > 8 * 64)
+						continue;
+					quant_gemm_packed(c.type, c.n,
+							  (const char *) wp + (size_t) g0 *
+										  quant_packed_bytes(c.type, c.n, 8),
+							  nr, c.xq + (size_t) c0 * c.xrow_bytes, c.xrow_bytes,
+							  sums + c0 * nb, nc, sub, (size_t) nr);
+					for (int64_t t = 0; t < nc; t++)
+						for (int64_t r = 0; r < nr; r++)
+							if (memcmp(&sub[t * nr + r],
+								   &yref[(c0 + t) * c.nr + 8 * g0 + r], sizeof(float)))
+								TEST_FAIL_("packed %s: pair (%lld, %lld) differs in a "
+									   "%lldx%lld sub-tile",
+									   quant_type_name(c.type),
+									   (long long) (8 * g0 + r),
+									   (long long) (c0 + t), (long long) nr,
+									   (long long) nc);
+				}
+			}
+			ASSERT_OK(quant_force_simd_level(orig));
+			tile_case_free(&c);
+		}
+	ASSERT_TRUE(!quant_packed_supported(GGML_TYPE_F32) && !quant_packed_supported(GGML_TYPE_Q4_K));
+	ASSERT_EQ(quant_packed_bytes(GGML_TYPE_Q8_0, 33, 8), (size_t) 0);
+	ASSERT_EQ(quant_packed_bytes(GGML_TYPE_Q8_0, 64, 9), (size_t) 2 * 2 * QUANT_PACKED_Q8_0_BLOCK);
+	return 0;
+}
+
+/* matmul() on packed weights: like unpacked within the float64 bound, the same bits for any
+ * thread count and any batch around a token. */
+TEST(matmul_packed)
+{
+	static const uint32_t ptypes[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0 };
+
+	seed_rng();
+	for (size_t i = 0; i < ELEMENTSOF(ptypes); i++) {
+		const int64_t n = 320, n_out = 45, n_tok = 11;
+		struct tile_case c;
+		_cleanup_free_ float *x = malloc(sizeof(float) * n * n_tok);
+		_cleanup_free_ float *y0 = malloc(sizeof(float) * n_out * n_tok);
+		_cleanup_free_ float *y1 = malloc(sizeof(float) * n_out * n_tok);
+		_cleanup_free_ float *y2 = malloc(sizeof(float) * n_out);
+		float *y[3] = { y0, y1, y2 };
+		_cleanup_free_ void *wp = NULL, *scratch = NULL;
+		struct weight w;
+
+		if (tile_case_new(&c, ptypes[i], n, n_out, 1))
+			return 1;
+		w = (struct weight){ .data = c.w, .type = c.type, .n_in = n, .n_out = n_out,
+				     .row_bytes = c.row_bytes };
+		wp = malloc(quant_packed_bytes(c.type, n, n_out));
+		scratch = malloc(matmul_scratch_bytes(&w, n_tok));
+		ASSERT_TRUE(x && y[0] && y[1] && y[2] && wp && scratch);
+		quant_pack_rows(c.type, n, c.w, c.row_bytes, n_out, wp);
+		w.packed = wp;
+		for (int64_t k = 0; k < n * n_tok; k++)
+			x[k] = (float) ((uniform() * 2 - 1) * 3);
+		for (int nth = 1; nth <= 3; nth++) {
+			_cleanup_(threadpool_freep) struct threadpool *pool = NULL;
+
+			ASSERT_OK(threadpool_new(nth, &pool));
+			matmul(pool, &w, x, n_tok, y[nth > 1], scratch);
+			if (nth > 1)
+				ASSERT_TRUE(memcmp(y[0], y[1], sizeof(float) * n_out * n_tok) == 0);
+			/* token 5 alone: the same bits as inside the batch */
+			matmul(pool, &w, x + 5 * n, 1, y[2], scratch);
+			ASSERT_TRUE(memcmp(y[2], y[0] + 5 * n_out, sizeof(float) * n_out) == 0);
+		}
+		/* against the unpacked kernels, through the float64 bound of each token */
+		for (int64_t t = 0; t < n_tok; t++) {
+			_cleanup_free_ char *xq = malloc(c.xrow_bytes);
+			_cleanup_free_ float *xd = malloc(sizeof(float) * n), *wd = malloc(sizeof(float) * n);
+
+			ASSERT_TRUE(xq && xd && wd);
+			quant_quantize_row(c.vt, x + t * n, xq, n);
+			quant_dequantize_row(c.vt, xq, xd, n);
+			for (int64_t o = 0; o < n_out; o++) {
+				double ref = 0, mag = 0;
+
+				quant_dequantize_row(c.type, c.w + o * c.row_bytes, wd, n);
+				for (int64_t k = 0; k < n; k++) {
+					ref += (double) wd[k] * xd[k];
+					mag += fabs((double) wd[k] * xd[k]);
+				}
+				if (!(fabs(y[0][t * n_out + o] - ref) <= 1e-5 * mag + 1e-6))
+					TEST_FAIL_("packed matmul %s row %lld tok %lld: %g vs %g",
+						   quant_type_name(c.type), (long long) o, (long long) t,
+						   y[0][t * n_out + o], ref);
+			}
+		}
+		tile_case_free(&c);
+	}
+	return 0;
+}
+
+/* Jobs that start after the workers fell asleep (an idle gap longer than the spin) still run
+ * on every thread exactly once; and back-to-back jobs after that. */
+TEST(threadpool_wakes_sleeping_workers)
+{
+	_cleanup_(threadpool_freep) struct threadpool *pool = NULL;
+	struct count_job j = {};
+
+	ASSERT_OK(threadpool_new(3, &pool));
+	for (int r = 0; r < 10; r++) {
+		usleep(2000);
+		threadpool_run(pool, count_fn, &j);
+		threadpool_run(pool, count_fn, &j);
+	}
+	for (int i = 0; i < 3; i++)
+		ASSERT_EQ(j.counts[i], 20);
+	return 0;
+}
+
+/* Attention's weighted sum: the same bits as the scalar reference at every level, for
+ * lengths with and without a tail, and close to float64. */
+TEST(axpy_all_levels)
+{
+	const char *orig = quant_simd_level();
+
+	seed_rng();
+	for (size_t l = 0; l < ELEMENTSOF(levels); l++) {
+		if (quant_force_simd_level(levels[l]) < 0)
+			continue;
+		for (int64_t n = 1; n <= 80; n += 13)
+			for (int64_t count = 1; count <= 17; count += 8) {
+				const size_t stride = (size_t) n + 3;
+				float a[17], x[17 * 83], y[80], yref[80];
+				double d[80];
+
+				for (int64_t j = 0; j < count; j++)
+					a[j] = (float) uniform();
+				for (size_t k = 0; k < ELEMENTSOF(x); k++)
+					x[k] = (float) (uniform() * 2 - 1);
+				for (int64_t i = 0; i < n; i++) {
+					y[i] = yref[i] = (float) uniform();
+					d[i] = y[i];
+					for (int64_t j = 0; j < count; j++)
+						d[i] += (double) a[j] * x[(size_t) j * stride + (size_t) i];
+				}
+				quant_axpy_f32(n, a, count, x, stride, y);
+				quant_axpy_f32_ref(n, a, count, x, stride, yref);
+				ASSERT_TRUE(memcmp(y, yref, sizeof(float) * (size_t) n) == 0);
+				for (int64_t i = 0; i < n; i++)
+					ASSERT_TRUE(fabs(y[i] - d[i]) <= 1e-5 * (1 + (double) count));
+			}
+	}
+	ASSERT_OK(quant_force_simd_level(orig));
 	return 0;
 }

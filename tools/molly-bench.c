@@ -13,6 +13,15 @@
  * roofline_frac = tg_tok_s × bytes_per_token / bandwidth, where bytes_per_token is the bytes
  * of every weight tensor read for one token (all matrices and norms, `output` included; one
  * row of `token_embd`), KV cache excluded; GB = 1e9.
+ *
+ * cpu_util (pp and tg): CPU time the process got during the timed runs over wall time ×
+ * threads. Our threads spin while they wait, so on a quiet machine it is ~1.0; less means
+ * other processes took the cores and the tok/s figures of that run are not the engine's.
+ * repacked_bytes: weights repacked at load (model.h; MOLLY_REPACK=0 turns it off), included
+ * in load_s.
+ *
+ * The program is one mode (model_bench()) behind the option parser: other modes (e.g. a
+ * server load test) belong in their own function beside it.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -39,6 +48,19 @@ static double now_s(void)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+
+static double cpu_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* One timed run: tok/s and the share of threads × wall the process got. */
+struct sample {
+	double tok_s, util;
+};
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -156,12 +178,12 @@ static uint64_t bytes_per_token(const struct model *m)
 
 /* ---- runs ---- */
 
-static int run_pp(const struct model *m, struct threadpool *pool, int n, double *tok_s)
+static int run_pp(const struct model *m, struct threadpool *pool, int n, struct sample *out)
 {
 	_cleanup_(model_ctx_freep) struct model_ctx *c = NULL;
 	_cleanup_free_ int32_t *ids = malloc(sizeof(int32_t) * n);
 	_cleanup_free_ float *logits = malloc(sizeof(float) * m->hp.n_vocab);
-	double t0;
+	double t0, c0, dt;
 	int r;
 
 	if (!ids || !logits)
@@ -172,19 +194,21 @@ static int run_pp(const struct model *m, struct threadpool *pool, int n, double 
 	if (r < 0)
 		return r;
 	t0 = now_s();
+	c0 = cpu_s();
 	r = model_decode(c, pool, ids, (size_t) n, logits);
 	if (r < 0)
 		return r;
-	*tok_s = n / (now_s() - t0);
+	dt = now_s() - t0;
+	*out = (struct sample){ n / dt, (cpu_s() - c0) / (dt * threadpool_n_threads(pool)) };
 	return 0;
 }
 
-static int run_tg(const struct model *m, struct threadpool *pool, int n, double *tok_s)
+static int run_tg(const struct model *m, struct threadpool *pool, int n, struct sample *out)
 {
 	_cleanup_(model_ctx_freep) struct model_ctx *c = NULL;
 	_cleanup_free_ float *logits = malloc(sizeof(float) * m->hp.n_vocab);
 	int32_t id = 1;
-	double t0;
+	double t0, c0, dt;
 	int r;
 
 	if (!logits)
@@ -193,27 +217,45 @@ static int run_tg(const struct model *m, struct threadpool *pool, int n, double 
 	if (r < 0)
 		return r;
 	t0 = now_s();
+	c0 = cpu_s();
 	for (int i = 0; i < n; i++) {
 		r = model_decode(c, pool, &id, 1, logits);
 		if (r < 0)
 			return r;
 		id = (int32_t) ((id * 7919u + 13) % m->hp.n_vocab);
 	}
-	*tok_s = n / (now_s() - t0);
+	dt = now_s() - t0;
+	*out = (struct sample){ n / dt, (cpu_s() - c0) / (dt * threadpool_n_threads(pool)) };
 	return 0;
 }
 
 struct stats {
-	double median, min, max;
+	double median, min, max, util; /* tok/s; util: the median cpu_util */
 };
 
-static struct stats summarize(double *v, int n)
+static double median_sorted(const double *v, int n)
 {
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static struct stats summarize(const struct sample *s, int n)
+{
+	_cleanup_free_ double *v = malloc(sizeof(double) * (size_t) n);
+	_cleanup_free_ double *u = malloc(sizeof(double) * (size_t) n);
+
+	if (!v || !u)
+		return (struct stats){};
+	for (int i = 0; i < n; i++) {
+		v[i] = s[i].tok_s;
+		u[i] = s[i].util;
+	}
 	qsort(v, (size_t) n, sizeof(*v), cmp_double);
+	qsort(u, (size_t) n, sizeof(*u), cmp_double);
 	return (struct stats){
-		.median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2,
+		.median = median_sorted(v, n),
 		.min = v[0],
 		.max = v[n - 1],
+		.util = median_sorted(u, n),
 	};
 }
 
@@ -221,6 +263,14 @@ static void usage(FILE *f)
 {
 	fputs("usage: molly-bench --model M [--threads T] [--pp N] [--tg N] [--reps R] [--json]\n", f);
 }
+
+struct bench_opts {
+	const char *path;
+	int threads, pp, tg, reps;
+	bool json;
+};
+
+static int model_bench(const struct bench_opts *o);
 
 static int run(int argc, char **argv)
 {
@@ -230,15 +280,9 @@ static int run(int argc, char **argv)
 		{ "reps", required_argument, NULL, 'r' },  { "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },        {}
 	};
-	_cleanup_(model_freep) struct model *m = NULL;
-	_cleanup_(threadpool_freep) struct threadpool *pool = NULL;
-	const char *path = NULL;
-	int threads = (int) sysconf(_SC_NPROCESSORS_ONLN), pp = 128, tg = 64, reps = 5, c;
-	bool json = false;
-	struct errmsg e = {};
-	struct bw_job bw = { .bytes = BW_BYTES };
-	double *pp_v, *tg_v, bw_best = 0, t_load;
-	int r;
+	struct bench_opts o = { .threads = (int) sysconf(_SC_NPROCESSORS_ONLN), .pp = 128, .tg = 64,
+				.reps = 5 };
+	int c;
 
 	while ((c = getopt_long(argc, argv, "m:t:h", longopts, NULL)) >= 0) {
 		long v = 0;
@@ -252,20 +296,36 @@ static int run(int argc, char **argv)
 			}
 		}
 		switch (c) {
-		case 'm': path = optarg; break;
-		case 't': threads = (int) v; break;
-		case 'p': pp = (int) v; break;
-		case 'g': tg = (int) v; break;
-		case 'r': reps = (int) v; break;
-		case 'j': json = true; break;
+		case 'm': o.path = optarg; break;
+		case 't': o.threads = (int) v; break;
+		case 'p': o.pp = (int) v; break;
+		case 'g': o.tg = (int) v; break;
+		case 'r': o.reps = (int) v; break;
+		case 'j': o.json = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return -EINVAL;
 		}
 	}
-	if (!path || threads < 1 || reps < 1) {
+	if (!o.path || o.threads < 1 || o.reps < 1) {
 		usage(stderr);
 		return -EINVAL;
 	}
+	return model_bench(&o);
+}
+
+/* pp, tg and the bandwidth roofline of one model (the default mode). */
+static int model_bench(const struct bench_opts *o)
+{
+	_cleanup_(model_freep) struct model *m = NULL;
+	_cleanup_(threadpool_freep) struct threadpool *pool = NULL;
+	_cleanup_free_ struct sample *pp_v = NULL, *tg_v = NULL;
+	const char *path = o->path;
+	int threads = o->threads, pp = o->pp, tg = o->tg, reps = o->reps;
+	struct errmsg e = {};
+	struct bw_job bw = { .bytes = BW_BYTES };
+	double bw_best = 0, t_load;
+	int r;
+
 	t_load = now_s();
 	r = model_load(path, &m, &e);
 	if (r < 0) {
@@ -283,8 +343,8 @@ static int run(int argc, char **argv)
 	}
 	threadpool_run(pool, bw_touch, &bw);
 
-	pp_v = calloc((size_t) reps, sizeof(double));
-	tg_v = calloc((size_t) reps, sizeof(double));
+	pp_v = calloc((size_t) reps, sizeof(*pp_v));
+	tg_v = calloc((size_t) reps, sizeof(*tg_v));
 	if (!pp_v || !tg_v)
 		return -ENOMEM;
 	/* warm-up: fault the weights in */
@@ -306,29 +366,30 @@ static int run(int argc, char **argv)
 	uint64_t bpt = bytes_per_token(m);
 	double frac = st.median * (double) bpt / (bw_best * 1e9);
 
-	if (json) {
+	if (o->json) {
 		printf("{\"model\":\"%s\",\"threads\":%d,\"simd\":\"%s\",\"bandwidth_isa\":\"%s\","
 		       "\"pp\":%d,\"tg\":%d,\"reps\":%d,\"pp_tok_s\":%.3f,\"pp_tok_s_min\":%.3f,"
-		       "\"pp_tok_s_max\":%.3f,\"tg_tok_s\":%.3f,\"tg_tok_s_min\":%.3f,"
-		       "\"tg_tok_s_max\":%.3f,\"bytes_per_token\":%" PRIu64 ",\"bandwidth_gb_s\":%.3f,"
-		       "\"roofline_frac\":%.4f,\"load_s\":%.3f}\n",
+		       "\"pp_tok_s_max\":%.3f,\"pp_cpu_util\":%.3f,\"tg_tok_s\":%.3f,\"tg_tok_s_min\":%.3f,"
+		       "\"tg_tok_s_max\":%.3f,\"tg_cpu_util\":%.3f,\"bytes_per_token\":%" PRIu64
+		       ",\"bandwidth_gb_s\":%.3f,\"roofline_frac\":%.4f,\"load_s\":%.3f,"
+		       "\"repacked_bytes\":%zu}\n",
 		       m->name, threads, quant_simd_level(), bw_isa(), pp, tg, reps, sp.median, sp.min,
-		       sp.max, st.median, st.min, st.max, bpt, bw_best, frac, t_load);
+		       sp.max, sp.util, st.median, st.min, st.max, st.util, bpt, bw_best, frac, t_load,
+		       m->packed_bytes);
 	} else {
 		printf("model %s: %s, %u layers, %.1f MB read per token\n", path,
 		       model_arch_name(m->hp.arch), m->hp.n_layer, bpt / 1e6);
 		printf("threads %d, kernels %s, bandwidth loads %s\n", threads, quant_simd_level(), bw_isa());
+		printf("load %.2f s, %.1f MB of weights repacked\n", t_load, m->packed_bytes / 1e6);
 		if (pp > 0)
-			printf("pp%-4d %9.2f tok/s  (min %.2f, max %.2f, %d reps)\n", pp, sp.median, sp.min,
-			       sp.max, reps);
+			printf("pp%-4d %9.2f tok/s  (min %.2f, max %.2f, %d reps; cpu_util %.2f)\n", pp,
+			       sp.median, sp.min, sp.max, reps, sp.util);
 		if (tg > 0)
-			printf("tg%-4d %9.2f tok/s  (min %.2f, max %.2f, %d reps)\n", tg, st.median, st.min,
-			       st.max, reps);
+			printf("tg%-4d %9.2f tok/s  (min %.2f, max %.2f, %d reps; cpu_util %.2f)\n", tg,
+			       st.median, st.min, st.max, reps, st.util);
 		printf("bandwidth %.2f GB/s (best of 5, 2 GiB)\n", bw_best);
 		printf("roofline_frac %.3f\n", frac);
 	}
-	free(pp_v);
-	free(tg_v);
 	return 0;
 }
 

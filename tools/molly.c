@@ -10,6 +10,8 @@
  *   molly status                        the daemon's counters
  *   molly config check [FILE]           parses the configuration like mollyd would
  *   molly key new NAME                  a new API key and the [Member NAME] lines to add
+ *   molly explain [--config FILE] PROMPT   the policy's class, findings and tiers for PROMPT
+ *                                       (no daemon needed; PROMPT "-" reads stdin)
  *
  * Global options: --json (machine-readable output), --bus-address ADDRESS (else the system bus:
  * $DBUS_SYSTEM_BUS_ADDRESS is honoured), --session (the session bus).
@@ -32,8 +34,10 @@
 #include <json-c/json.h>
 #include <systemd/sd-bus.h>
 
+#include "audit/audit.h"
 #include "core/config.h"
 #include "front/keys.h"
+#include "policy/policy.h"
 
 #ifndef MOLLY_VERSION
 #define MOLLY_VERSION "0.1.0"
@@ -848,6 +852,155 @@ static int cmd_config(int argc, char **argv)
 	return 0;
 }
 
+/* ---- molly explain ---- */
+
+static int read_stdin(char **ret, size_t *ret_len)
+{
+	char *buf = NULL;
+	size_t n = 0, cap = 0;
+
+	for (;;) {
+		size_t k;
+		if (n + 4096 + 1 > cap) {
+			char *nb;
+			if (cap >= (64u << 20)) {
+				free(buf);
+				return -EFBIG;
+			}
+			cap = cap ? cap * 2 : 8192;
+			nb = realloc(buf, cap);
+			if (!nb) {
+				free(buf);
+				return -ENOMEM;
+			}
+			buf = nb;
+		}
+		k = fread(buf + n, 1, cap - n - 1, stdin);
+		n += k;
+		if (k == 0)
+			break;
+	}
+	if (ferror(stdin)) {
+		free(buf);
+		return -EIO;
+	}
+	buf[n] = 0;
+	*ret = buf;
+	*ret_len = n;
+	return 0;
+}
+
+static void tiers_json(struct json_object *arr, uint32_t tiers)
+{
+	for (int k = 0; k < 4; k++)
+		if (tiers & POLICY_TIER(k)) {
+			char t[4];
+			snprintf(t, sizeof(t), "T%d", k);
+			json_object_array_add(arr, json_object_new_string(t));
+		}
+}
+
+static int cmd_explain(int argc, char **argv)
+{
+	static const struct option options[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "json", no_argument, NULL, 'j' },
+		{},
+	};
+	_cleanup_(config_unrefp) struct config *cfg = NULL;
+	_cleanup_(policy_freep) struct policy *p = NULL;
+	_cleanup_free_ char *input = NULL;
+	struct policy_decision d = { 0 };
+	struct errmsg e = { { 0 } };
+	const char *file = NULL, *text;
+	size_t len;
+	char tiers[32];
+	int c, r;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+", options, NULL)) >= 0)
+		switch (c) {
+		case 'c':
+			file = optarg;
+			break;
+		case 'j':
+			arg_json = true;
+			break;
+		default:
+			return 2;
+		}
+	if (optind + 1 != argc) {
+		fprintf(stderr, "Usage: molly explain [--config FILE] [--json] PROMPT   (PROMPT '-': "
+				"standard input)\n");
+		return 2;
+	}
+	if (strcmp(argv[optind], "-") == 0) {
+		r = read_stdin(&input, &len);
+		if (r < 0) {
+			fprintf(stderr, "molly: reading standard input: %s\n", strerror(-r));
+			return 1;
+		}
+		text = input;
+	} else {
+		text = argv[optind];
+		len = strlen(text);
+	}
+	/* Without --config: the daemon's configuration when there is one, else the defaults. */
+	r = config_load(file, &cfg, &e);
+	if (r >= 0)
+		r = policy_new(cfg, &p, &e);
+	if (r < 0) {
+		fprintf(stderr, "molly: %s\n", e.text[0] ? e.text : strerror(-r));
+		return 1;
+	}
+	r = policy_evaluate(p, &(struct policy_request){ .text = text, .len = len }, &d);
+	if (r < 0) {
+		fprintf(stderr, "molly: cannot evaluate the policy: %s\n", strerror(-r));
+		return 1;
+	}
+	if (arg_json) {
+		struct json_object *o = json_object_new_object(), *fa = json_object_new_array(),
+				   *ta = json_object_new_array();
+		for (size_t i = 0; i < d.n_findings; i++) {
+			struct json_object *f = json_object_new_object();
+			json_object_object_add(f, "kind", json_object_new_string(d.findings[i].kind));
+			json_object_object_add(f, "start",
+					       json_object_new_int64((int64_t) d.findings[i].start));
+			json_object_object_add(f, "end",
+					       json_object_new_int64((int64_t) d.findings[i].end));
+			json_object_object_add(f, "rule", json_object_new_string(d.findings[i].rule));
+			json_object_array_add(fa, f);
+		}
+		tiers_json(ta, d.permitted_tiers);
+		json_object_object_add(o, "class", json_object_new_string(policy_class_name(d.class)));
+		json_object_object_add(o, "findings", fa);
+		json_object_object_add(o, "permitted_tiers", ta);
+		printf("%s\n", json_object_to_json_string_ext(
+				       o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
+		json_object_put(o);
+	} else {
+		printf("Class: %s\n", policy_class_name(d.class));
+		policy_tiers_format(d.permitted_tiers, tiers, sizeof(tiers));
+		printf("Permitted tiers: %s%s\n", tiers[0] ? tiers : "none",
+		       d.redact_for_t3 ? " (T3 only after redaction)" : "");
+		if (d.n_findings == 0)
+			printf("Findings: none\n");
+		else
+			printf("Findings (%zu; character offsets):\n", d.n_findings);
+		for (size_t i = 0; i < d.n_findings; i++) {
+			const struct policy_finding *f = &d.findings[i];
+			if (strcmp(f->kind, "rule") == 0)
+				printf("  %-18s [%zu, %zu)  %s, [Rule %s]\n", f->kind, f->start, f->end,
+				       policy_class_name(f->class), f->rule);
+			else
+				printf("  %-18s [%zu, %zu)  %s\n", f->kind, f->start, f->end,
+				       policy_class_name(f->class));
+		}
+	}
+	policy_decision_done(&d);
+	return 0;
+}
+
 /* ---- molly key new ---- */
 
 static bool member_name_ok(const char *s)
@@ -906,6 +1059,119 @@ static int cmd_key(int argc, char **argv)
 
 /* ---- main ---- */
 
+/* ---- audit (reads the daemon's LMDB store read-only; no daemon needed) ---- */
+
+static int print_audit_record(const struct audit_record *r, void *userdata)
+{
+	_cleanup_free_ char *line = NULL;
+	int k = arg_json ? audit_record_to_json(r, &line) : audit_record_format(r, &line);
+
+	if (k < 0)
+		return k;
+	puts(line);
+	return 0;
+}
+
+static int cmd_audit(int argc, char **argv)
+{
+	static const struct option options[] = {
+		{ "since", required_argument, NULL, 's' },
+		{ "tier", required_argument, NULL, 't' },
+		{ "class", required_argument, NULL, 'c' },
+		{ "state-dir", required_argument, NULL, 'd' },
+		{ "config", required_argument, NULL, 'f' },
+		{},
+	};
+	_cleanup_(config_unrefp) struct config *cfg = NULL;
+	_cleanup_(audit_closep) struct audit *a = NULL;
+	_cleanup_free_ char *dir = NULL;
+	struct audit_filter f = { .tier = -1 };
+	const char *state_dir = NULL, *config_file = NULL;
+	struct errmsg e = { { 0 } };
+	struct timespec now;
+	uint64_t since = 0;
+	bool has_since = false;
+	int c, r;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "", options, NULL)) >= 0) {
+		switch (c) {
+		case 's':
+			has_since = true;
+			r = audit_parse_duration(optarg, &since);
+			if (r < 0) {
+				fprintf(stderr,
+					"molly audit: --since %s: not a duration; write a number and "
+					"a unit: 30d, 12h, 15m, 3600s (or 2w, 1d12h)\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 't':
+			if (audit_parse_tier(optarg, &f.tier) < 0) {
+				fprintf(stderr, "molly audit: --tier %s: give one of T0, T1, T2, T3\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 'c':
+			if (strcmp(optarg, "public") != 0 && strcmp(optarg, "personal") != 0 &&
+			    strcmp(optarg, "secret") != 0) {
+				fprintf(stderr,
+					"molly audit: --class %s: give one of public, personal, "
+					"secret\n",
+					optarg);
+				return 2;
+			}
+			f.class_name = optarg;
+			break;
+		case 'd':
+			state_dir = optarg;
+			break;
+		case 'f':
+			config_file = optarg;
+			break;
+		default:
+			fprintf(stderr, "Usage: molly audit [--since DURATION] [--tier T] [--class C] "
+					"[--json] [--state-dir DIR | --config FILE]\n");
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "molly audit: unexpected argument '%s'\n", argv[optind]);
+		return 2;
+	}
+	if (!state_dir) {
+		/* The daemon's own StateDirectory=, from its configuration. */
+		r = config_load(config_file, &cfg, &e);
+		if (r < 0) {
+			fprintf(stderr, "molly audit: %s (or pass --state-dir DIR)\n", e.text);
+			return 1;
+		}
+		state_dir = cfg->state_directory;
+	}
+	if (!state_dir || asprintf(&dir, "%s/audit", state_dir) < 0) {
+		fprintf(stderr, "molly audit: no state directory: pass --state-dir DIR\n");
+		return 1;
+	}
+	r = audit_open(dir, &(struct audit_options){ .read_only = true }, &a, &e);
+	if (r < 0) {
+		fprintf(stderr, "molly audit: %s\n", e.text);
+		return 1;
+	}
+	if (has_since) {
+		clock_gettime(CLOCK_REALTIME, &now);
+		uint64_t t = (uint64_t) now.tv_sec * 1000000000ull + (uint64_t) now.tv_nsec;
+		f.since_ns = t > since ? t - since : 0;
+	}
+	r = audit_scan(a, &f, print_audit_record, NULL, &e);
+	if (r < 0) {
+		fprintf(stderr, "molly audit: %s\n", e.text[0] ? e.text : strerror(-r));
+		return 1;
+	}
+	return fflush(stdout) == 0 ? 0 : 1;
+}
+
 static void usage(void)
 {
 	printf("Usage: molly [--json] [--bus-address ADDRESS | --session] COMMAND ...\n"
@@ -920,6 +1186,10 @@ static void usage(void)
 	       "  config check [FILE]                 check a configuration (default "
 	       CONFIG_DEFAULT_PATH ")\n"
 	       "  key new NAME                        a new HTTP API key for member NAME\n"
+	       "  explain [--config FILE] PROMPT      the policy's class, findings and permitted\n"
+	       "                                      tiers for PROMPT (no daemon needed)\n"
+	       "  audit [--since DURATION] [--tier T] [--class C] [--state-dir DIR]\n"
+	       "                                      the audit records (no daemon needed)\n"
 	       "\n"
 	       "Options:\n"
 	       "  --json                 machine-readable output\n"
@@ -988,6 +1258,10 @@ int main(int argc, char **argv)
 		return cmd_config(argc, argv);
 	if (strcmp(argv[0], "key") == 0)
 		return cmd_key(argc, argv);
+	if (strcmp(argv[0], "explain") == 0)
+		return cmd_explain(argc, argv);
+	if (strcmp(argv[0], "audit") == 0)
+		return cmd_audit(argc, argv);
 	fprintf(stderr, "molly: unknown command '%s'. Try 'molly --help'.\n", argv[0]);
 	return 2;
 }

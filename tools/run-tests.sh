@@ -41,25 +41,48 @@ for preset in dev release; do
 done
 
 echo "=== fuzz: configure and build (clang, libFuzzer)"
+# Each fuzzer runs $fuzz_seconds on a scratch copy of its seed corpus (libFuzzer writes new
+# inputs into its first corpus folder); $jobs of them at a time.
+run_fuzzer() { # fuzzer binary → writes "<name> ok|FAILED" and the log into $fuzz_out
+	local fuzzer=$1 name corpus work
+	name=$(basename "$fuzzer")
+	corpus=tests/fuzz/corpus/${name#fuzz-}
+	work=$(mktemp -d)
+	[ -d "$corpus" ] && cp -r "$corpus"/. "$work"/
+	if "$fuzzer" -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 \
+		-print_final_stats=1 "$work" >"$fuzz_out/$name.log" 2>&1; then
+		echo "$name: ok ($(grep -E 'stat::number_of_executed_units' "$fuzz_out/$name.log" |
+			awk '{print $2}') runs in ${fuzz_seconds}s)" >"$fuzz_out/$name.result"
+	else
+		echo "$name: FAILED" >"$fuzz_out/$name.result"
+	fi
+	rm -rf "$work"
+}
 if cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j "$jobs"; then
+	fuzz_out=$(mktemp -d)
+	running=0
 	for fuzzer in build/fuzz/bin/fuzz-*; do
 		[ -x "$fuzzer" ] || continue
-		name=$(basename "$fuzzer")
-		corpus=tests/fuzz/corpus/${name#fuzz-}
-		work=$(mktemp -d)
-		[ -d "$corpus" ] && cp -r "$corpus"/. "$work"/
-		echo "=== fuzz: $name for ${fuzz_seconds}s"
-		if "$fuzzer" -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 \
-			-print_final_stats=1 "$work" >"$work.log" 2>&1; then
-			echo "$name: ok ($(grep -E 'stat::number_of_executed_units' "$work.log" | awk '{print $2}') runs)"
+		echo "=== fuzz: $(basename "$fuzzer") for ${fuzz_seconds}s"
+		run_fuzzer "$fuzzer" &
+		running=$((running + 1))
+		if [ "$running" -ge "$jobs" ]; then
+			wait -n
+			running=$((running - 1))
+		fi
+	done
+	wait
+	for result in "$fuzz_out"/*.result; do
+		[ -e "$result" ] || continue
+		cat "$result"
+		if grep -q ': ok' "$result"; then
 			passed=$((passed + 1))
 		else
-			echo "$name: FAILED"
-			tail -n 60 "$work.log"
 			failed=$((failed + 1))
+			tail -n 60 "${result%.result}.log"
 		fi
-		rm -rf "$work" "$work.log"
 	done
+	rm -rf "$fuzz_out"
 else
 	echo "=== fuzz: BUILD FAILED"
 	failed=$((failed + 1))

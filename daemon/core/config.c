@@ -24,12 +24,15 @@
 
 #include "../basic/sha256.h"
 #include "../engine/chat.h"
+#include "../policy/policy.h"
+#include "../policy/rules.h"
 #include "config.h"
 
 #define CONFIG_MAX_FILE_BYTES (1u << 20)
 #define CONFIG_MAX_LIST 4096   /* items in one list key (Load=, UIDs=, Models=) */
 #define CONFIG_MAX_MEMBERS 4096
 #define CONFIG_MAX_DROPINS 1024
+#define CONFIG_MAX_RULES 4096
 
 /* Where a value comes from, for messages. */
 struct pctx {
@@ -562,6 +565,65 @@ static int parse_model_name(struct pctx *x, const char *v, void *field)
 	return parse_string(x, v, field);
 }
 
+/* ---- [Policy], [Rule NAME], [Member] MaxTiers= ---- */
+
+static int parse_tiers(struct pctx *x, const char *v, void *field)
+{
+	struct errmsg why = { { 0 } };
+
+	if (policy_tiers_parse(v, field, &why) < 0)
+		return perr(x, -EINVAL, "%s", why.text);
+	return 0;
+}
+
+static int parse_max_tiers(struct pctx *x, const char *v, void *field)
+{
+	struct config_member *m = field;
+
+	if (!v[0]) {
+		m->has_max_tiers = false; /* back to no limit */
+		return 0;
+	}
+	m->has_max_tiers = true;
+	return parse_tiers(x, v, &m->max_tiers);
+}
+
+static int parse_rule_match(struct pctx *x, const char *v, void *field)
+{
+	struct config_rule *r = field;
+	struct errmsg why = { { 0 } };
+	struct rule *compiled = NULL;
+	char *s;
+	int k;
+
+	/* Compiled here only to report a bad pattern with its file and line; the policy
+	 * compiles it again (with JIT) when it is built. */
+	k = rule_new(r->name, v, POLICY_CLASS_PUBLIC, NULL, &compiled, &why);
+	if (k == -ENOMEM)
+		return k;
+	if (k < 0)
+		return perr(x, k, "%s", why.text);
+	rule_free(compiled);
+	s = strdup(v);
+	if (!s)
+		return -ENOMEM;
+	free(r->match);
+	r->match = s;
+	r->match_line = x->line;
+	return 0;
+}
+
+static int parse_rule_class(struct pctx *x, const char *v, void *field)
+{
+	struct config_rule *r = field;
+	enum policy_class c;
+
+	if (policy_class_from_name(v, &c) < 0)
+		return perr(x, -EINVAL, "'%s' is not a class (public, personal, secret)", v);
+	r->class = (int) c;
+	return 0;
+}
+
 /* ---- the tables ---- */
 
 struct key_def {
@@ -625,6 +687,34 @@ static const struct key_def daemon_keys[] = {
 	{ "LogLevel", parse_log_level, C(log_level) },
 	{},
 };
+DEFINE_PARSE_U32(retention_days, 0, 36500)
+static int parse_audit_map_size(struct pctx *x, const char *v, void *field)
+{
+	int r = parse_size(x, v, field);
+
+	/* Below 1 MiB a few requests' records would fill it; LMDB maps up to what the
+	 * address space allows. */
+	if (r >= 0 && (*(uint64_t *) field < (1ull << 20) || *(uint64_t *) field > (1ull << 40)))
+		return perr(x, -ERANGE, "'%s' is outside [1M, 1T]", v);
+	return r;
+}
+static const struct key_def audit_keys[] = {
+	{ "RetentionDays", parse_retention_days, C(audit_retention_days) },
+	{ "MapSize", parse_audit_map_size, C(audit_map_size) },
+	{},
+};
+static const struct key_def policy_keys[] = {
+	{ "PublicTiers", parse_tiers, C(policy_tiers[POLICY_CLASS_PUBLIC]) },
+	{ "PersonalTiers", parse_tiers, C(policy_tiers[POLICY_CLASS_PERSONAL]) },
+	{ "SecretTiers", parse_tiers, C(policy_tiers[POLICY_CLASS_SECRET]) },
+	{ "AllowExternal", parse_bool, C(policy_allow_external) },
+	{},
+};
+static const struct key_def rule_keys[] = {
+	{ "Match", parse_rule_match, SELF },
+	{ "Class", parse_rule_class, SELF },
+	{},
+};
 #undef C
 
 #define M(field) offsetof(struct config_member, field)
@@ -633,6 +723,7 @@ static const struct key_def member_keys[] = {
 	{ "UIDs", parse_uids, SELF },
 	{ "Models", parse_models, SELF },
 	{ "Admin", parse_bool, M(admin) },
+	{ "MaxTiers", parse_max_tiers, SELF },
 	{},
 };
 #undef M
@@ -682,6 +773,40 @@ static int open_member(struct pctx *x, const char *arg, void **ret)
 	return 0;
 }
 
+static int open_rule(struct pctx *x, const char *arg, void **ret)
+{
+	struct config *c = x->config;
+	struct config_rule *r;
+
+	if (!name_valid(arg))
+		return perr(x, -EINVAL,
+			    "[Rule %s]: a rule name is letters, digits, '.', '_', '-' (at most 64)",
+			    arg);
+	for (size_t i = 0; i < c->n_rules; i++)
+		if (strcmp(c->rules[i].name, arg) == 0) {
+			/* A drop-in may override an earlier rule's keys. */
+			*ret = &c->rules[i];
+			return 0;
+		}
+	if (c->n_rules >= CONFIG_MAX_RULES)
+		return perr(x, -E2BIG, "more than %d rules", CONFIG_MAX_RULES);
+	r = realloc(c->rules, (c->n_rules + 1) * sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	c->rules = r;
+	r = &c->rules[c->n_rules];
+	*r = (struct config_rule){ .name = strdup(arg), .file = strdup(x->file), .line = x->line,
+				   .class = -1 };
+	if (!r->name || !r->file) {
+		free(r->name);
+		free(r->file);
+		return -ENOMEM;
+	}
+	c->n_rules++;
+	*ret = r;
+	return 0;
+}
+
 struct section_def {
 	const char *name;
 	bool named; /* [Name ARG] */
@@ -699,6 +824,9 @@ static const struct section_def sections[] = {
 	{ "Paths", false, open_config, paths_keys },
 	{ "Daemon", false, open_config, daemon_keys },
 	{ "Member", true, open_member, member_keys },
+	{ "Policy", false, open_config, policy_keys },
+	{ "Rule", true, open_rule, rule_keys },
+	{ "Audit", false, open_config, audit_keys },
 };
 
 /* ---- lifetime ---- */
@@ -717,6 +845,11 @@ int config_new(struct config **ret)
 	c->stream_buffer_bytes = 256u * 1024u;
 	c->stop_timeout_ns = 30ull * 1000000000ull;
 	c->log_level = LOG_INFO;
+	c->policy_tiers[POLICY_CLASS_PUBLIC] = POLICY_TIER(0) | POLICY_TIER(1);
+	c->policy_tiers[POLICY_CLASS_PERSONAL] = POLICY_TIER(0) | POLICY_TIER(1);
+	c->policy_tiers[POLICY_CLASS_SECRET] = POLICY_TIER(0);
+	c->audit_retention_days = 90;
+	c->audit_map_size = 256ull << 20;
 	c->listen = (struct config_listen){ .kind = CONFIG_LISTEN_TCP,
 					    .host = strdup("127.0.0.1"),
 					    .port = 8411,
@@ -750,6 +883,12 @@ static void config_free(struct config *c)
 		free(m->file);
 	}
 	free(c->members);
+	for (size_t i = 0; i < c->n_rules; i++) {
+		free(c->rules[i].name);
+		free(c->rules[i].match);
+		free(c->rules[i].file);
+	}
+	free(c->rules);
 	strv_free(c->files, c->n_files);
 	free(c);
 }
@@ -1088,6 +1227,12 @@ int config_verify(const struct config *c, struct errmsg *e)
 						  "[Member %s]",
 						  c->members[j].file, c->members[j].line,
 						  c->members[j].name, c->members[i].name);
+	for (size_t i = 0; i < c->n_rules; i++) {
+		const struct config_rule *r = &c->rules[i];
+		if (!r->match || r->class < 0)
+			return errmsg_set(e, -EINVAL, "%s:%u: [Rule %s] needs both Match= and Class=",
+					  r->file, r->line, r->name);
+	}
 	if (c->model_path && c->model_name == NULL) {
 		const char *b = strrchr(c->model_path, '/');
 		b = b ? b + 1 : c->model_path;

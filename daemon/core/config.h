@@ -65,8 +65,20 @@ struct config_member {
 	char **models;           /* owned, n_models: names, "base:adapter", or "*" */
 	size_t n_models;
 	bool admin;              /* Admin=yes: may call administrative methods */
+	bool has_max_tiers;
+	uint32_t max_tiers;      /* MaxTiers=: POLICY_TIER() bits the member's requests may reach */
 	char *file;              /* owned: where it was defined, for messages */
 	unsigned line;
+};
+
+/* [Rule NAME] (policy/rules.h): Match=KIND:VALUE, Class=public|personal|secret */
+struct config_rule {
+	char *name;              /* owned */
+	char *match;             /* owned: as written, e.g. "regex:ACME-[0-9]+"; NULL: unset */
+	int class;               /* enum policy_class; -1: unset */
+	char *file;              /* owned: where it was defined */
+	unsigned line;           /* the [Rule] header */
+	unsigned match_line;     /* the Match= line */
 };
 
 struct config {
@@ -109,9 +121,21 @@ struct config {
 	uint64_t stop_timeout_ns;/* default 30 s */
 	int log_level;           /* LOG_* from syslog.h; default LOG_INFO */
 
+	/* [Audit] */
+	uint32_t audit_retention_days; /* default 90; 0: keep records forever */
+	uint64_t audit_map_size;       /* the LMDB map's size; default 256 MiB */
+
 	/* [Member NAME] */
 	struct config_member *members; /* owned, n_members */
 	size_t n_members;
+
+	/* [Policy] (policy/policy.h): tiers per class, POLICY_TIER() bits */
+	uint32_t policy_tiers[3];      /* public T0,T1; personal T0,T1; secret T0 */
+	bool policy_allow_external;    /* AllowExternal=: T3 at all (then only redacted) */
+
+	/* [Rule NAME] */
+	struct config_rule *rules;     /* owned, n_rules, in the order of the files */
+	size_t n_rules;
 
 	/* The files that were read, in order (for `molly config check` and logs). */
 	char **files;            /* owned, n_files */

@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -196,22 +197,30 @@ struct attn_job {
 	const struct kv_store *kv;
 	const struct forward_batch *b;
 	uint32_t layer;
+	_Atomic long next_task; /* tasks are claimed from the last (the longest rows) down */
 };
 
-/* Causal attention: one task per (row, head); each row reads its own sequence's blocks. */
+/*
+ * Causal attention: one task per (row, head); each row reads its own sequence's blocks.
+ * Tasks are claimed one at a time, longest first (a prefill's last rows attend to the most
+ * positions), so the threads finish together; a task's arithmetic does not depend on who
+ * runs it. Q·K runs as an F32 tile product per KV block (quant_gemm(): the 16 keys of a
+ * block are rows 4 at a time, with the SIMD level's kernels).
+ */
 static void attention(void *arg, int ith, int nth)
 {
 	struct attn_job *j = arg;
 	const struct model *m = j->m;
 	const struct model_hparams *hp = &m->hp;
 	size_t q_dim = (size_t) hp->n_head * hp->head_dim;
+	size_t kv_stride = (size_t) hp->n_head_kv * hp->head_dim * sizeof(float);
 	uint32_t group = hp->n_head / hp->n_head_kv, hdim = hp->head_dim;
 	float scale = 1.0f / sqrtf((float) hdim);
 	float *sc = j->ws->scores + (size_t) ith * j->ws->max_ctx;
-	long tb, te;
+	long t;
 
-	threadpool_split((long) j->b->n_rows * hp->n_head, 1, ith, nth, &tb, &te);
-	for (long t = tb; t < te; t++) {
+	(void) nth;
+	while ((t = atomic_fetch_sub_explicit(&j->next_task, 1, memory_order_relaxed) - 1) >= 0) {
 		uint32_t r = (uint32_t) (t / hp->n_head), hd = (uint32_t) (t % hp->n_head);
 		const struct forward_row *row = &j->b->rows[r];
 		const struct forward_seq *s = &j->b->seqs[row->seq];
@@ -222,13 +231,14 @@ static void attention(void *arg, int ith, int nth)
 		float maxv = -INFINITY;
 		double sum = 0.0;
 
-		for (uint32_t p = 0; p < n_kv; p++) {
-			const float *k = kv_at(m, j->kv, s, j->layer, false, p) + (size_t) kvh * hdim;
-			float d = 0.0f;
+		for (uint32_t p0 = 0; p0 < n_kv; p0 += KV_BLOCK_TOKENS) {
+			const float *k = kv_at(m, j->kv, s, j->layer, false, p0) + (size_t) kvh * hdim;
+			uint32_t np = MIN((uint32_t) KV_BLOCK_TOKENS, n_kv - p0);
 
-			for (uint32_t i = 0; i < hdim; i++)
-				d += q[i] * k[i];
-			sc[p] = d * scale;
+			quant_gemm(GGML_TYPE_F32, hdim, k, kv_stride, np, q, 0, 1, sc + p0, 1);
+		}
+		for (uint32_t p = 0; p < n_kv; p++) {
+			sc[p] *= scale;
 			maxv = MAX(maxv, sc[p]);
 		}
 		for (uint32_t p = 0; p < n_kv; p++) {
@@ -237,13 +247,14 @@ static void attention(void *arg, int ith, int nth)
 		}
 		float inv = (float) (1.0 / sum);
 
+		for (uint32_t p = 0; p < n_kv; p++)
+			sc[p] *= inv;
 		memset(out, 0, hdim * sizeof(float));
-		for (uint32_t p = 0; p < n_kv; p++) {
-			const float *v = kv_at(m, j->kv, s, j->layer, true, p) + (size_t) kvh * hdim;
-			float w = sc[p] * inv;
+		for (uint32_t p0 = 0; p0 < n_kv; p0 += KV_BLOCK_TOKENS) {
+			const float *v = kv_at(m, j->kv, s, j->layer, true, p0) + (size_t) kvh * hdim;
 
-			for (uint32_t i = 0; i < hdim; i++)
-				out[i] += w * v[i];
+			quant_axpy_f32(hdim, sc + p0, MIN((uint32_t) KV_BLOCK_TOKENS, n_kv - p0), v,
+				       kv_stride / sizeof(float), out);
 		}
 	}
 }
@@ -251,6 +262,64 @@ static void attention(void *arg, int ith, int nth)
 static float silu(float x)
 {
 	return x / (1.0f + expf(-x));
+}
+
+/* Elementwise and per-row work spread over the pool when there is enough of it to pay for a
+ * job (a few microseconds): the same arithmetic per element or row whoever runs it. */
+#define PARALLEL_MIN_ELEMENTS 4096
+
+struct ew_job {
+	float *gate;
+	const float *up;
+	size_t n;
+	/* rmsnorm rows */
+	float *y;
+	const float *x, *w;
+	uint32_t n_rows, dim;
+	float eps;
+};
+
+static void silu_mul_part(void *arg, int ith, int nth)
+{
+	struct ew_job *j = arg;
+	long b, e;
+
+	threadpool_split((long) j->n, 16, ith, nth, &b, &e);
+	for (long i = b; i < e; i++)
+		j->gate[i] = silu(j->gate[i]) * j->up[i];
+}
+
+/* gate = silu(gate) * up over n values */
+static void silu_mul(struct threadpool *pool, float *gate, const float *up, size_t n)
+{
+	struct ew_job j = { .gate = gate, .up = up, .n = n };
+
+	if (n >= PARALLEL_MIN_ELEMENTS)
+		threadpool_run(pool, silu_mul_part, &j);
+	else
+		silu_mul_part(&j, 0, 1);
+}
+
+static void rmsnorm_part(void *arg, int ith, int nth)
+{
+	struct ew_job *j = arg;
+	long b, e;
+
+	threadpool_split((long) j->n_rows, 1, ith, nth, &b, &e);
+	for (long t = b; t < e; t++)
+		rmsnorm(j->y + (size_t) t * j->dim, j->x + (size_t) t * j->dim, j->w, j->dim, j->eps);
+}
+
+/* rmsnorm of n_rows rows of dim values each */
+static void rmsnorm_rows(struct threadpool *pool, float *y, const float *x, const float *w,
+			 uint32_t n_rows, uint32_t dim, float eps)
+{
+	struct ew_job j = { .y = y, .x = x, .w = w, .n_rows = n_rows, .dim = dim, .eps = eps };
+
+	if (n_rows > 1 && (size_t) n_rows * dim >= PARALLEL_MIN_ELEMENTS)
+		threadpool_run(pool, rmsnorm_part, &j);
+	else
+		rmsnorm_part(&j, 0, 1);
 }
 
 struct keyed_pair {
@@ -397,11 +466,10 @@ int model_forward(const struct model *m, struct forward_ws *ws, struct threadpoo
 
 	for (uint32_t il = 0; il < hp->n_layer; il++) {
 		const struct model_layer *L = &m->layers[il];
-		struct attn_job aj = { .m = m, .ws = ws, .kv = kv, .b = b, .layer = il };
+		struct attn_job aj = { .m = m, .ws = ws, .kv = kv, .b = b, .layer = il,
+				       .next_task = (long) n * hp->n_head };
 
-		for (uint32_t t = 0; t < n; t++)
-			rmsnorm(ws->h + (size_t) t * hp->n_embd, ws->x + (size_t) t * hp->n_embd,
-				L->attn_norm, hp->n_embd, hp->rms_eps);
+		rmsnorm_rows(pool, ws->h, ws->x, L->attn_norm, n, hp->n_embd, hp->rms_eps);
 		matmul(pool, &L->wq, ws->h, n, ws->q, ws->mm_scratch);
 		apply_lora(&lc, pool, il, LORA_TARGET_Q, ws->h, ws->q);
 		matmul(pool, &L->wk, ws->h, n, ws->k, ws->mm_scratch);
@@ -434,15 +502,12 @@ int model_forward(const struct model *m, struct forward_ws *ws, struct threadpoo
 		for (size_t i = 0; i < (size_t) n * hp->n_embd; i++)
 			ws->x[i] += ws->h[i];
 
-		for (uint32_t t = 0; t < n; t++)
-			rmsnorm(ws->h + (size_t) t * hp->n_embd, ws->x + (size_t) t * hp->n_embd,
-				L->ffn_norm, hp->n_embd, hp->rms_eps);
+		rmsnorm_rows(pool, ws->h, ws->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps);
 		matmul(pool, &L->ffn_gate, ws->h, n, ws->gate, ws->mm_scratch);
 		apply_lora(&lc, pool, il, LORA_TARGET_GATE, ws->h, ws->gate);
 		matmul(pool, &L->ffn_up, ws->h, n, ws->up, ws->mm_scratch);
 		apply_lora(&lc, pool, il, LORA_TARGET_UP, ws->h, ws->up);
-		for (size_t i = 0; i < (size_t) n * hp->n_ff; i++)
-			ws->gate[i] = silu(ws->gate[i]) * ws->up[i];
+		silu_mul(pool, ws->gate, ws->up, (size_t) n * hp->n_ff);
 		matmul(pool, &L->ffn_down, ws->gate, n, ws->h, ws->mm_scratch);
 		apply_lora(&lc, pool, il, LORA_TARGET_DOWN, ws->gate, ws->h);
 		for (size_t i = 0; i < (size_t) n * hp->n_embd; i++)

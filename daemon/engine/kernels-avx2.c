@@ -15,6 +15,11 @@
  * block whose scale underflowed to 0, where the products do not matter); weights may be
  * -128 (|w| = 128 is a valid unsigned byte). Pair sums stay below 2 * 128 * 127 < 32767, so
  * no saturation.
+ *
+ * Besides the per-row kernels of the table, the file holds what matmul() runs (quant.h):
+ * tile products on the GGUF layout (quant_gemm(): R rows x C tokens per step), tile products
+ * on weights repacked 8 rows to a register (quant_gemm_packed()), and attention's weighted
+ * sum. The AVX-512 tables use these too (kernels-avx512.c).
  */
 #if defined(__x86_64__)
 
@@ -25,7 +30,6 @@
 
 #include "../basic/macro.h"
 #include "kernels.h"
-
 
 static inline float hsum_f32x8(__m256 v)
 {
@@ -856,6 +860,42 @@ void quant_gemm_packed_q4_0_avx2(int64_t n, const void *w, int64_t nr, const voi
 	ptile_drive(ptiles_q4_0, QUANT_PACKED_Q4_0_BLOCK, n, w, nr, x, xs, sums, nc, y, ys);
 }
 
+/* ---- attention's weighted sum: y += sum_j a[j] * x_j, one FMA per term in j order (the
+ * scalar reference's order, so the same bits), 32 outputs per pass over the x_j ---- */
+
+void quant_axpy_f32_avx2(int64_t n, const float *a, int64_t count, const float *x,
+			 size_t x_stride, float *y)
+{
+	int64_t i = 0;
+
+	for (; i + 32 <= n; i += 32) {
+		__m256 acc[4];
+
+		for (int k = 0; k < 4; k++)
+			acc[k] = _mm256_loadu_ps(y + i + 8 * k);
+		for (int64_t j = 0; j < count; j++) {
+			const __m256 aj = _mm256_set1_ps(a[j]);
+			const float *xj = x + (size_t) j * x_stride + (size_t) i;
+
+			for (int k = 0; k < 4; k++)
+				acc[k] = _mm256_fmadd_ps(aj, _mm256_loadu_ps(xj + 8 * k), acc[k]);
+		}
+		for (int k = 0; k < 4; k++)
+			_mm256_storeu_ps(y + i + 8 * k, acc[k]);
+	}
+	for (; i + 8 <= n; i += 8) {
+		__m256 acc = _mm256_loadu_ps(y + i);
+
+		for (int64_t j = 0; j < count; j++)
+			acc = _mm256_fmadd_ps(_mm256_set1_ps(a[j]),
+					      _mm256_loadu_ps(x + (size_t) j * x_stride + (size_t) i), acc);
+		_mm256_storeu_ps(y + i, acc);
+	}
+	for (; i < n; i++)
+		for (int64_t j = 0; j < count; j++)
+			y[i] = fmaf(a[j], x[(size_t) j * x_stride + (size_t) i], y[i]);
+}
+
 const struct quant_kernels quant_kernels_avx2 = {
 	.name = "avx2",
 	.quantize_f16 = quantize_f16_avx2,
@@ -875,6 +915,7 @@ const struct quant_kernels quant_kernels_avx2 = {
 	.gemm_q4_0 = quant_gemm_q4_0_avx2,
 	.gemm_packed_q8_0 = quant_gemm_packed_q8_0_avx2,
 	.gemm_packed_q4_0 = quant_gemm_packed_q4_0_avx2,
+	.axpy_f32 = quant_axpy_f32_avx2,
 };
 
 #endif /* __x86_64__ */

@@ -14,6 +14,10 @@
  * products, round-half-even, no fused multiply-add on that path); integer sums per block
  * are exact and identical with and without VNNI (no 16-bit saturation can occur: see
  * kernels-avx2.c for the byte-product ranges); only the float accumulation order differs.
+ *
+ * Tile products (quant_gemm(), quant_gemm_packed()) and the attention sum are the AVX2 ones
+ * (an AVX-512 CPU runs AVX2): AVX-512/VNNI tiles are future work, which needs a machine
+ * with AVX-512 to test them on — the machines this project is developed on have none.
  */
 #if defined(__x86_64__)
 
@@ -453,6 +457,7 @@ const struct quant_kernels quant_kernels_avx512 = {
 	.gemm_q4_0 = quant_gemm_q4_0_avx2,
 	.gemm_packed_q8_0 = quant_gemm_packed_q8_0_avx2,
 	.gemm_packed_q4_0 = quant_gemm_packed_q4_0_avx2,
+	.axpy_f32 = quant_axpy_f32_avx2,
 };
 
 /* Conversions and float dots have no VNNI variant: shared with the table above. */
@@ -475,6 +480,7 @@ const struct quant_kernels quant_kernels_avx512vnni = {
 	.gemm_q4_0 = quant_gemm_q4_0_avx2,
 	.gemm_packed_q8_0 = quant_gemm_packed_q8_0_avx2,
 	.gemm_packed_q4_0 = quant_gemm_packed_q4_0_avx2,
+	.axpy_f32 = quant_axpy_f32_avx2,
 };
 
 #endif /* __x86_64__ */

@@ -446,6 +446,14 @@ static float dot_q6_K_scalar(int64_t n, const void *w, const void *x)
 	return (float) sum;
 }
 
+static void axpy_f32_scalar(int64_t n, const float *a, int64_t count, const float *x,
+			    size_t x_stride, float *y)
+{
+	for (int64_t j = 0; j < count; j++)
+		for (int64_t i = 0; i < n; i++)
+			y[i] = fmaf(a[j], x[(size_t) j * x_stride + (size_t) i], y[i]);
+}
+
 const struct quant_kernels quant_kernels_scalar = {
 	.name = "scalar",
 	.quantize_f16 = quantize_f16_scalar,
@@ -459,6 +467,7 @@ const struct quant_kernels quant_kernels_scalar = {
 	.dot_q4_0 = dot_q4_0_scalar,
 	.dot_q4_K = dot_q4_K_scalar,
 	.dot_q6_K = dot_q6_K_scalar,
+	.axpy_f32 = axpy_f32_scalar,
 };
 
 /* ---- weight quantizers (molly-mkmodel); ggml's reference algorithms, so a model we
@@ -1015,6 +1024,18 @@ void quant_gemm_ref(uint32_t type, int64_t n, const void *w, size_t w_stride, in
 		    const void *x, size_t x_stride, int64_t nc, float *y, size_t y_stride)
 {
 	gemm(&quant_kernels_scalar, type, n, w, w_stride, nr, x, x_stride, nc, y, y_stride);
+}
+
+void quant_axpy_f32(int64_t n, const float *a, int64_t count, const float *x, size_t x_stride,
+		    float *y)
+{
+	kernels()->axpy_f32(n, a, count, x, x_stride, y);
+}
+
+void quant_axpy_f32_ref(int64_t n, const float *a, int64_t count, const float *x,
+			size_t x_stride, float *y)
+{
+	axpy_f32_scalar(n, a, count, x, x_stride, y);
 }
 
 /* ---- packed weights ---- */

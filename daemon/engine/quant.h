@@ -143,6 +143,12 @@ void quant_gemm_packed(uint32_t type, int64_t n, const void *w, int64_t nr, cons
 		       size_t x_stride, const int16_t *x_sums, int64_t nc, float *y,
 		       size_t y_stride);
 
+/* y[i] = fmaf(a[j], x_j[i], y[i]) for j = 0..count-1 in turn, i < n, where x_j = x + j *
+ * x_stride floats: attention's weighted sum of value vectors. The same bits at every level
+ * (one fused multiply-add per term, in j order). */
+void quant_axpy_f32(int64_t n, const float *a, int64_t count, const float *x, size_t x_stride,
+		    float *y);
+
 /* The scalar reference kernels, always available (tests compare the SIMD ones with them). */
 void quant_quantize_row_ref(uint32_t type, const float *x, void *dst, int64_t n);
 float quant_vec_dot_ref(uint32_t type, int64_t n, const void *w_row, const void *x_row);
@@ -151,6 +157,8 @@ void quant_gemm_ref(uint32_t type, int64_t n, const void *w, size_t w_stride, in
 void quant_gemm_packed_ref(uint32_t type, int64_t n, const void *w, int64_t nr, const void *x,
 			   size_t x_stride, const int16_t *x_sums, int64_t nc, float *y,
 			   size_t y_stride);
+void quant_axpy_f32_ref(int64_t n, const float *a, int64_t count, const float *x,
+			size_t x_stride, float *y);
 
 /* Which SIMD level quant_vec_dot() dispatches to: "avx512vnni", "avx512", "avx2", "scalar". */
 const char *quant_simd_level(void);

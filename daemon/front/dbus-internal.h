@@ -22,6 +22,7 @@
 #define DBUS_IFACE_INFERENCE "org.molly.Inference1"
 #define DBUS_IFACE_ADAPTERS "org.molly.Adapters1"
 #define DBUS_IFACE_DAEMON "org.molly.Daemon1"
+#define DBUS_IFACE_POLICY "org.molly.Policy1"
 
 /* An item posted from another thread (scheduler events, finished jobs) to the loop. */
 struct dbus_post {
@@ -59,3 +60,13 @@ void dbus_admin_cancel_auths(struct dbus_front *f);
 
 /* The caller's identity: uid, and whether it is an administrator without polkit. */
 int dbus_caller_uid(sd_bus_message *m, uid_t *ret);
+
+/* Policy1 (dbus-policy.c) */
+extern const sd_bus_vtable dbus_policy_vtable[];
+
+/* A Generate request dictionary, read (dbus.c): the strings point into the message. */
+struct dbus_parsed_request;
+int dbus_read_request(sd_bus_message *m, struct dbus_parsed_request **ret, sd_bus_error *error);
+const struct manager_request *dbus_parsed_request_get(const struct dbus_parsed_request *p);
+struct dbus_parsed_request *dbus_parsed_request_free(struct dbus_parsed_request *p);
+DEFINE_CLEANUP_FUNC(struct dbus_parsed_request *, dbus_parsed_request_free, NULL)

@@ -790,12 +790,17 @@ static int read_request(sd_bus_message *m, struct parsed_request *p, sd_bus_erro
 				return BAD_TYPE(key, "a boolean (b)");
 			r = sd_bus_message_read(m, "b", &b);
 			p->req.ignore_eos = b;
+		} else if (strcmp(key, "class") == 0) {
+			/* The caller's declared sensitivity class (the manager checks the name). */
+			if (strcmp(contents, "s") != 0)
+				return BAD_TYPE(key, "a string (s)");
+			r = sd_bus_message_read(m, "s", &p->req.declared_class);
 		} else
 			return sd_bus_error_setf(
 				error, SD_BUS_ERROR_INVALID_ARGS,
 				"unknown key '%.64s' (known: prompt, messages, "
 				"max_tokens, temperature, top_p, seed, stop, adapter, "
-				"lora, logprobs, ignore_eos)",
+				"lora, logprobs, ignore_eos, class)",
 				key);
 		if (sd_bus_error_is_set(error))
 			return -EINVAL;
@@ -820,6 +825,38 @@ static int read_request(sd_bus_message *m, struct parsed_request *p, sd_bus_erro
 		return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS,
 					 "give either 'prompt' or 'messages', not both");
 	return 0;
+}
+
+/* Policy1.Explain (dbus-policy.c) reads the same dictionary as Generate. */
+int dbus_read_request(sd_bus_message *m, struct dbus_parsed_request **ret, sd_bus_error *error)
+{
+	struct parsed_request *p = calloc(1, sizeof(*p));
+	int k;
+
+	if (!p)
+		return -ENOMEM;
+	k = read_request(m, p, error);
+	if (k < 0 || sd_bus_error_is_set(error)) {
+		parsed_request_done(p);
+		free(p);
+		return k < 0 ? k : -EINVAL;
+	}
+	*ret = (struct dbus_parsed_request *) p;
+	return 0;
+}
+
+const struct manager_request *dbus_parsed_request_get(const struct dbus_parsed_request *p)
+{
+	return &((const struct parsed_request *) p)->req;
+}
+
+struct dbus_parsed_request *dbus_parsed_request_free(struct dbus_parsed_request *p)
+{
+	if (p) {
+		parsed_request_done((struct parsed_request *) p);
+		free(p);
+	}
+	return NULL;
 }
 
 /* ---- Inference1 ---- */
@@ -1076,6 +1113,9 @@ int dbus_front_new(sd_event *event, struct manager *m, const struct dbus_front_h
 	if (k >= 0)
 		k = sd_bus_add_object_vtable(f->bus, NULL, DBUS_PATH, DBUS_IFACE_DAEMON,
 					     daemon_vtable, f);
+	if (k >= 0)
+		k = sd_bus_add_object_vtable(f->bus, NULL, DBUS_PATH, DBUS_IFACE_POLICY,
+					     dbus_policy_vtable, f);
 	if (k < 0)
 		return errmsg_set(e, k, "registering %s: %s", DBUS_PATH, strerror(-k));
 	k = sd_bus_attach_event(f->bus, event, SD_EVENT_PRIORITY_NORMAL);

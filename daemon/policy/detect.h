@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * detect.h: the built-in detectors of sensitive values. One left-to-right walk over the text;
+ * at each word start the byte there picks the few detectors that can begin with it, and each
+ * of those is a small hand-written scanner with bounded lookahead (no regex engine), so the
+ * cost is linear in the text.
+ *
+ * Numbers with a check (cards: Luhn; IBAN: mod-97; codice fiscale: check letter; DNI/NIE:
+ * check letter) are findings only when the check holds. Numeric detectors look at the few
+ * words before a candidate: "order", "ordine", "pedido", "invoice", "ISBN", "#", ... veto a
+ * phone or card number; "tel", "phone", "móvil", ... confirm a phone number written without
+ * separators.
+ *
+ * Matches never overlap: after a match the walk resumes at its end. Offsets are bytes.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "policy.h"
+
+enum detect_kind {
+	DETECT_EMAIL,
+	DETECT_PHONE,
+	DETECT_IBAN,
+	DETECT_CARD,
+	DETECT_US_SSN,
+	DETECT_IT_CODICE_FISCALE,
+	DETECT_ES_DNI,
+	DETECT_ES_NIE,
+	DETECT_IP,
+	DETECT_ADDRESS,
+	DETECT_API_KEY,
+	DETECT_JWT,
+	DETECT_PRIVATE_KEY,
+	DETECT_SECRET,
+	DETECT_KIND_COUNT_,
+};
+
+struct detect_match {
+	enum detect_kind kind;
+	size_t start; /* bytes, [start, end) */
+	size_t end;
+};
+
+/* A growable list the scanner appends to; reuse it across scans to avoid allocations. */
+struct detect_matches {
+	struct detect_match *v;
+	size_t n;
+	size_t cap;
+};
+
+/* "email", "phone", ... as policy_finding.kind names them. */
+const char *detect_kind_name(enum detect_kind k);
+/* The placeholder's type: "EMAIL", "PHONE", "IBAN", "CARD", "SSN", "CF", "DNI", "NIE", "IP",
+ * "ADDRESS", "API_KEY", "JWT", "PRIVATE_KEY", "SECRET". */
+const char *detect_kind_placeholder(enum detect_kind k);
+enum policy_class detect_kind_class(enum detect_kind k);
+int detect_kind_from_name(const char *name, enum detect_kind *ret);
+
+/* Appends the matches in text to m (m->n is not reset). -ENOMEM only. */
+int detect_scan(const char *text, size_t len, struct detect_matches *m);
+void detect_matches_done(struct detect_matches *m);
+
+/* The checks, for tests. digits: ASCII digits only. */
+bool detect_luhn_ok(const char *digits, size_t n);
+/* s: the compact IBAN (no spaces), letters in either case. */
+bool detect_iban_ok(const char *s, size_t n);
+/* s: 16 characters, either case; omocodia letters accepted in the digit positions. */
+bool detect_codice_fiscale_ok(const char *s);
+/* s: 8 digits then the letter (DNI) or X/Y/Z, 7 digits, the letter (NIE); 9 characters. */
+bool detect_dni_ok(const char *s);
+bool detect_nie_ok(const char *s);
