@@ -9,11 +9,15 @@
  *           mollyd over one keep-alive connection (TCP or a unix socket), until the whole
  *           JSON answer is read.
  *
- *   molly-bench-gateway --model M (--url http://127.0.0.1:PORT | --unix PATH) [-n N]
- *                       [--warmup W] [--prompt P] [--threads T] [--key KEY] [--json]
+ *   dbus    org.molly.Inference1.Generate({prompt, max_tokens: 1, temperature: 0}) on a
+ *           running mollyd, over one bus connection, until the reply arrives.
+ *
+ *   molly-bench-gateway --model M (--url http://127.0.0.1:PORT | --unix PATH |
+ *                       --dbus BUS_ADDRESS) [-n N] [--warmup W] [--prompt P] [--threads T]
+ *                       [--key KEY] [--json]
  *
  * Run mollyd with the same model and Threads= (and nothing else using it). The overhead is
- * http minus direct, per percentile (the two runs are separate, so it is an estimate).
+ * gateway minus direct, per percentile (the runs are separate, so it is an estimate).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -32,6 +36,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <systemd/sd-bus.h>
+
 #include "engine/model.h"
 #include "engine/vocab.h"
 #include "sched/sched.h"
@@ -40,6 +46,7 @@ struct options {
 	const char *model;
 	const char *url;
 	const char *unix_path;
+	const char *dbus;
 	const char *prompt;
 	const char *key;
 	long n;
@@ -371,9 +378,53 @@ static int bench_http(const struct options *o, uint64_t *samples)
 	return 0;
 }
 
+static int bench_dbus(const struct options *o, uint64_t *samples)
+{
+	sd_bus *bus = NULL;
+	int r;
+
+	r = sd_bus_new(&bus);
+	if (r >= 0)
+		r = sd_bus_set_address(bus, o->dbus);
+	if (r >= 0)
+		r = sd_bus_set_bus_client(bus, 1);
+	if (r >= 0)
+		r = sd_bus_start(bus);
+	if (r < 0) {
+		fprintf(stderr, "molly-bench-gateway: cannot connect to the bus %s: %s\n", o->dbus,
+			strerror(-r));
+		sd_bus_unref(bus);
+		return r;
+	}
+	for (long i = -o->warmup; i < o->n && r >= 0; i++) {
+		sd_bus_message *m = NULL, *reply = NULL;
+		sd_bus_error error = SD_BUS_ERROR_NULL;
+		uint64_t t0 = now_ns();
+
+		r = sd_bus_message_new_method_call(bus, &m, "org.molly.Daemon1", "/org/molly/Daemon1",
+						   "org.molly.Inference1", "Generate");
+		if (r >= 0)
+			r = sd_bus_message_append(m, "a{sv}", 3, "prompt", "s", o->prompt, "max_tokens",
+						  "u", 1, "temperature", "d", 0.0);
+		if (r >= 0)
+			r = sd_bus_call(bus, m, 0, &error, &reply);
+		if (r < 0)
+			fprintf(stderr, "molly-bench-gateway: Generate: %s\n",
+				error.message ? error.message : strerror(-r));
+		else if (i >= 0)
+			samples[i] = now_ns() - t0;
+		sd_bus_error_free(&error);
+		sd_bus_message_unref(reply);
+		sd_bus_message_unref(m);
+	}
+	sd_bus_flush_close_unref(bus);
+	return r < 0 ? r : 0;
+}
+
 static void usage(FILE *f)
 {
-	fputs("usage: molly-bench-gateway --model M (--url http://127.0.0.1:PORT | --unix PATH)\n"
+	fputs("usage: molly-bench-gateway --model M (--url http://127.0.0.1:PORT | --unix PATH |\n"
+	      "                           --dbus BUS_ADDRESS)\n"
 	      "                           [-n N] [--warmup W] [--prompt P] [--threads T]\n"
 	      "                           [--key KEY] [--json]\n",
 	      f);
@@ -385,6 +436,7 @@ int main(int argc, char **argv)
 		{ "model", required_argument, NULL, 'm' },
 		{ "url", required_argument, NULL, 'u' },
 		{ "unix", required_argument, NULL, 'U' },
+		{ "dbus", required_argument, NULL, 'D' },
 		{ "prompt", required_argument, NULL, 'p' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "warmup", required_argument, NULL, 'w' },
@@ -408,6 +460,9 @@ int main(int argc, char **argv)
 			break;
 		case 'U':
 			o.unix_path = optarg;
+			break;
+		case 'D':
+			o.dbus = optarg;
 			break;
 		case 'p':
 			o.prompt = optarg;
@@ -435,7 +490,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (!o.model || (!o.url == !o.unix_path) || o.n < 1 || o.n > 10000000 || o.warmup < 0 ||
+	if (!o.model || (!!o.url + !!o.unix_path + !!o.dbus) != 1 || o.n < 1 || o.n > 10000000 || o.warmup < 0 ||
 	    o.threads < 1 || !o.prompt[0]) {
 		usage(stderr);
 		return 2;
@@ -447,7 +502,7 @@ int main(int argc, char **argv)
 	k = bench_direct(&o, direct);
 	if (k < 0)
 		return 1;
-	k = bench_http(&o, http);
+	k = o.dbus ? bench_dbus(&o, http) : bench_http(&o, http);
 	if (k < 0)
 		return 1;
 	qsort(direct, (size_t) o.n, sizeof(*direct), cmp_u64);
@@ -458,16 +513,16 @@ int main(int argc, char **argv)
 	h99 = (double) percentile(http, (size_t) o.n, 99) / 1e3;
 	if (o.json) {
 		printf("{\"n\":%ld,\"direct_us\":{\"p50\":%.1f,\"p99\":%.1f},"
-		       "\"http_us\":{\"p50\":%.1f,\"p99\":%.1f},"
+		       "\"%s_us\":{\"p50\":%.1f,\"p99\":%.1f},"
 		       "\"overhead_us\":{\"p50\":%.1f,\"p99\":%.1f}}\n",
-		       o.n, d50, d99, h50, h99, h50 - d50, h99 - d99);
+		       o.n, d50, d99, o.dbus ? "dbus" : "http", h50, h99, h50 - d50, h99 - d99);
 	} else {
 		printf("1-token greedy request, %ld samples (%ld warm-up), prompt \"%s\"\n", o.n,
 		       o.warmup, o.prompt);
 		printf("  direct (tokenize + scheduler)  p50 %9.1f us   p99 %9.1f us\n", d50, d99);
-		printf("  HTTP   (%s)%*s p50 %9.1f us   p99 %9.1f us\n",
-		       o.unix_path ? "unix socket" : "loopback TCP", o.unix_path ? 10 : 9, "", h50,
-		       h99);
+		printf("  %-30s p50 %9.1f us   p99 %9.1f us\n",
+		       o.dbus ? "D-Bus (Generate)" : o.unix_path ? "HTTP (unix socket)" : "HTTP (loopback TCP)",
+		       h50, h99);
 		printf("  gateway overhead               p50 %9.1f us   p99 %9.1f us\n", h50 - d50,
 		       h99 - d99);
 	}
