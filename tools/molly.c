@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <inttypes.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -35,6 +36,7 @@
 #include <systemd/sd-bus.h>
 
 #include "audit/audit.h"
+#include "router/priors.h"
 #include "core/config.h"
 #include "front/keys.h"
 #include "policy/policy.h"
@@ -1072,6 +1074,130 @@ static int print_audit_record(const struct audit_record *r, void *userdata)
 	return 0;
 }
 
+/* ---- molly priors: the router's capability priors (EWMA per domain and target) ---- */
+
+static int print_prior(const struct priors_entry *en, void *userdata)
+{
+	(void) userdata;
+	if (arg_json) {
+		printf("{\"domain\":\"%s\",\"target\":\"%s\",\"mean\":%.6g,\"count\":%" PRIu64, en->domain,
+		       en->target, en->mean, en->count);
+		if (en->seeded)
+			printf(",\"seed\":%.6g", en->seed);
+		printf(",\"updated_ns\":%" PRIu64 "}\n", en->updated_ns);
+	} else {
+		printf("%-20s %-40s mean %.3f  scores %" PRIu64 "%s\n", en->domain, en->target, en->mean,
+		       en->count, en->seeded ? "  (seeded)" : "");
+	}
+	return 0;
+}
+
+/* molly priors record --domain D --target T --score S | list, on <StateDirectory>/priors. */
+static int cmd_priors(int argc, char **argv)
+{
+	static const struct option options[] = {
+		{ "domain", required_argument, NULL, 'D' },
+		{ "target", required_argument, NULL, 'T' },
+		{ "score", required_argument, NULL, 's' },
+		{ "state-dir", required_argument, NULL, 'd' },
+		{ "config", required_argument, NULL, 'f' },
+		{},
+	};
+	_cleanup_(config_unrefp) struct config *cfg = NULL;
+	_cleanup_(priors_closep) struct priors *p = NULL;
+	_cleanup_free_ char *dir = NULL;
+	const char *state_dir = NULL, *config_file = NULL, *domain = NULL, *target = NULL;
+	const char *verb = argc > 1 ? argv[1] : NULL;
+	struct errmsg e = { { 0 } };
+	double score = NAN, mean;
+	bool record;
+	int c, r;
+
+	if (!verb || (strcmp(verb, "record") != 0 && strcmp(verb, "list") != 0)) {
+		fprintf(stderr, "Usage: molly priors record --domain D --target T --score S\n"
+				"       molly priors list [--json]\n"
+				"       (both take [--state-dir DIR | --config FILE])\n");
+		return 2;
+	}
+	record = strcmp(verb, "record") == 0;
+	optind = 2;
+	while ((c = getopt_long(argc, argv, "", options, NULL)) >= 0) {
+		switch (c) {
+		case 'D':
+			domain = optarg;
+			break;
+		case 'T':
+			target = optarg;
+			break;
+		case 's': {
+			char *end;
+
+			errno = 0;
+			score = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(score >= 0 && score <= 1)) {
+				fprintf(stderr, "molly priors: --score %s: give a number from 0 to 1\n",
+					optarg);
+				return 2;
+			}
+			break;
+		}
+		case 'd':
+			state_dir = optarg;
+			break;
+		case 'f':
+			config_file = optarg;
+			break;
+		default:
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "molly priors: unexpected argument '%s'\n", argv[optind]);
+		return 2;
+	}
+	if (record && (!domain || !target || isnan(score))) {
+		fprintf(stderr, "molly priors record: give --domain, --target and --score\n");
+		return 2;
+	}
+	if (!state_dir) {
+		r = config_load(config_file, &cfg, &e);
+		if (r < 0) {
+			fprintf(stderr, "molly priors: %s (or pass --state-dir DIR)\n", e.text);
+			return 1;
+		}
+		state_dir = cfg->state_directory;
+	}
+	if (!state_dir || asprintf(&dir, "%s/priors", state_dir) < 0) {
+		fprintf(stderr, "molly priors: no state directory: pass --state-dir DIR\n");
+		return 1;
+	}
+	r = priors_open(dir, &(struct priors_options){ .read_only = !record }, &p, &e);
+	if (r == -ENOENT && !record)
+		return 0; /* nothing recorded yet: an empty list */
+	if (r < 0) {
+		fprintf(stderr, "molly priors: %s\n", e.text[0] ? e.text : strerror(-r));
+		return 1;
+	}
+	if (record) {
+		r = priors_record(p, domain, target, score, &mean, &e);
+		if (r < 0) {
+			fprintf(stderr, "molly priors record: %s\n", e.text[0] ? e.text : strerror(-r));
+			return 1;
+		}
+		if (arg_json)
+			printf("{\"domain\":\"%s\",\"target\":\"%s\",\"mean\":%.6g}\n", domain, target, mean);
+		else
+			printf("%s on %s: mean now %.3f\n", target, domain, mean);
+		return 0;
+	}
+	r = priors_foreach(p, print_prior, NULL, &e);
+	if (r < 0) {
+		fprintf(stderr, "molly priors list: %s\n", e.text[0] ? e.text : strerror(-r));
+		return 1;
+	}
+	return 0;
+}
+
 static int cmd_audit(int argc, char **argv)
 {
 	static const struct option options[] = {
@@ -1190,6 +1316,8 @@ static void usage(void)
 	       "                                      tiers for PROMPT (no daemon needed)\n"
 	       "  audit [--since DURATION] [--tier T] [--class C] [--state-dir DIR]\n"
 	       "                                      the audit records (no daemon needed)\n"
+	       "  priors record --domain D --target T --score S | priors list\n"
+	       "                                      the router's quality priors (no daemon)\n"
 	       "\n"
 	       "Options:\n"
 	       "  --json                 machine-readable output\n"
@@ -1262,6 +1390,8 @@ int main(int argc, char **argv)
 		return cmd_explain(argc, argv);
 	if (strcmp(argv[0], "audit") == 0)
 		return cmd_audit(argc, argv);
+	if (strcmp(argv[0], "priors") == 0)
+		return cmd_priors(argc, argv);
 	fprintf(stderr, "molly: unknown command '%s'. Try 'molly --help'.\n", argv[0]);
 	return 2;
 }

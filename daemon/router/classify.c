@@ -1,0 +1,924 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * classify.c: hashed n-gram multinomial logistic regression with temperature scaling, and
+ * the cheap text signals (difficulty, modality, context need). See classify.h.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../lora/adapter.h"
+#include "classify.h"
+
+/* ---- the labelled set ---- */
+
+struct classify_item {
+	uint32_t domain;
+	char *text;
+	size_t len;
+};
+
+struct classify_set {
+	char domains[CLASSIFY_MAX_DOMAINS][CLASSIFY_DOMAIN_MAX];
+	size_t n_domains;
+	struct classify_item *items;
+	size_t n_items;
+	size_t cap_items;
+};
+
+int classify_set_new(struct classify_set **ret)
+{
+	struct classify_set *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return -ENOMEM;
+	*ret = s;
+	return 0;
+}
+
+struct classify_set *classify_set_free(struct classify_set *s)
+{
+	if (!s)
+		return NULL;
+	for (size_t i = 0; i < s->n_items; i++)
+		free(s->items[i].text);
+	free(s->items);
+	free(s);
+	return NULL;
+}
+
+size_t classify_set_size(const struct classify_set *s)
+{
+	return s ? s->n_items : 0;
+}
+
+static int check_domain(const char *domain, struct errmsg *e)
+{
+	size_t n;
+
+	if (!domain || !domain[0])
+		return errmsg_set(e, -EINVAL, "empty domain name");
+	n = strlen(domain);
+	if (n >= CLASSIFY_DOMAIN_MAX)
+		return errmsg_set(e, -EINVAL, "domain name '%.32s...' is longer than %d bytes",
+				  domain, CLASSIFY_DOMAIN_MAX - 1);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char) domain[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == '-'))
+			return errmsg_set(e, -EINVAL,
+					  "domain name '%s': byte %zu is not one of A-Z a-z 0-9 . _ -",
+					  domain, i);
+	}
+	return 0;
+}
+
+static int domain_lookup(const char (*domains)[CLASSIFY_DOMAIN_MAX], size_t n,
+			 const char *domain)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(domains[i], domain) == 0)
+			return (int) i;
+	return -ENOENT;
+}
+
+int classify_set_add(struct classify_set *s, const char *domain, const char *text, size_t len,
+		     struct errmsg *e)
+{
+	int r, d;
+
+	if (!s)
+		return -EINVAL;
+	r = check_domain(domain, e);
+	if (r < 0)
+		return r;
+	if (!text || len == 0)
+		return errmsg_set(e, -EINVAL, "domain '%s': empty example text", domain);
+	d = domain_lookup((const char (*)[CLASSIFY_DOMAIN_MAX]) s->domains, s->n_domains, domain);
+	if (d < 0) {
+		if (s->n_domains >= CLASSIFY_MAX_DOMAINS)
+			return errmsg_set(e, -E2BIG, "more than %d domains (adding '%s')",
+					  CLASSIFY_MAX_DOMAINS, domain);
+		d = (int) s->n_domains;
+		strcpy(s->domains[s->n_domains++], domain);
+	}
+	if (s->n_items == s->cap_items) {
+		size_t cap = s->cap_items ? s->cap_items * 2 : 64;
+		struct classify_item *p = realloc(s->items, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		s->items = p;
+		s->cap_items = cap;
+	}
+	char *copy = malloc(len + 1);
+	if (!copy)
+		return -ENOMEM;
+	memcpy(copy, text, len);
+	copy[len] = 0;
+	s->items[s->n_items++] = (struct classify_item){ .domain = (uint32_t) d, .text = copy,
+							 .len = len };
+	return 0;
+}
+
+int classify_set_add_adapter(struct classify_set *s, const struct lora_adapter_meta *meta,
+			     struct errmsg *e)
+{
+	int r;
+
+	if (!s || !meta)
+		return -EINVAL;
+	for (size_t i = 0; i < meta->n_domains; i++) {
+		const char *dom = meta->domains[i];
+		char tag[CLASSIFY_DOMAIN_MAX];
+
+		r = check_domain(dom, e);
+		if (r < 0)
+			return errmsg_prefix(e, r, "adapter '%s'", meta->name ? meta->name : "?");
+		/* The tag itself is a (weak) example: "home_cooking" reads as "home cooking". */
+		size_t n = strlen(dom);
+		for (size_t j = 0; j <= n; j++)
+			tag[j] = (dom[j] == '_' || dom[j] == '-' || dom[j] == '.') ? ' ' : dom[j];
+		r = classify_set_add(s, dom, tag, n, e);
+		if (r < 0)
+			return r;
+		for (size_t j = 0; j < meta->n_exemplars; j++) {
+			const char *x = meta->exemplars[j];
+			if (!x || !x[0])
+				continue;
+			r = classify_set_add(s, dom, x, strlen(x), e);
+			if (r < 0)
+				return r;
+		}
+	}
+	return 0;
+}
+
+/* ---- features ---- */
+
+static inline uint32_t mix32(uint32_t h)
+{
+	/* murmur3's finaliser: every input bit reaches every output bit */
+	h ^= h >> 16;
+	h *= 0x85ebca6bu;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35u;
+	h ^= h >> 16;
+	return h;
+}
+
+static inline bool is_word_byte(unsigned char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       c >= 0x80;
+}
+
+static inline unsigned char lower(unsigned char c)
+{
+	return (c >= 'A' && c <= 'Z') ? (unsigned char) (c + 32) : c;
+}
+
+/* Character 4-grams per word are capped so a long token (base64, a hash) costs no more than
+ * a long word. */
+#define MAX_GRAMS_PER_WORD 16
+#define MAX_WORD 64
+
+/*
+ * Calls emit(h) for every feature of the text: word unigrams, word bigrams and the 4-grams of
+ * " word " (words shorter than 3 bytes give their padded whole). Inline with a function
+ * pointer argument known at each call site, so the compiler specialises it.
+ */
+#define FOREACH_FEATURE(text, len, EMIT)                                                           \
+	do {                                                                                       \
+		const unsigned char *p_ = (const unsigned char *) (text);                           \
+		size_t n_ = (len), i_ = 0;                                                         \
+		uint32_t prev_ = 0;                                                                \
+		bool have_prev_ = false;                                                           \
+		while (i_ < n_) {                                                                  \
+			while (i_ < n_ && !is_word_byte(p_[i_]))                                   \
+				i_++;                                                              \
+			if (i_ >= n_)                                                              \
+				break;                                                             \
+			unsigned char w_[MAX_WORD + 2];                                            \
+			size_t wl_ = 0;                                                            \
+			uint32_t wh_ = 0x811c9dc5u;                                                \
+			w_[wl_++] = ' ';                                                           \
+			while (i_ < n_ && is_word_byte(p_[i_])) {                                  \
+				unsigned char c_ = lower(p_[i_++]);                                \
+				wh_ = (wh_ ^ c_) * 0x01000193u;                                    \
+				if (wl_ < MAX_WORD + 1)                                            \
+					w_[wl_++] = c_;                                            \
+			}                                                                          \
+			w_[wl_++] = ' ';                                                           \
+			uint32_t uni_ = mix32(wh_ ^ 0x9e3779b9u);                                  \
+			EMIT(uni_);                                                                \
+			if (have_prev_)                                                            \
+				EMIT(mix32(prev_ * 0x2545f491u + wh_ + 0x51ed27u));                 \
+			prev_ = wh_;                                                               \
+			have_prev_ = true;                                                         \
+			if (wl_ < 4) {                                                             \
+				uint32_t g_ = 0x3c6ef372u;                                         \
+				for (size_t k_ = 0; k_ < wl_; k_++)                                \
+					g_ = (g_ ^ w_[k_]) * 0x01000193u;                          \
+				EMIT(mix32(g_));                                                   \
+			} else {                                                                   \
+				size_t ng_ = MIN(wl_ - 3, (size_t) MAX_GRAMS_PER_WORD);            \
+				for (size_t k_ = 0; k_ < ng_; k_++) {                              \
+					uint32_t g_ = (uint32_t) w_[k_] | (uint32_t) w_[k_ + 1] << 8 | \
+						      (uint32_t) w_[k_ + 2] << 16 |                \
+						      (uint32_t) w_[k_ + 3] << 24;                 \
+					EMIT(mix32(g_ ^ 0xa54ff53au));                             \
+				}                                                                  \
+			}                                                                          \
+		}                                                                                  \
+	} while (0)
+
+/* ---- the model ---- */
+
+struct classify_model {
+	char domains[CLASSIFY_MAX_DOMAINS][CLASSIFY_DOMAIN_MAX];
+	size_t n_domains;
+	uint32_t bits;
+	uint32_t mask;
+	size_t stride;         /* floats per feature row: n_domains */
+	float *w;              /* [1 << bits][stride] */
+	float bias[CLASSIFY_MAX_DOMAINS];
+	uint64_t *seen;        /* bit per feature: seen in training */
+	float inv_temperature;
+	struct classify_stats stats;
+};
+
+size_t classify_n_domains(const struct classify_model *m)
+{
+	return m ? m->n_domains : 0;
+}
+
+const char *classify_domain_name(const struct classify_model *m, size_t i)
+{
+	return m && i < m->n_domains ? m->domains[i] : NULL;
+}
+
+int classify_domain_index(const struct classify_model *m, const char *domain)
+{
+	if (!m || !domain)
+		return -ENOENT;
+	return domain_lookup((const char (*)[CLASSIFY_DOMAIN_MAX]) m->domains, m->n_domains,
+			     domain);
+}
+
+void classify_model_stats(const struct classify_model *m, struct classify_stats *ret)
+{
+	*ret = m->stats;
+}
+
+struct classify_model *classify_model_free(struct classify_model *m)
+{
+	if (!m)
+		return NULL;
+	free(m->w);
+	free(m->seen);
+	free(m);
+	return NULL;
+}
+
+const char *classify_modality_name(enum classify_modality m)
+{
+	return m == CLASSIFY_MODALITY_CODE ? "code" : "text";
+}
+
+/* Raw (temperature 1) logits; returns the number of features and, in *n_seen, how many of
+ * them were seen in training. */
+static size_t model_logits(const struct classify_model *m, const char *text, size_t len,
+			   float *z, size_t *n_seen)
+{
+	const size_t K = m->stride;
+	const uint32_t mask = m->mask;
+	const float *w = m->w;
+	const uint64_t *seen = m->seen;
+	float acc[CLASSIFY_MAX_DOMAINS] = { 0 };
+	size_t nf = 0, ns = 0;
+
+#define EMIT_RUN(h)                                                                                \
+	do {                                                                                       \
+		uint32_t f_ = (h) & mask;                                                          \
+		const float *row_ = w + (size_t) f_ * K;                                           \
+		for (size_t k = 0; k < K; k++)                                                     \
+			acc[k] += row_[k];                                                         \
+		ns += (seen[f_ >> 6] >> (f_ & 63)) & 1;                                            \
+		nf++;                                                                              \
+	} while (0)
+	FOREACH_FEATURE(text, len, EMIT_RUN);
+#undef EMIT_RUN
+
+	float s = nf ? 1.0f / sqrtf((float) nf) : 0.0f;
+	for (size_t k = 0; k < K; k++)
+		z[k] = m->bias[k] + acc[k] * s;
+	*n_seen = ns;
+	return nf;
+}
+
+static void softmax(const float *z, size_t K, float inv_t, float *p)
+{
+	float mx = -INFINITY, sum = 0;
+
+	for (size_t k = 0; k < K; k++)
+		mx = MAX(mx, z[k] * inv_t);
+	for (size_t k = 0; k < K; k++) {
+		p[k] = expf(z[k] * inv_t - mx);
+		sum += p[k];
+	}
+	for (size_t k = 0; k < K; k++)
+		p[k] /= sum;
+}
+
+void classify_run(const struct classify_model *m, const char *text, size_t len,
+		  struct classify_result *ret)
+{
+	float z[CLASSIFY_MAX_DOMAINS];
+	size_t K = m->n_domains, n_seen = 0;
+
+	classify_signals(text, len, ret);
+	ret->n_domains = K;
+	if (!text)
+		len = 0;
+	model_logits(m, text, len, z, &n_seen);
+	ret->unknown = n_seen == 0;
+	if (ret->unknown) {
+		for (size_t k = 0; k < K; k++)
+			ret->posterior[k] = 1.0f / (float) K;
+	} else {
+		softmax(z, K, m->inv_temperature, ret->posterior);
+	}
+	ret->top = 0;
+	double h = 0;
+	for (size_t k = 0; k < K; k++) {
+		if (ret->posterior[k] > ret->posterior[ret->top])
+			ret->top = k;
+		if (ret->posterior[k] > 0)
+			h -= ret->posterior[k] * log(ret->posterior[k]);
+	}
+	ret->confidence = ret->posterior[ret->top];
+	ret->entropy = K > 1 ? (float) MIN(1.0, h / log((double) K)) : 0.0f;
+	if (ret->unknown && K > 1)
+		ret->entropy = 1.0f;
+}
+
+/* ---- training ---- */
+
+struct example_feats {
+	uint32_t *f;
+	size_t n;
+	uint32_t domain;
+};
+
+static uint64_t splitmix64(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static void shuffle(size_t *idx, size_t n, uint64_t *rng)
+{
+	for (size_t i = n; i > 1; i--) {
+		size_t j = (size_t) (splitmix64(rng) % i);
+		size_t t = idx[i - 1];
+		idx[i - 1] = idx[j];
+		idx[j] = t;
+	}
+}
+
+static int extract(const struct classify_item *it, uint32_t mask, struct example_feats *ret)
+{
+	size_t n = 0, cap = 0;
+	uint32_t *f = NULL;
+
+#define EMIT_COUNT(h) (void) (h), n++
+	FOREACH_FEATURE(it->text, it->len, EMIT_COUNT);
+#undef EMIT_COUNT
+	cap = n ? n : 1;
+	f = malloc(cap * sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	n = 0;
+#define EMIT_STORE(h) f[n++] = (h) & mask
+	FOREACH_FEATURE(it->text, it->len, EMIT_STORE);
+#undef EMIT_STORE
+	*ret = (struct example_feats){ .f = f, .n = n, .domain = it->domain };
+	return 0;
+}
+
+struct trainer {
+	size_t K;
+	uint32_t mask;
+	float *w;
+	float *g2;   /* AdaGrad accumulators, per weight */
+	float bias[CLASSIFY_MAX_DOMAINS];
+	float bias_g2[CLASSIFY_MAX_DOMAINS];
+};
+
+static void ex_logits(const struct trainer *t, const struct example_feats *x, float *z)
+{
+	float s = x->n ? 1.0f / sqrtf((float) x->n) : 0.0f;
+
+	for (size_t k = 0; k < t->K; k++)
+		z[k] = 0;
+	for (size_t i = 0; i < x->n; i++) {
+		const float *row = t->w + (size_t) x->f[i] * t->K;
+		for (size_t k = 0; k < t->K; k++)
+			z[k] += row[k];
+	}
+	for (size_t k = 0; k < t->K; k++)
+		z[k] = t->bias[k] + z[k] * s;
+}
+
+#define LEARNING_RATE 0.5f
+
+static void train(struct trainer *t, const struct example_feats *xs, const size_t *which,
+		  size_t n, uint32_t epochs, float l2, uint64_t seed)
+{
+	size_t *order = malloc(n * sizeof(*order));
+	uint64_t rng = seed ^ 0x6a09e667f3bcc909ull;
+	float z[CLASSIFY_MAX_DOMAINS], p[CLASSIFY_MAX_DOMAINS];
+
+	if (!order)
+		return; /* the caller checks t->w only; training without memory leaves zeros */
+	memcpy(order, which, n * sizeof(*order));
+	for (uint32_t ep = 0; ep < epochs; ep++) {
+		shuffle(order, n, &rng);
+		for (size_t ii = 0; ii < n; ii++) {
+			const struct example_feats *x = &xs[order[ii]];
+			float s = x->n ? 1.0f / sqrtf((float) x->n) : 0.0f;
+
+			ex_logits(t, x, z);
+			softmax(z, t->K, 1.0f, p);
+			for (size_t k = 0; k < t->K; k++) {
+				float g = p[k] - (k == x->domain ? 1.0f : 0.0f);
+				t->bias_g2[k] += g * g;
+				t->bias[k] -= LEARNING_RATE * g / sqrtf(t->bias_g2[k] + 1e-8f);
+			}
+			for (size_t i = 0; i < x->n; i++) {
+				size_t base = (size_t) x->f[i] * t->K;
+				for (size_t k = 0; k < t->K; k++) {
+					float g = (p[k] - (k == x->domain ? 1.0f : 0.0f)) * s +
+						  l2 * t->w[base + k];
+					t->g2[base + k] += g * g;
+					t->w[base + k] -= LEARNING_RATE * g /
+							  sqrtf(t->g2[base + k] + 1e-8f);
+				}
+			}
+		}
+	}
+	free(order);
+}
+
+static int trainer_init(struct trainer *t, size_t K, uint32_t bits)
+{
+	size_t n = ((size_t) 1 << bits) * K;
+
+	*t = (struct trainer){ .K = K, .mask = (1u << bits) - 1 };
+	t->w = calloc(n, sizeof(float));
+	t->g2 = calloc(n, sizeof(float));
+	if (!t->w || !t->g2) {
+		free(t->w);
+		free(t->g2);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static void trainer_done(struct trainer *t)
+{
+	free(t->w);
+	free(t->g2);
+	t->w = t->g2 = NULL;
+}
+
+/* 10 equal-width bins over the confidence. */
+static float ece_of(const float *conf, const bool *correct, size_t n)
+{
+	double c_sum[10] = { 0 }, a_sum[10] = { 0 };
+	size_t cnt[10] = { 0 };
+	double ece = 0;
+
+	if (n == 0)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		int b = (int) (conf[i] * 10.0f);
+		b = b < 0 ? 0 : b > 9 ? 9 : b;
+		c_sum[b] += conf[i];
+		a_sum[b] += correct[i] ? 1 : 0;
+		cnt[b]++;
+	}
+	for (int b = 0; b < 10; b++)
+		if (cnt[b])
+			ece += fabs(a_sum[b] - c_sum[b]) / (double) n;
+	return (float) ece;
+}
+
+/* Mean negative log-likelihood of the held-out logits at inverse temperature inv_t. */
+static double nll_at(const float *z, const uint32_t *label, size_t n, size_t K, float inv_t)
+{
+	double nll = 0;
+	float p[CLASSIFY_MAX_DOMAINS];
+
+	for (size_t i = 0; i < n; i++) {
+		softmax(z + i * K, K, inv_t, p);
+		nll -= log(MAX(p[label[i]], 1e-12f));
+	}
+	return nll / (double) n;
+}
+
+/* Golden-section search of ln T in [ln 0.05, ln 20]: the NLL is unimodal in T in practice
+ * and this needs no gradient. */
+static float fit_temperature(const float *z, const uint32_t *label, size_t n, size_t K)
+{
+	const double g = 0.6180339887498949;
+	double a = log(0.05), b = log(20.0);
+	double c = b - g * (b - a), d = a + g * (b - a);
+	double fc = nll_at(z, label, n, K, (float) exp(-c));
+	double fd = nll_at(z, label, n, K, (float) exp(-d));
+
+	for (int it = 0; it < 60; it++) {
+		if (fc < fd) {
+			b = d;
+			d = c;
+			fd = fc;
+			c = b - g * (b - a);
+			fc = nll_at(z, label, n, K, (float) exp(-c));
+		} else {
+			a = c;
+			c = d;
+			fc = fd;
+			d = a + g * (b - a);
+			fd = nll_at(z, label, n, K, (float) exp(-d));
+		}
+	}
+	return (float) exp((a + b) / 2);
+}
+
+static void holdout_metrics(const float *z, const uint32_t *label, size_t n, size_t K,
+			    float inv_t, float *conf, bool *correct, float *acc, float *ece)
+{
+	float p[CLASSIFY_MAX_DOMAINS];
+	size_t good = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		size_t top = 0;
+		softmax(z + i * K, K, inv_t, p);
+		for (size_t k = 1; k < K; k++)
+			if (p[k] > p[top])
+				top = k;
+		conf[i] = p[top];
+		correct[i] = top == label[i];
+		good += correct[i];
+	}
+	*acc = n ? (float) good / (float) n : 0;
+	*ece = ece_of(conf, correct, n);
+}
+
+/* Fits the temperature on a held-out split of xs (per domain, deterministic) with a model
+ * trained on the rest; fills m->stats and m->inv_temperature. */
+static int calibrate(struct classify_model *m, const struct example_feats *xs, size_t n,
+		     const struct classify_options *o, uint32_t epochs, float l2, float frac)
+{
+	const size_t K = m->n_domains;
+	_cleanup_free_ size_t *train_idx = malloc(n * sizeof(size_t));
+	_cleanup_free_ size_t *hold_idx = malloc(n * sizeof(size_t));
+	_cleanup_free_ size_t *dom_idx = malloc(n * sizeof(size_t));
+	size_t n_train = 0, n_hold = 0;
+	uint64_t rng = o->seed ^ 0xbb67ae8584caa73bull;
+	struct trainer t;
+	int r;
+
+	m->inv_temperature = 1.0f;
+	m->stats = (struct classify_stats){ .n_train = n, .temperature = 1.0f };
+	if (!train_idx || !hold_idx || !dom_idx)
+		return -ENOMEM;
+	for (size_t d = 0; d < K; d++) {
+		size_t nd = 0, nh;
+		for (size_t i = 0; i < n; i++)
+			if (xs[i].domain == d)
+				dom_idx[nd++] = i;
+		shuffle(dom_idx, nd, &rng);
+		/* Always leave at least one example of the domain to train on. */
+		nh = (size_t) lroundf(frac * (float) nd);
+		if (nh >= nd)
+			nh = nd ? nd - 1 : 0;
+		for (size_t i = 0; i < nd; i++) {
+			if (i < nh)
+				hold_idx[n_hold++] = dom_idx[i];
+			else
+				train_idx[n_train++] = dom_idx[i];
+		}
+	}
+	if (n_hold == 0)
+		return 0;
+
+	r = trainer_init(&t, K, m->bits);
+	if (r < 0)
+		return r;
+	train(&t, xs, train_idx, n_train, epochs, l2, o->seed);
+	_cleanup_free_ float *z = malloc(n_hold * K * sizeof(float));
+	_cleanup_free_ uint32_t *label = malloc(n_hold * sizeof(uint32_t));
+	_cleanup_free_ float *conf = malloc(n_hold * sizeof(float));
+	_cleanup_free_ bool *correct = malloc(n_hold * sizeof(bool));
+	if (!z || !label || !conf || !correct) {
+		trainer_done(&t);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n_hold; i++) {
+		ex_logits(&t, &xs[hold_idx[i]], z + i * K);
+		label[i] = xs[hold_idx[i]].domain;
+	}
+	trainer_done(&t);
+
+	float acc, ece_raw, ece;
+	holdout_metrics(z, label, n_hold, K, 1.0f, conf, correct, &acc, &ece_raw);
+	float temp = fit_temperature(z, label, n_hold, K);
+	holdout_metrics(z, label, n_hold, K, 1.0f / temp, conf, correct, &acc, &ece);
+	m->inv_temperature = 1.0f / temp;
+	m->stats = (struct classify_stats){
+		.n_train = n_train,
+		.n_holdout = n_hold,
+		.temperature = temp,
+		.holdout_accuracy = acc,
+		.ece_raw = ece_raw,
+		.ece = ece,
+	};
+	return 0;
+}
+
+int classify_build(const struct classify_set *s, const struct classify_options *opts,
+		   struct classify_model **ret, struct errmsg *e)
+{
+	struct classify_options o = opts ? *opts : (struct classify_options){ 0 };
+	uint32_t bits = o.feature_bits ? o.feature_bits : 16;
+	uint32_t epochs = o.epochs ? o.epochs : 60;
+	float l2 = o.l2 == 0 ? 1e-4f : o.l2 < 0 ? 0 : o.l2;
+	float frac = o.holdout_fraction == 0 ? 0.2f : o.holdout_fraction;
+	struct example_feats *xs = NULL;
+	struct classify_model *m = NULL;
+	struct trainer t = { 0 };
+	size_t n_x = 0;
+	int r;
+
+	if (!s || s->n_domains == 0 || s->n_items == 0)
+		return errmsg_set(e, -EINVAL, "no labelled examples to build a classifier from");
+	if (bits < 10 || bits > 20)
+		return errmsg_set(e, -EINVAL, "feature_bits %u: give 10..20", bits);
+	if (!(frac < 1.0f) || isnan(frac))
+		return errmsg_set(e, -EINVAL, "holdout_fraction %g: give less than 1",
+				  (double) frac);
+	if (isnan(l2) || l2 > 1.0f)
+		return errmsg_set(e, -EINVAL, "l2 %g: give at most 1", (double) l2);
+
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	memcpy(m->domains, s->domains, sizeof(m->domains));
+	m->n_domains = s->n_domains;
+	m->bits = bits;
+	m->mask = (1u << bits) - 1;
+	m->stride = s->n_domains;
+	m->inv_temperature = 1.0f;
+	m->seen = calloc(((size_t) 1 << bits) / 64, sizeof(uint64_t));
+	xs = calloc(s->n_items, sizeof(*xs));
+	if (!m->seen || !xs) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	for (n_x = 0; n_x < s->n_items; n_x++) {
+		r = extract(&s->items[n_x], m->mask, &xs[n_x]);
+		if (r < 0)
+			goto fail;
+		for (size_t i = 0; i < xs[n_x].n; i++)
+			m->seen[xs[n_x].f[i] >> 6] |= 1ull << (xs[n_x].f[i] & 63);
+	}
+
+	if (m->n_domains > 1 && frac > 0) {
+		r = calibrate(m, xs, n_x, &o, epochs, l2, frac);
+		if (r < 0)
+			goto fail;
+	} else {
+		m->stats = (struct classify_stats){ .n_train = n_x, .temperature = 1.0f };
+	}
+
+	r = trainer_init(&t, m->n_domains, bits);
+	if (r < 0)
+		goto fail;
+	{
+		_cleanup_free_ size_t *all = malloc(n_x * sizeof(size_t));
+		if (!all) {
+			r = -ENOMEM;
+			goto fail;
+		}
+		for (size_t i = 0; i < n_x; i++)
+			all[i] = i;
+		if (m->n_domains > 1)
+			train(&t, xs, all, n_x, epochs, l2, o.seed);
+	}
+	m->w = TAKE_PTR(t.w);
+	memcpy(m->bias, t.bias, sizeof(m->bias));
+	trainer_done(&t);
+	for (size_t i = 0; i < n_x; i++)
+		free(xs[i].f);
+	free(xs);
+	*ret = m;
+	return 0;
+fail:
+	trainer_done(&t);
+	for (size_t i = 0; xs && i < n_x; i++)
+		free(xs[i].f);
+	free(xs);
+	classify_model_free(m);
+	return r == -ENOMEM ? errmsg_set(e, r, "out of memory building the classifier") : r;
+}
+
+int classify_evaluate(const struct classify_model *m, const struct classify_set *s,
+		      struct classify_eval *ret)
+{
+	size_t good = 0;
+	double conf_sum = 0;
+
+	if (!m || !s || s->n_items == 0)
+		return -EINVAL;
+	_cleanup_free_ float *conf = malloc(s->n_items * sizeof(float));
+	_cleanup_free_ bool *correct = malloc(s->n_items * sizeof(bool));
+	if (!conf || !correct)
+		return -ENOMEM;
+	for (size_t i = 0; i < s->n_items; i++) {
+		struct classify_result res;
+		const struct classify_item *it = &s->items[i];
+		int want = classify_domain_index(m, s->domains[it->domain]);
+
+		classify_run(m, it->text, it->len, &res);
+		conf[i] = res.confidence;
+		correct[i] = want >= 0 && res.top == (size_t) want && !res.unknown;
+		good += correct[i];
+		conf_sum += res.confidence;
+	}
+	*ret = (struct classify_eval){
+		.n = s->n_items,
+		.accuracy = (float) good / (float) s->n_items,
+		.ece = ece_of(conf, correct, s->n_items),
+		.mean_confidence = (float) (conf_sum / (double) s->n_items),
+	};
+	return 0;
+}
+
+/* ---- text signals ---- */
+
+static const char *const code_words[] = {
+	"def", "return", "include", "import", "function", "class", "struct", "const", "let",
+	"var", "printf", "fn", "void", "int", "public", "static", "elif", "lambda", "select",
+	"async", "await", "std", "println",
+};
+static const char *const math_words[] = {
+	"integral", "derivative", "equation", "prove", "theorem", "matrix", "solve", "sqrt",
+	"probability", "lemma", "eigenvalue", "polynomial", "frac", "sum", "limit",
+};
+static const char *const multi_words[] = {
+	"then", "also", "step", "compare", "explain", "analyze", "analyse", "design",
+	"implement", "optimize", "optimise", "why", "derive", "evaluate",
+};
+
+/* Called once a word: the first-byte test rejects almost every entry without a strlen. */
+static bool in_list(const unsigned char *w, size_t n, const char *const *list, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char) list[i][0] == w[0] && strlen(list[i]) == n &&
+		    memcmp(list[i], w, n) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * One pass over the bytes. Difficulty is a logistic of a few counted signals: the weights
+ * make a one-line factual question about 0.1-0.2, a paragraph with several questions or a
+ * multi-step instruction about 0.5, and long code or maths with several asks above 0.8.
+ * Context need: about one token per 4-5 bytes of an English word (one per started 5 bytes),
+ * one per punctuation byte, one per CJK-range code point (lead byte >= 0xE3).
+ */
+void classify_signals(const char *text, size_t len, struct classify_result *ret)
+{
+	const unsigned char *p = (const unsigned char *) text;
+	size_t words = 0, questions = 0, code = 0, math = 0, multi = 0, lines = 1, tokens = 0;
+	size_t i = 0;
+	bool line_start = true;
+
+	memset(ret, 0, offsetof(struct classify_result, difficulty));
+	if (!p)
+		len = 0;
+	while (i < len) {
+		unsigned char c = p[i];
+
+		if (c == '\n') {
+			/* a line ending in ; { or } reads as code */
+			size_t j = i;
+			while (j > 0 && (p[j - 1] == ' ' || p[j - 1] == '\t' || p[j - 1] == '\r'))
+				j--;
+			if (j > 0 && (p[j - 1] == ';' || p[j - 1] == '{' || p[j - 1] == '}'))
+				code++;
+			lines++;
+			line_start = true;
+			i++;
+			continue;
+		}
+		if (c == ' ' || c == '\t' || c == '\r') {
+			i++;
+			continue;
+		}
+		if (line_start) {
+			line_start = false;
+			/* numbered or bulleted items: a multi-part ask */
+			if ((c == '-' || c == '*') && i + 1 < len && p[i + 1] == ' ')
+				multi++;
+			else if (c >= '0' && c <= '9' && i + 1 < len &&
+				 (p[i + 1] == '.' || p[i + 1] == ')'))
+				multi++;
+		}
+		if (c >= 0xe3) {
+			/* CJK and beyond: about a token per code point */
+			tokens++;
+			i++;
+			while (i < len && (p[i] & 0xc0) == 0x80)
+				i++;
+			continue;
+		}
+		if (is_word_byte(c)) {
+			size_t j = i;
+			unsigned char w[16];
+			size_t wl = 0;
+			while (j < len && (is_word_byte(p[j]) || p[j] == '_')) {
+				if (wl < sizeof(w))
+					w[wl] = lower(p[j]);
+				wl++;
+				j++;
+			}
+			words++;
+			tokens += 1 + (wl - 1) / 5;
+			if (wl <= sizeof(w)) {
+				if (in_list(w, wl, code_words, ELEMENTSOF(code_words)))
+					code++;
+				if (in_list(w, wl, math_words, ELEMENTSOF(math_words)))
+					math++;
+				if (in_list(w, wl, multi_words, ELEMENTSOF(multi_words)))
+					multi++;
+			}
+			i = j;
+			continue;
+		}
+		tokens++;
+		switch (c) {
+		case '?':
+			questions++;
+			break;
+		case '`':
+			if (i + 2 < len && p[i + 1] == '`' && p[i + 2] == '`') {
+				code += 3;
+				i += 3;
+				continue;
+			}
+			break;
+		case '=':
+		case '^':
+		case '+':
+		case '*':
+		case '/':
+		case '<':
+		case '>':
+			/* an operator between digits or single letters: maths */
+			if (i > 0 && i + 1 < len && (is_word_byte(p[i - 1]) || p[i - 1] == ' ') &&
+			    (is_word_byte(p[i + 1]) || p[i + 1] == ' '))
+				math++;
+			if (c == '=' && i + 1 < len && p[i + 1] == '>')
+				code++;
+			break;
+		case '(':
+			if (i + 1 < len && p[i + 1] == ')')
+				code++;
+			break;
+		case '#':
+			if (line_start || (i == 0 || p[i - 1] == '\n'))
+				code++;
+			break;
+		case '\\':
+			math++;
+			break;
+		default:
+			break;
+		}
+		i++;
+	}
+
+	ret->context_tokens = (uint32_t) MIN(tokens, (size_t) UINT32_MAX);
+	ret->modality = (code >= 3 && code * 8 >= lines) || code >= 6 ? CLASSIFY_MODALITY_CODE
+								  : CLASSIFY_MODALITY_TEXT;
+	double len_s = log1p((double) words) / log1p(400.0);
+	double z = -2.6 + 2.2 * MIN(len_s, 1.5) + 0.25 * (double) MIN(code, (size_t) 8) +
+		   0.3 * (double) MIN(math, (size_t) 6) + 0.35 * (double) MIN(questions, (size_t) 4) +
+		   0.25 * (double) MIN(multi, (size_t) 6);
+	ret->difficulty = (float) (1.0 / (1.0 + exp(-z)));
+}
