@@ -7,6 +7,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -162,7 +164,7 @@ static const char *const ctx_filler[] = {
 	"che", "me", "us", "her", "his", "him", "it", "mobile_number", "this",
 };
 static const char *const ctx_positive[] = {
-	"tel", "tel\xc3\xa9"/* telé... */, "phone", "telephone", "telefono", "tel\xc3\xa9" "fono",
+	"tel", "tel\xc3\xa9"/* telé... */, "phone", "telephone", "telefono", "teléfono",
 	"cell", "cellulare", "cellphone", "mobile", "m\xc3\xb3vil", "movil", "fax", "call",
 	"chiama", "chiamami", "chiamare", "llama", "ll\xc3\xa1mame", "llamar", "whatsapp",
 	"contact", "contatto", "contacto", "reach", "text", "sms", "ring", "dial", "cel", "tlf",
@@ -177,7 +179,7 @@ static const char *const ctx_negative[] = {
 	"po",        "rma",      "case",       "caso",     "protocollo", "prot",
 	"transaction", "transazione", "transacci\xc3\xb3n", "receipt", "ricevuta", "recibo",
 	"shipment",  "spedizione", "env\xc3\xado", "booking", "prenotazione", "reserva",
-	"item",      "part",     "model",      "modello",  "code",       "codice", "c\xc3\xb3" "digo",
+	"item",      "part",     "model",      "modello",  "code",       "codice", "código",
 	"account",   "conto",    "cuenta",     "customer", "cliente",    "ean",    "upc",
 	"issn",      "doi",      "patent",     "licence",  "license",    "ver", "rev",
 	"commit",    "hash",     "uuid",       "guid",     "no",
@@ -186,11 +188,54 @@ static const char *const ctx_version[] = {
 	"version", "versione", "versi\xc3\xb3n", "ver", "build", "release", "rev",
 };
 
-static bool word_in(const char *w, size_t n, const char *const *list, size_t n_list)
+/*
+ * A word list bucketed by first byte: a lookup compares only the few entries that start like
+ * the word (walking a whole list per word was most of number_context's cost). Filled once, by
+ * word_sets_init(), before the first scan.
+ */
+struct word_set {
+	const char *const *list;
+	size_t n;
+	unsigned char order[128];  /* entry indices sorted by first byte */
+	unsigned char start[257];  /* entries with first byte c: order[start[c] .. start[c + 1]) */
+};
+
+#define WORD_SET(l) { .list = (l), .n = ELEMENTSOF(l) }
+
+/* Defined with their lists' addresses below the lists. */
+static struct word_set ws_ctx_filler, ws_ctx_positive, ws_ctx_negative, ws_ctx_version,
+	ws_key_words, ws_password_words, ws_it_es_street, ws_name_particles, ws_en_suffix;
+
+static void word_set_init(struct word_set *ws)
 {
-	for (size_t i = 0; i < n_list; i++)
-		if (list[i][0] == w[0] && strncmp(list[i], w, n) == 0 && list[i][n] == 0)
+	unsigned count[256] = { 0 }, at[256];
+	unsigned sum = 0;
+
+	for (size_t i = 0; i < ws->n; i++)
+		count[(unsigned char) ws->list[i][0]]++;
+	for (int c = 0; c < 256; c++) {
+		ws->start[c] = (unsigned char) sum;
+		at[c] = sum;
+		sum += count[c];
+	}
+	ws->start[256] = (unsigned char) sum;
+	for (size_t i = 0; i < ws->n; i++)
+		ws->order[at[(unsigned char) ws->list[i][0]]++] = (unsigned char) i;
+}
+
+static bool word_in(const char *w, size_t n, const struct word_set *ws)
+{
+	unsigned char c = (unsigned char) w[0];
+
+	for (unsigned j = ws->start[c]; j < ws->start[c + 1]; j++) {
+		const char *s = ws->list[ws->order[j]];
+		size_t k = 1;
+
+		while (k < n && s[k] && s[k] == w[k])
+			k++;
+		if (k >= n && s[n] == 0)
 			return true;
+	}
 	return false;
 }
 
@@ -239,15 +284,15 @@ static enum ctx number_context(const char *t, size_t i, bool want_version)
 		if (strpbrk(w, "0123456789"))
 			return CTX_NONE;
 		if (want_version)
-			return word_in(w, n, ctx_version, ELEMENTSOF(ctx_version)) ? CTX_VERSION
+			return word_in(w, n, &ws_ctx_version) ? CTX_VERSION
 										   : CTX_NONE;
 		if (strcmp(w, "ssn") == 0 || strcmp(w, "security") == 0 || strcmp(w, "social") == 0)
 			return CTX_SSN;
-		if (word_in(w, n, ctx_positive, ELEMENTSOF(ctx_positive)))
+		if (word_in(w, n, &ws_ctx_positive))
 			return CTX_POSITIVE;
-		if (word_in(w, n, ctx_negative, ELEMENTSOF(ctx_negative)))
+		if (word_in(w, n, &ws_ctx_negative))
 			return CTX_NEGATIVE;
-		if (!word_in(w, n, ctx_filler, ELEMENTSOF(ctx_filler)))
+		if (!word_in(w, n, &ws_ctx_filler))
 			return CTX_NONE;
 	}
 	return CTX_NONE;
@@ -527,8 +572,12 @@ static size_t scan_api_key(const char *t, size_t len, size_t i)
 		{ "hf_", is_alnum_fn, 30, 60, true },      /* Hugging Face */
 		{ "npm_", is_alnum_fn, 36, 36, false },
 	};
-	if (!strchr("srAgxhn", t[i]))
+	switch (t[i]) {
+	case 's': case 'r': case 'A': case 'g': case 'x': case 'h': case 'n':
+		break;
+	default:
 		return 0;
+	}
 	for (size_t k = 0; k < ELEMENTSOF(p); k++) {
 		size_t n, e, body;
 		if (p[k].prefix[0] != t[i] || !prefix_at(t, len, i, p[k].prefix))
@@ -566,7 +615,7 @@ static const char *const key_words[] = {
 	"authorization", "bearer", "chiave", "segreto", "secreto", "clave", "accesskey",
 };
 static const char *const password_words[] = {
-	"password", "passwd", "pwd", "passphrase", "pass", "pin", "contrase\xc3\xb1" "a",
+	"password", "passwd", "pwd", "passphrase", "pass", "pin", "contraseña",
 	"passwort", "parola", "senha",
 };
 
@@ -584,6 +633,7 @@ static size_t scan_key_context(const char *t, size_t len, size_t i, size_t *ret_
 {
 	size_t e = i, p, v, n;
 	bool password = false, matched = false;
+	uint32_t letters = 0; /* the letters in w after its first */
 	char w[40];
 
 	while (e < len && (is_word((unsigned char) t[e]) || t[e] == '-' || t[e] == '.') && e - i < 40)
@@ -597,8 +647,11 @@ static size_t scan_key_context(const char *t, size_t len, size_t i, size_t *ret_
 	if (!strchr("yntlshreoda", to_lower((unsigned char) t[e - 1])) &&
 	    (unsigned char) t[e - 1] < 0x80)
 		return 0;
-	for (size_t k = 0; k < n; k++)
+	for (size_t k = 0; k < n; k++) {
 		w[k] = (char) to_lower((unsigned char) t[i + k]);
+		if (k > 0 && is_lower(w[k]))
+			letters |= 1u << (w[k] - 'a');
+	}
 	w[n] = 0;
 	/* the identifier ends in a key word that starts at a part boundary */
 	for (int list = 0; list < 2 && !matched; list++) {
@@ -606,7 +659,8 @@ static size_t scan_key_context(const char *t, size_t len, size_t i, size_t *ret_
 		size_t nl = list ? ELEMENTSOF(password_words) : ELEMENTSOF(key_words);
 		for (size_t k = 0; k < nl; k++) {
 			size_t kl, s;
-			if (l[k][0] != w[0] && (n < 2 || !strchr(w + 1, l[k][0])))
+			/* every key word starts with a lower-case ASCII letter */
+			if (l[k][0] != w[0] && !(letters & 1u << (l[k][0] - 'a')))
 				continue; /* the key word's first letter is nowhere in w */
 			kl = strlen(l[k]);
 			if (kl > n || memcmp(w + n - kl, l[k], kl) != 0)
@@ -1143,7 +1197,7 @@ static size_t scan_phone(const char *t, size_t len, size_t i)
 static const char *const it_es_street[] = {
 	"via", "viale", "piazza", "piazzale", "corso", "largo", "vicolo", "strada", "lungomare",
 	"calle", "avenida", "avda.", "avda", "av.", "plaza", "paseo", "camino", "ronda",
-	"carretera", "glorieta", "rambla", "traves\xc3\xad" "a", "c/",
+	"carretera", "glorieta", "rambla", "travesía", "c/",
 };
 static const char *const name_particles[] = {
 	"di", "del", "della", "delle", "dei", "degli", "dello", "de", "la", "las", "los", "el",
@@ -1189,8 +1243,7 @@ static size_t name_word(const char *t, size_t len, size_t p)
 	return 0;
 }
 
-static bool word_is(const char *t, size_t len, size_t p, size_t e, const char *const *list,
-		    size_t n_list)
+static bool word_is(const char *t, size_t len, size_t p, size_t e, const struct word_set *ws)
 {
 	char w[16];
 
@@ -1198,7 +1251,7 @@ static bool word_is(const char *t, size_t len, size_t p, size_t e, const char *c
 		return false;
 	for (size_t k = p; k < e; k++)
 		w[k - p] = (char) to_lower((unsigned char) t[k]);
-	return word_in(w, e - p, list, n_list);
+	return word_in(w, e - p, ws);
 }
 
 static size_t word_end(const char *t, size_t len, size_t p)
@@ -1338,14 +1391,18 @@ static size_t scan_address_it_es(const char *t, size_t len, size_t i)
 	size_t p, e, w;
 	int names = 0;
 
-	if (!strchr("vVpPcClLsSaArRgGtT", t[i]))
+	switch (to_lower((unsigned char) t[i])) {
+	case 'v': case 'p': case 'c': case 'l': case 's': case 'a': case 'r': case 'g': case 't':
+		break;
+	default:
 		return 0;
+	}
 	e = word_end(t, len, i);
 	if (e - i > 10)
 		return 0;
 	if (AT(e) == '.' || AT(e) == '/')
 		e++;
-	if (!word_is(t, len, i, e, it_es_street, ELEMENTSOF(it_es_street)))
+	if (!word_is(t, len, i, e, &ws_it_es_street))
 		return 0;
 	p = e;
 	if (AT(p) == ' ')
@@ -1358,7 +1415,7 @@ static size_t scan_address_it_es(const char *t, size_t len, size_t i)
 			names++;
 			p = w;
 		} else if ((we = word_end(t, len, p)) > p &&
-			   word_is(t, len, p, we, name_particles, ELEMENTSOF(name_particles)))
+			   word_is(t, len, p, we, &ws_name_particles))
 			p = we;
 		else if (prefix_at_ci(t, len, p, "d'") || prefix_at_ci(t, len, p, "dell'")) {
 			p += AT(p + 1) == '\'' ? 2 : 5;
@@ -1398,10 +1455,10 @@ static size_t scan_address_en(const char *t, size_t len, size_t i)
 	p++;
 	while ((w = name_word(t, len, p)) && names < 5) {
 		size_t we = w;
-		if (AT(we) == '.' && word_is(t, len, p, we + 1, en_suffix, ELEMENTSOF(en_suffix)) &&
-		    !word_is(t, len, p, we, en_suffix, ELEMENTSOF(en_suffix)))
+		if (AT(we) == '.' && word_is(t, len, p, we + 1, &ws_en_suffix) &&
+		    !word_is(t, len, p, we, &ws_en_suffix))
 			we++; /* "St." */
-		if (names > 0 && word_is(t, len, p, we, en_suffix, ELEMENTSOF(en_suffix))) {
+		if (names > 0 && word_is(t, len, p, we, &ws_en_suffix)) {
 			size_t e = we;
 			if (!right_ok(t, len, e))
 				return 0;
@@ -1515,12 +1572,80 @@ static int push(struct detect_matches *m, enum detect_kind k, size_t s, size_t e
 	return 0;
 }
 
+static struct word_set ws_ctx_filler = WORD_SET(ctx_filler),
+		       ws_ctx_positive = WORD_SET(ctx_positive),
+		       ws_ctx_negative = WORD_SET(ctx_negative),
+		       ws_ctx_version = WORD_SET(ctx_version),
+		       ws_key_words = WORD_SET(key_words),
+		       ws_password_words = WORD_SET(password_words),
+		       ws_it_es_street = WORD_SET(it_es_street),
+		       ws_name_particles = WORD_SET(name_particles),
+		       ws_en_suffix = WORD_SET(en_suffix);
+static pthread_once_t word_sets_once = PTHREAD_ONCE_INIT;
+
+static void word_sets_init(void)
+{
+	struct word_set *all[] = { &ws_ctx_filler,     &ws_ctx_positive, &ws_ctx_negative,
+				   &ws_ctx_version,    &ws_key_words,    &ws_password_words,
+				   &ws_it_es_street,  &ws_name_particles, &ws_en_suffix };
+
+	for (size_t i = 0; i < ELEMENTSOF(all); i++)
+		word_set_init(all[i]);
+}
+
+/*
+ * Most word starts begin a plain word: ASCII letters, lower case after the first, followed by
+ * a space or punctuation that no detector continues over. Returns the word's end when no
+ * detector can match at i, else 0 (the caller then tries them all). Why each one cannot:
+ *   JWT "eyJ", AKIA/ASIA/AIza need a capital after the first letter; the other API keys, an
+ *   e-mail ('@' or a local part going on), IPv6 (':'), IBAN and NIE (digits) need a byte the
+ *   follow rule below excludes; a key word in a word without inner capitals, '_', '-' or '.'
+ *   starts at no part boundary but the word's own start, so it is the whole word. What is
+ *   left: a whole-word key word, a street word, 16 letters (a codice fiscale in omocodia)
+ *   and "X"/"Y"/"Z" before " 1234567L" (NIE) go the slow way.
+ */
+static size_t plain_word_end(const char *t, size_t len, size_t i)
+{
+	size_t q = i + 1, n;
+	int c, f = to_lower((unsigned char) t[i]);
+
+	while (q < len && is_lower((unsigned char) t[q]))
+		q++;
+	n = q - i;
+	c = AT(q);
+	if (is_word(c) || c == '-' || c == '@' || c == '%' || c == '+' || c == ':' || c == '/' ||
+	    c == '\'' || (c == 0 && q < len))
+		return 0;
+	if (c == '.') {
+		/* end of a sentence: ". " or the end; "a.b" may be an e-mail or a host */
+		int d = AT(q + 1);
+		if (q + 1 < len && d != ' ' && d != '\n' && d != '\r' && d != '\t')
+			return 0;
+	}
+	if (n == 16 || (n == 1 && (f == 'x' || f == 'y' || f == 'z')))
+		return 0;
+	/* by first letter, the lengths of the key, password and street words (bit n: n bytes,
+	 * a street word's '.' not counted); derived from the lists above */
+	static const uint16_t cand_len[26] = { 0x22d4, 0x40, 0xe64, 0x0, 0x0, 0x0, 0x100, 0x0, 0x0, 0x0, 0x8, 0x220, 0x0, 0x0, 0x0, 0x578, 0x0, 0x60, 0xe0, 0x220, 0x0, 0x68, 0x0, 0x0, 0x0, 0x0 };
+
+	if (!is_lower(f) || n >= 16 || !(cand_len[f - 'a'] >> n & 1))
+		return q;
+	if (n >= 3 && n <= 13 && (word_is(t, len, i, q, &ws_key_words) ||
+				  word_is(t, len, i, q, &ws_password_words)))
+		return 0;
+	if (n <= 10 && (word_is(t, len, i, q, &ws_it_es_street) ||
+			(c == '.' && word_is(t, len, i, q + 1, &ws_it_es_street))))
+		return 0;
+	return q;
+}
+
 int detect_scan(const char *t, size_t len, struct detect_matches *m)
 {
 	size_t i = 0;
 
 	if (!t)
 		return 0;
+	pthread_once(&word_sets_once, word_sets_init);
 	while (i < len) {
 		int c = (unsigned char) t[i];
 		enum detect_kind k;
@@ -1531,6 +1656,10 @@ int detect_scan(const char *t, size_t len, struct detect_matches *m)
 		if ((i > 0 && is_word((unsigned char) t[i - 1]) && c != '-') ||
 		    !(is_alnum(c) || c == '+' || c == '(' || c == '-' || c == ':')) {
 			i++;
+			continue;
+		}
+		if (is_alpha(c) && (e = plain_word_end(t, len, i))) {
+			i = e;
 			continue;
 		}
 		e = scan_at(t, len, i, &k, &s, 0);
