@@ -30,6 +30,7 @@
 #include "engine/vocab.h"
 #include "lora/adapter.h"
 #include "manager-audit.h"
+#include "manager-remote.h"
 #include "manager.h"
 #include "sched/sched.h"
 
@@ -119,6 +120,9 @@ struct manager {
 	pthread_rwlock_t policy_lock;
 	struct policy *policy;        /* owned */
 	struct manager_audit *audit;  /* owned; NULL without a state directory */
+	/* Routing to [Target] endpoints (T1..T3): NULL when none is configured. Built at start;
+	 * [Target] and [Router] changes need a restart. */
+	struct manager_routing *routing;
 };
 
 /* ---- errors ---- */
@@ -370,6 +374,8 @@ static uint32_t pick_max_context(const struct config *c, const struct model *mdl
 	return MIN(n, DEFAULT_MAX_CONTEXT);
 }
 
+static int routing_new(struct manager *m, const struct config *c, struct errmsg *e);
+
 int manager_new(struct config *config, struct manager **ret, struct errmsg *e)
 {
 	_cleanup_(manager_freep) struct manager *m = NULL;
@@ -441,6 +447,12 @@ int manager_new(struct config *config, struct manager **ret, struct errmsg *e)
 					  err.message);
 	}
 
+	if (config->n_targets > 0) {
+		r = routing_new(m, config, e);
+		if (r < 0)
+			return r;
+	}
+
 	*ret = TAKE_PTR(m);
 	return 0;
 }
@@ -450,6 +462,8 @@ struct manager *manager_free(struct manager *m)
 	if (!m)
 		return NULL;
 	atomic_store(&m->stopping, true);
+	/* First: a routed request that fails over to T0 needs the scheduler. */
+	m->routing = manager_routing_free(m->routing);
 	/* Cancels what is left; the events (ERROR "cancelled") still reach the fronts. */
 	m->sched = sched_free(m->sched);
 	/* After the scheduler: its last events wrote their records into the queue. */
@@ -1255,24 +1269,30 @@ static void audit_reject(struct manager *m, struct audit_record *a, const struct
 	free(a);
 }
 
+static int submit_local(struct manager *m, const struct manager_request *r,
+			const struct manager_caller *caller, uint64_t id, struct audit_record *arec,
+			manager_event_fn fn, void *userdata, uint64_t *ret_id,
+			struct manager_error *err, int k);
+
+/* Whether the router chooses for r: only when targets beyond T0 exist and the request does
+ * not name a local adapter (a named adapter runs where it is loaded: here). */
+static bool routed(struct manager *m, const struct manager_request *r)
+{
+	return manager_routing_has_remote(m->routing) &&
+	       (!r->model || !r->model[0] || strcmp(r->model, m->model_name) == 0) &&
+	       r->n_loras == 0;
+}
+
 int manager_submit(struct manager *m, const struct manager_request *r,
 		   const struct manager_caller *caller, manager_event_fn fn, void *userdata,
 		   uint64_t *ret_id, struct manager_error *err)
 {
-	struct sched_lora loras[MANAGER_MAX_LORAS + 1];
-	size_t n_loras = 0;
-	_cleanup_free_ int32_t *ids = NULL;
-	_cleanup_free_ char *model = NULL;
-	size_t n_ids = 0;
-	struct sched_request sr = { 0 };
-	struct errmsg e = { { 0 } };
-	struct mreq *q;
-	uint64_t sid;
-	bool cancel;
-	int k;
 	struct manager_error local_err;
 	struct policy_decision dec = { 0 };
 	struct audit_record *arec = NULL;
+	uint64_t id = 0;
+	bool evaluated = false;
+	int k;
 
 	assert_return(m && r && fn && ret_id, -EINVAL);
 	if (!err)
@@ -1289,8 +1309,10 @@ int manager_submit(struct manager *m, const struct manager_request *r,
 			k = p;
 		if (p < 0)
 			p = evaluate(m, r, caller, false, &dec, &perr);
+		evaluated = p >= 0;
 		arec = audit_begin(m, caller, r, p >= 0 ? &dec : NULL);
-		if (p >= 0 && k >= 0 && !(dec.permitted_tiers & POLICY_TIER(0))) {
+		/* With targets the router keeps to the permitted tiers; without, only T0 is. */
+		if (p >= 0 && k >= 0 && !routed(m, r) && !(dec.permitted_tiers & POLICY_TIER(0))) {
 			char tiers[32];
 			k = set_err(err, MANAGER_ERR_FORBIDDEN, -EPERM,
 				    "the policy permits this %s request only the tiers '%s'; this "
@@ -1298,12 +1320,49 @@ int manager_submit(struct manager *m, const struct manager_request *r,
 				    policy_class_name(dec.class),
 				    policy_tiers_format(dec.permitted_tiers, tiers, sizeof(tiers)));
 		}
-		policy_decision_done(&dec);
 	} else
 		arec = audit_begin(m, caller, r, NULL);
 	if (k >= 0 && atomic_load(&m->stopping))
 		k = set_err(err, MANAGER_ERR_UNAVAILABLE, -ESHUTDOWN,
 			    "the daemon is stopping; retry when it is back");
+	if (k >= 0 && evaluated && routed(m, r)) {
+		pthread_mutex_lock(&m->lock);
+		id = m->next_id++;
+		pthread_mutex_unlock(&m->lock);
+		k = manager_routing_submit(m->routing, id, r, &dec, &arec, fn, userdata, err);
+		if (k > 0) {
+			/* Started on a remote target; its events come as id. */
+			pthread_mutex_lock(&m->lock);
+			m->requests_total++;
+			pthread_mutex_unlock(&m->lock);
+			policy_decision_done(&dec);
+			*ret_id = id;
+			return 0;
+		}
+	}
+	policy_decision_done(&dec);
+	return submit_local(m, r, caller, id, arec, fn, userdata, ret_id, err, k);
+}
+
+/* The T0 path: resolves, tokenizes and queues r on this machine's scheduler as id (0: a new
+ * one). arec is taken (written when the request ends, or now when it is rejected); k < 0: the
+ * request was rejected already (err is filled), only the bookkeeping is left. */
+static int submit_local(struct manager *m, const struct manager_request *r,
+			const struct manager_caller *caller, uint64_t id, struct audit_record *arec,
+			manager_event_fn fn, void *userdata, uint64_t *ret_id,
+			struct manager_error *err, int k)
+{
+	struct sched_lora loras[MANAGER_MAX_LORAS + 1];
+	size_t n_loras = 0;
+	_cleanup_free_ int32_t *ids = NULL;
+	_cleanup_free_ char *model = NULL;
+	size_t n_ids = 0;
+	struct sched_request sr = { 0 };
+	struct errmsg e = { { 0 } };
+	struct mreq *q;
+	uint64_t sid;
+	bool cancel;
+
 	if (k >= 0)
 		k = resolve_model(m, r, caller, loras, &n_loras, &model, err);
 	if (k >= 0)
@@ -1328,7 +1387,7 @@ int manager_submit(struct manager *m, const struct manager_request *r,
 		return k;
 	}
 	if (arec) {
-		/* Today every request runs on this machine's engine. */
+		/* This machine's engine (the router chose T0, or there is nothing else). */
 		if (strcmp(model, m->model_name) == 0)
 			snprintf(arec->target, sizeof(arec->target), "local:%s", m->model_name);
 		else
@@ -1386,7 +1445,7 @@ int manager_submit(struct manager *m, const struct manager_request *r,
 	sr.userdata = q;
 
 	pthread_mutex_lock(&m->lock);
-	q->id = m->next_id++;
+	q->id = id ? id : m->next_id++;
 	if (q->audit)
 		q->audit->request_id = q->id;
 	q->next = m->requests;
@@ -1460,6 +1519,54 @@ oom:
 	return -ENOMEM;
 }
 
+/* ---- routing (manager-remote.h): the manager's side ---- */
+
+static int hook_local_submit(void *userdata, uint64_t id, const struct manager_request *r,
+			     struct audit_record *a, manager_event_fn fn, void *fn_userdata,
+			     struct manager_error *err)
+{
+	struct manager *m = userdata;
+	uint64_t ret_id;
+
+	*err = (struct manager_error){ 0 };
+	/* The caller's scopes were checked when the request came in. */
+	return submit_local(m, r, NULL, id, a, fn, fn_userdata, &ret_id, err, 0);
+}
+
+static int hook_local_cancel(void *userdata, uint64_t id)
+{
+	return manager_cancel(userdata, id);
+}
+
+static void hook_final(void *userdata, const struct manager_event *ev, struct audit_record *a)
+{
+	struct manager *m = userdata;
+
+	pthread_mutex_lock(&m->lock);
+	if (ev->type == MANAGER_EVENT_DONE) {
+		m->requests_finished++;
+		m->prompt_tokens += ev->prompt_tokens;
+		m->completion_tokens += ev->completion_tokens;
+	} else
+		m->requests_failed++;
+	pthread_mutex_unlock(&m->lock);
+	if (a) {
+		a->time_ns = 0; /* the end */
+		manager_audit_submit(m->audit, a);
+		free(a);
+	}
+}
+
+static int routing_new(struct manager *m, const struct config *c, struct errmsg *e)
+{
+	struct manager_routing_hooks h = { .local_submit = hook_local_submit,
+					   .local_cancel = hook_local_cancel,
+					   .final = hook_final,
+					   .m = m };
+
+	return manager_routing_new(c, m->model_name, &h, &m->routing, e);
+}
+
 int manager_cancel(struct manager *m, uint64_t id)
 {
 	uint64_t sid = 0;
@@ -1479,7 +1586,7 @@ int manager_cancel(struct manager *m, uint64_t id)
 		}
 	pthread_mutex_unlock(&m->lock);
 	if (!found)
-		return -ENOENT;
+		return manager_routing_cancel(m->routing, id);
 	if (!submitted)
 		return 0;
 	/* -ENOENT here means it finished meanwhile: its final event is on its way. */

@@ -33,6 +33,8 @@
 #define CONFIG_MAX_MEMBERS 4096
 #define CONFIG_MAX_DROPINS 1024
 #define CONFIG_MAX_RULES 4096
+#define CONFIG_MAX_TARGETS 256
+#define CONFIG_MAX_QUALITY 256 /* Quality.DOMAIN= keys per target */
 
 /* Where a value comes from, for messages. */
 struct pctx {
@@ -40,6 +42,7 @@ struct pctx {
 	unsigned line;
 	const char *section;
 	const char *key;
+	const char *full_key; /* as written: a prefix key's suffix (Quality.DOMAIN=) */
 	struct errmsg *e;
 	struct config *config;
 };
@@ -624,10 +627,177 @@ static int parse_rule_class(struct pctx *x, const char *v, void *field)
 	return 0;
 }
 
+/* ---- [Target NAME], [Router] ---- */
+
+static int parse_double_range(struct pctx *x, const char *v, double *ret, double lo, double hi)
+{
+	char *end;
+	double d;
+
+	errno = 0;
+	d = strtod(v, &end);
+	if (!v[0] || errno || *end || !(d >= lo && d <= hi))
+		return perr(x, -EINVAL, "'%s' is not a number in [%g, %g]", v, lo, hi);
+	*ret = d;
+	return 0;
+}
+
+static int parse_unit_float(struct pctx *x, const char *v, void *field)
+{
+	return parse_double_range(x, v, field, 0.0, 1.0);
+}
+
+static int parse_cost(struct pctx *x, const char *v, void *field)
+{
+	return parse_double_range(x, v, field, 0.0, 1e9);
+}
+
+static int parse_target_tier(struct pctx *x, const char *v, void *field)
+{
+	if ((v[0] == 'T' || v[0] == 't') && v[1] >= '1' && v[1] <= '3' && !v[2]) {
+		*(int *) field = v[1] - '0';
+		return 0;
+	}
+	if (v[0] >= '1' && v[0] <= '3' && !v[1]) {
+		*(int *) field = v[0] - '0';
+		return 0;
+	}
+	return perr(x, -EINVAL,
+		    "'%s' is not a remote tier (T1, T2 or T3; T0 is this machine's engine)", v);
+}
+
+static int parse_url(struct pctx *x, const char *v, void *field)
+{
+	const char *host;
+
+	if (strncmp(v, "http://", 7) == 0)
+		host = v + 7;
+	else if (strncmp(v, "https://", 8) == 0)
+		host = v + 8;
+	else
+		return perr(x, -EINVAL, "'%s' is not an http:// or https:// URL", v);
+	if (!host[0] || host[0] == '/')
+		return perr(x, -EINVAL, "'%s' has no host", v);
+	if (strpbrk(v, " \t\"<>\\^`{|}"))
+		return perr(x, -EINVAL, "'%s' contains characters a URL cannot hold", v);
+	if (strlen(v) > 2048)
+		return perr(x, -ENAMETOOLONG, "URL too long");
+	return parse_string(x, v, field);
+}
+
+static int parse_remote_model(struct pctx *x, const char *v, void *field)
+{
+	/* Sent as JSON, never put in a URL or a header: any printable text is fine. */
+	for (const char *p = v; *p; p++)
+		if ((unsigned char) *p < 0x20)
+			return perr(x, -EINVAL, "control characters in '%s'", v);
+	if (strlen(v) > 256)
+		return perr(x, -ENAMETOOLONG, "model id longer than 256 bytes");
+	return parse_string(x, v, field);
+}
+
+static int parse_credential_file(struct pctx *x, const char *v, void *field)
+{
+	if (v[0] && v[0] != '/' && (strchr(v, '/') || strcmp(v, "..") == 0 || strcmp(v, ".") == 0))
+		return perr(x, -EINVAL,
+			    "'%s' is neither an absolute path nor a credential name (a file in "
+			    "$CREDENTIALS_DIRECTORY)",
+			    v);
+	if (strlen(v) >= PATH_MAX)
+		return perr(x, -ENAMETOOLONG, "path too long");
+	return parse_string(x, v, field);
+}
+
+static int parse_modalities(struct pctx *x, const char *v, void *field)
+{
+	static const struct {
+		const char *name;
+		uint32_t bit;
+	} names[] = {
+		{ "text", CONFIG_MODALITY_TEXT },
+		{ "image", CONFIG_MODALITY_IMAGE },
+		{ "audio", CONFIG_MODALITY_AUDIO },
+	};
+	uint32_t bits = 0;
+	const char *p = v;
+
+	if (!v[0]) {
+		*(uint32_t *) field = CONFIG_MODALITY_TEXT;
+		return 0;
+	}
+	while (*p) {
+		size_t l = strcspn(p, " ,\t");
+		bool found = false;
+
+		for (size_t i = 0; l > 0 && i < ELEMENTSOF(names); i++)
+			if (strlen(names[i].name) == l && strncasecmp(p, names[i].name, l) == 0) {
+				bits |= names[i].bit;
+				found = true;
+			}
+		if (l > 0 && !found)
+			return perr(x, -EINVAL, "'%.*s' is not a modality (text, image, audio)",
+				    (int) MIN(l, (size_t) 64), p);
+		p += l;
+		p += strspn(p, " ,\t");
+	}
+	*(uint32_t *) field = bits;
+	return 0;
+}
+
+DEFINE_PARSE_U32(context_tokens, 0, 1u << 24)
+DEFINE_PARSE_U32(retries, 0, 10)
+DEFINE_PARSE_U32(mixture_k, 1, 16)
+DEFINE_PARSE_U32(max_fallbacks, 0, 16)
+
+static int parse_target_timeout(struct pctx *x, const char *v, void *field)
+{
+	int r = parse_sec(x, v, field);
+
+	if (r >= 0 && (*(uint64_t *) field < 1000000ull ||
+		       *(uint64_t *) field > 3600ull * 1000000000ull))
+		return perr(x, -ERANGE, "'%s' is outside [1ms, 1h]", v);
+	return r;
+}
+
+/* Quality.DOMAIN=: a prefix key; the domain is what follows "Quality." */
+static int parse_quality(struct pctx *x, const char *v, void *field)
+{
+	struct config_target *t = field;
+	const char *domain = x->full_key + strlen("Quality.");
+	struct config_quality *q;
+	double d = 0;
+	int r;
+
+	if (!name_valid(domain))
+		return perr(x, -EINVAL,
+			    "'%s' is not a domain (letters, digits, '.', '_', '-'; at most 64)",
+			    domain);
+	r = parse_double_range(x, v, &d, 0.0, 1.0);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < t->n_quality; i++)
+		if (strcmp(t->quality[i].domain, domain) == 0) {
+			t->quality[i].quality = d;
+			return 0;
+		}
+	if (t->n_quality >= CONFIG_MAX_QUALITY)
+		return perr(x, -E2BIG, "more than %d Quality.DOMAIN= keys", CONFIG_MAX_QUALITY);
+	q = realloc(t->quality, (t->n_quality + 1) * sizeof(*q));
+	if (!q)
+		return -ENOMEM;
+	t->quality = q;
+	q[t->n_quality].domain = strdup(domain);
+	if (!q[t->n_quality].domain)
+		return -ENOMEM;
+	q[t->n_quality].quality = d;
+	t->n_quality++;
+	return 0;
+}
+
 /* ---- the tables ---- */
 
 struct key_def {
-	const char *key;
+	const char *key; /* ending in '.': a prefix (Quality.DOMAIN=) */
 	parse_fn parse;
 	size_t offset; /* into the section's object; (size_t) -1: the object itself */
 };
@@ -728,6 +898,36 @@ static const struct key_def member_keys[] = {
 };
 #undef M
 
+#define T(field) offsetof(struct config_target, field)
+static const struct key_def target_keys[] = {
+	{ "Tier", parse_target_tier, T(tier) },
+	{ "URL", parse_url, T(url) },
+	{ "Model", parse_remote_model, T(model) },
+	{ "UserControlled", parse_bool, T(user_controlled) },
+	{ "CostPerMTokIn", parse_cost, T(cost_in) },
+	{ "CostPerMTokOut", parse_cost, T(cost_out) },
+	{ "CredentialFile", parse_credential_file, T(credential_file) },
+	{ "Modalities", parse_modalities, T(modalities) },
+	{ "ContextTokens", parse_context_tokens, T(context_tokens) },
+	{ "TimeoutSec", parse_target_timeout, T(timeout_ns) },
+	{ "Retries", parse_retries, T(retries) },
+	{ "Quality.", parse_quality, SELF },
+	{},
+};
+#undef T
+
+#define C(field) offsetof(struct config, field)
+static const struct key_def router_keys[] = {
+	{ "MixtureEntropy", parse_unit_float, C(router_mixture_entropy) },
+	{ "MixtureK", parse_mixture_k, C(router_mixture_k) },
+	{ "ConfidenceThreshold", parse_unit_float, C(router_confidence_threshold) },
+	{ "MaxFallbacks", parse_max_fallbacks, C(router_max_fallbacks) },
+	{ "CostWeight", parse_cost, C(router_cost_weight) },
+	{ "LatencyWeight", parse_cost, C(router_latency_weight) },
+	{},
+};
+#undef C
+
 /* Returns the object the section's key offsets apply to, for [Name] or [Name ARG]. */
 typedef int (*section_open_fn)(struct pctx *x, const char *arg, void **ret);
 
@@ -807,6 +1007,45 @@ static int open_rule(struct pctx *x, const char *arg, void **ret)
 	return 0;
 }
 
+static int open_target(struct pctx *x, const char *arg, void **ret)
+{
+	struct config *c = x->config;
+	struct config_target *t;
+
+	if (!name_valid(arg))
+		return perr(x, -EINVAL,
+			    "[Target %s]: a target name is letters, digits, '.', '_', '-' (at most "
+			    "64)",
+			    arg);
+	for (size_t i = 0; i < c->n_targets; i++)
+		if (strcmp(c->targets[i].name, arg) == 0) {
+			*ret = &c->targets[i];
+			return 0;
+		}
+	if (c->n_targets >= CONFIG_MAX_TARGETS)
+		return perr(x, -E2BIG, "more than %d targets", CONFIG_MAX_TARGETS);
+	t = realloc(c->targets, (c->n_targets + 1) * sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	c->targets = t;
+	t = &c->targets[c->n_targets];
+	*t = (struct config_target){ .name = strdup(arg),
+				     .file = strdup(x->file),
+				     .line = x->line,
+				     .tier = -1,
+				     .modalities = CONFIG_MODALITY_TEXT,
+				     .timeout_ns = 30ull * 1000000000ull,
+				     .retries = 2 };
+	if (!t->name || !t->file) {
+		free(t->name);
+		free(t->file);
+		return -ENOMEM;
+	}
+	c->n_targets++;
+	*ret = t;
+	return 0;
+}
+
 struct section_def {
 	const char *name;
 	bool named; /* [Name ARG] */
@@ -827,6 +1066,8 @@ static const struct section_def sections[] = {
 	{ "Policy", false, open_config, policy_keys },
 	{ "Rule", true, open_rule, rule_keys },
 	{ "Audit", false, open_config, audit_keys },
+	{ "Target", true, open_target, target_keys },
+	{ "Router", false, open_config, router_keys },
 };
 
 /* ---- lifetime ---- */
@@ -850,6 +1091,11 @@ int config_new(struct config **ret)
 	c->policy_tiers[POLICY_CLASS_SECRET] = POLICY_TIER(0);
 	c->audit_retention_days = 90;
 	c->audit_map_size = 256ull << 20;
+	c->router_mixture_entropy = 0.8;
+	c->router_mixture_k = 2;
+	c->router_max_fallbacks = 2;
+	c->router_cost_weight = 1.0;
+	c->router_latency_weight = 0.05;
 	c->listen = (struct config_listen){ .kind = CONFIG_LISTEN_TCP,
 					    .host = strdup("127.0.0.1"),
 					    .port = 8411,
@@ -889,6 +1135,18 @@ static void config_free(struct config *c)
 		free(c->rules[i].file);
 	}
 	free(c->rules);
+	for (size_t i = 0; i < c->n_targets; i++) {
+		struct config_target *t = &c->targets[i];
+		free(t->name);
+		free(t->url);
+		free(t->model);
+		free(t->credential_file);
+		for (size_t j = 0; j < t->n_quality; j++)
+			free(t->quality[j].domain);
+		free(t->quality);
+		free(t->file);
+	}
+	free(c->targets);
 	strv_free(c->files, c->n_files);
 	free(c);
 }
@@ -1039,12 +1297,17 @@ int config_parse_text(struct config *c, const char *text, size_t len, const char
 		}
 
 		const struct key_def *k = NULL;
-		for (const struct key_def *d = sec->keys; d->key; d++)
-			if (strcmp(d->key, key) == 0)
+		for (const struct key_def *d = sec->keys; d->key; d++) {
+			size_t dl = strlen(d->key);
+			if (strcmp(d->key, key) == 0 ||
+			    (dl > 0 && d->key[dl - 1] == '.' && strncmp(d->key, key, dl) == 0 &&
+			     key[dl]))
 				k = d;
+		}
 		if (!k)
 			return perr(&x, -EINVAL, "unknown key '%.80s' in [%s]", key, section_name);
 		x.key = k->key;
+		x.full_key = key;
 		r = k->parse(&x, value, k->offset == SELF ? obj : (char *) obj + k->offset);
 		if (r < 0)
 			return r == -ENOMEM
@@ -1232,6 +1495,12 @@ int config_verify(const struct config *c, struct errmsg *e)
 		if (!r->match || r->class < 0)
 			return errmsg_set(e, -EINVAL, "%s:%u: [Rule %s] needs both Match= and Class=",
 					  r->file, r->line, r->name);
+	}
+	for (size_t i = 0; i < c->n_targets; i++) {
+		const struct config_target *t = &c->targets[i];
+		if (t->tier < 1 || !t->url)
+			return errmsg_set(e, -EINVAL, "%s:%u: [Target %s] needs both Tier= and URL=",
+					  t->file, t->line, t->name);
 	}
 	if (c->model_path && c->model_name == NULL) {
 		const char *b = strrchr(c->model_path, '/');

@@ -81,6 +81,35 @@ struct config_rule {
 	unsigned match_line;     /* the Match= line */
 };
 
+/* [Target NAME] (router/router.h, targets/remote.h): an OpenAI-compatible endpoint in T1..T3 */
+#define CONFIG_MODALITY_TEXT (1u << 0)
+#define CONFIG_MODALITY_IMAGE (1u << 1)
+#define CONFIG_MODALITY_AUDIO (1u << 2)
+
+struct config_quality {
+	char *domain;            /* owned: the DOMAIN of Quality.DOMAIN= */
+	double quality;          /* [0, 1]: the seed prior for (domain, target) */
+};
+
+struct config_target {
+	char *name;              /* owned */
+	int tier;                /* 1..3; -1: unset (an error in config_verify) */
+	char *url;               /* owned: base URL, "http://HOST:PORT" (…/v1 is appended) */
+	char *model;             /* owned: the remote model id; NULL: the target's name */
+	bool user_controlled;    /* UserControlled=: T2 needs it (policy_tier_allowed) */
+	double cost_in;          /* CostPerMTokIn=: currency units per million prompt tokens */
+	double cost_out;         /* CostPerMTokOut= */
+	char *credential_file;   /* owned: absolute, or a name in $CREDENTIALS_DIRECTORY; NULL */
+	uint32_t modalities;     /* CONFIG_MODALITY_* bits; default text */
+	uint32_t context_tokens; /* 0: unknown */
+	uint64_t timeout_ns;     /* TimeoutSec=: no byte for this long → timeout; default 30 s */
+	uint32_t retries;        /* Retries=: extra attempts before the first byte; default 2 */
+	struct config_quality *quality; /* owned, n_quality */
+	size_t n_quality;
+	char *file;              /* owned: where it was defined */
+	unsigned line;
+};
+
 struct config {
 	unsigned n_ref; /* atomic */
 
@@ -136,6 +165,18 @@ struct config {
 	/* [Rule NAME] */
 	struct config_rule *rules;     /* owned, n_rules, in the order of the files */
 	size_t n_rules;
+
+	/* [Target NAME] */
+	struct config_target *targets; /* owned, n_targets, in the order of the files */
+	size_t n_targets;
+
+	/* [Router] */
+	double router_mixture_entropy;      /* MixtureEntropy=: default 0.8 */
+	uint32_t router_mixture_k;          /* MixtureK=: default 2 */
+	double router_confidence_threshold; /* ConfidenceThreshold=: default 0 (no cascade) */
+	uint32_t router_max_fallbacks;      /* MaxFallbacks=: default 2 */
+	double router_cost_weight;          /* CostWeight=: score per currency unit; default 1 */
+	double router_latency_weight;       /* LatencyWeight=: score per second; default 0.05 */
 
 	/* The files that were read, in order (for `molly config check` and logs). */
 	char **files;            /* owned, n_files */

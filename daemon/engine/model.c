@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "gguf.h"
 #include "model.h"
@@ -301,11 +302,16 @@ static int repack_weights(struct model *m)
 	for (size_t i = 0; i < n; i++)
 		if (quant_packed_preferred(ws[i]->type))
 			total += ALIGN_UP(quant_packed_bytes(ws[i]->type, ws[i]->n_in, ws[i]->n_out), 64);
-	if (total && posix_memalign(&m->packed, 64, total) != 0) {
+	/* 2 MiB-aligned and marked for transparent huge pages: decode streams every byte of it
+	 * per token, and 4 KiB pages would cost a TLB miss every 4 KiB (where THP is "madvise",
+	 * as on Debian, nothing else gives huge pages; failure only costs speed) */
+	if (total && posix_memalign(&m->packed, 2u << 20, total) != 0) {
 		m->packed = NULL;
 		free(ws);
 		return -ENOMEM;
 	}
+	if (total)
+		(void) madvise(m->packed, total, MADV_HUGEPAGE);
 	p = m->packed;
 	for (size_t i = 0; i < n && total; i++) {
 		struct weight *w = ws[i];

@@ -1,0 +1,236 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * router.c: see router.h.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/config.h"
+#include "router.h"
+#include "targets/remote.h"
+
+struct router {
+	struct router_target *targets; /* owned array; the strings are the caller's */
+	size_t n;
+	struct router_params p;
+};
+
+int router_new(const struct router_target *targets, size_t n, const struct router_params *p,
+	       struct router **ret, struct errmsg *e)
+{
+	struct router *r;
+
+	assert_return((targets || n == 0) && p && ret, -EINVAL);
+	if (n > ROUTER_MAX_CANDIDATES)
+		return errmsg_set(e, -E2BIG, "%zu routing targets; at most %d", n,
+				  ROUTER_MAX_CANDIDATES);
+	for (size_t i = 0; i < n; i++) {
+		if (!targets[i].name)
+			return errmsg_set(e, -EINVAL, "routing target %zu has no name", i);
+		if (targets[i].tier > 3)
+			return errmsg_set(e, -EINVAL, "routing target %s: tier T%u does not exist",
+					  targets[i].name, targets[i].tier);
+		if (!(targets[i].cost_in >= 0) || !(targets[i].cost_out >= 0))
+			return errmsg_set(e, -EINVAL, "routing target %s: negative cost",
+					  targets[i].name);
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	if (n > 0) {
+		r->targets = calloc(n, sizeof(*r->targets));
+		if (!r->targets) {
+			free(r);
+			return -ENOMEM;
+		}
+		memcpy(r->targets, targets, n * sizeof(*targets));
+	}
+	r->n = n;
+	r->p = *p;
+	*ret = r;
+	return 0;
+}
+
+struct router *router_free(struct router *r)
+{
+	if (r) {
+		free(r->targets);
+		free(r);
+	}
+	return NULL;
+}
+
+size_t router_n_targets(const struct router *r)
+{
+	return r ? r->n : 0;
+}
+
+const struct router_target *router_get_target(const struct router *r, size_t i)
+{
+	return r && i < r->n ? &r->targets[i] : NULL;
+}
+
+const char *router_trigger_name(enum router_trigger t)
+{
+	switch (t) {
+	case ROUTER_TRIGGER_ERROR:
+		return "error";
+	case ROUTER_TRIGGER_CONTEXT:
+		return "context";
+	case ROUTER_TRIGGER_POLICY:
+		return "policy";
+	}
+	return "error";
+}
+
+static double prior(const struct router_target *t, const char *domain)
+{
+	double q = ROUTER_NEUTRAL_QUALITY;
+
+	for (size_t i = 0; i < t->n_quality; i++)
+		if (strcmp(t->quality[i].domain, domain) == 0) {
+			q = t->quality[i].quality;
+			break;
+		}
+	/* A local adapter made for the domain beats the bare base there. */
+	if (t->tier == 0 && t->adapter)
+		for (size_t i = 0; i < t->n_domains; i++)
+			if (t->domains[i] && strcmp(t->domains[i], domain) == 0) {
+				q += ROUTER_ADAPTER_BONUS;
+				break;
+			}
+	return q;
+}
+
+double router_expected_quality(const struct router *r, size_t i, const struct router_query *q)
+{
+	const struct router_target *t;
+	double sum = 0, mass = 0;
+
+	if (!r || i >= r->n)
+		return 0;
+	t = &r->targets[i];
+	if (!q || !q->posterior || q->n_posterior == 0)
+		return prior(t, ROUTER_DEFAULT_DOMAIN);
+	for (size_t k = 0; k < q->n_posterior; k++) {
+		double p = q->posterior[k].p;
+		if (!(p > 0) || !q->posterior[k].domain)
+			continue;
+		sum += p * prior(t, q->posterior[k].domain);
+		mass += p;
+	}
+	/* A posterior that does not sum to one is normalised; an empty one is neutral. */
+	return mass > 0 ? sum / mass : prior(t, ROUTER_DEFAULT_DOMAIN);
+}
+
+static bool permitted(const struct router_target *t, const struct policy_decision *d)
+{
+	if (!policy_tier_allowed(d, t->tier, t->tier == 0 || t->user_controlled))
+		return false;
+	/* T3 without redaction would hand a personal value to someone else's server. */
+	if (t->tier == 3 && d->class != POLICY_CLASS_PUBLIC && !d->redact_for_t3)
+		return false;
+	return true;
+}
+
+static int cmp_candidates(const void *a, const void *b, void *userdata)
+{
+	const struct router_candidate *x = a, *y = b;
+	const struct router *r = userdata;
+
+	if (x->usable != y->usable)
+		return x->usable ? -1 : 1;
+	if (x->score != y->score)
+		return x->score > y->score ? -1 : 1;
+	if (r->targets[x->target].tier != r->targets[y->target].tier)
+		return r->targets[x->target].tier < r->targets[y->target].tier ? -1 : 1;
+	return x->target < y->target ? -1 : x->target > y->target;
+}
+
+int router_plan_new(const struct router *r, const struct policy_decision *d,
+		    const struct router_query *q, struct router_plan *plan)
+{
+	struct router_query dq = { 0 };
+
+	assert_return(r && d && plan, -EINVAL);
+	if (!q)
+		q = &dq;
+	plan->n = 0;
+	plan->pos = 0;
+	plan->fallbacks = 0;
+	plan->max_fallbacks = r->p.max_fallbacks;
+	for (size_t i = 0; i < r->n; i++) {
+		const struct router_target *t = &r->targets[i];
+		struct router_candidate *c;
+		uint32_t need_mod = q->modalities ? q->modalities : CONFIG_MODALITY_TEXT;
+		uint32_t has_mod = t->modalities ? t->modalities : CONFIG_MODALITY_TEXT;
+		double out_tokens = q->max_tokens ? q->max_tokens : 256;
+
+		if (!permitted(t, d))
+			continue;
+		if (q->local_only && t->tier != 0)
+			continue;
+		if (t->tier == 0 && q->require_adapter &&
+		    !(t->adapter && strcmp(t->adapter, q->require_adapter) == 0))
+			continue;
+		if (t->tier == 0 && !q->require_adapter && q->local_only && t->adapter)
+			continue;
+		c = &plan->c[plan->n];
+		plan->tried[plan->n] = false;
+		plan->n++;
+		c->target = i;
+		c->quality = router_expected_quality(r, i, q);
+		c->cost = (t->cost_in * q->prompt_tokens + t->cost_out * out_tokens) / 1e6;
+		c->latency_s = t->remote ? remote_target_latency_ms(t->remote) / 1000.0 : 0.0;
+		c->score = c->quality - r->p.cost_weight * c->cost -
+			   r->p.latency_weight * c->latency_s;
+		c->usable = (need_mod & has_mod) == need_mod &&
+			    (t->context_tokens == 0 ||
+			     (uint64_t) q->prompt_tokens + q->max_tokens <= t->context_tokens) &&
+			    (!t->remote || remote_target_available(t->remote));
+	}
+	if (plan->n == 0)
+		return -ENOENT;
+	qsort_r(plan->c, plan->n, sizeof(plan->c[0]), cmp_candidates, (void *) r);
+	plan->tried[0] = true;
+	return 0;
+}
+
+const struct router_target *router_plan_current(const struct router *r,
+						const struct router_plan *plan)
+{
+	if (!r || !plan || plan->pos >= plan->n)
+		return NULL;
+	return &r->targets[plan->c[plan->pos].target];
+}
+
+int router_plan_next(const struct router *r, struct router_plan *plan, enum router_trigger t)
+{
+	const struct router_target *cur;
+
+	assert_return(r && plan && plan->pos < plan->n, -EINVAL);
+	if (plan->fallbacks >= plan->max_fallbacks)
+		return -ELOOP;
+	cur = &r->targets[plan->c[plan->pos].target];
+	for (size_t i = 0; i < plan->n; i++) {
+		const struct router_target *x = &r->targets[plan->c[i].target];
+
+		if (plan->tried[i])
+			continue;
+		if (t == ROUTER_TRIGGER_CONTEXT && cur->context_tokens > 0 &&
+		    x->context_tokens > 0 && x->context_tokens <= cur->context_tokens)
+			continue;
+		if (t == ROUTER_TRIGGER_POLICY && x->tier == cur->tier)
+			continue;
+		/* Another adapter of the same engine fails the same way when it is down. */
+		if (t == ROUTER_TRIGGER_ERROR && cur->remote && x->remote == cur->remote)
+			continue;
+		plan->tried[i] = true;
+		plan->pos = i;
+		plan->fallbacks++;
+		return 0;
+	}
+	return -ENOENT;
+}
