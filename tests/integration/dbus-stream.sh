@@ -92,8 +92,10 @@ for f in files:
     assert lines, "a stream ended without any line"
     assert lines[-1]["type"] in ("done", "error"), lines[-1]
     if lines[-1]["type"] == "error":
-        assert "stopping" in lines[-1]["message"], lines[-1]
-        errors += 1
+        # StreamBufferBytes=4K: a stream this client has not read yet may have been cut for
+        # not reading (client_too_slow) before the SIGTERM; that is a final event too.
+        assert "stopping" in lines[-1]["message"] or lines[-1].get("code") == "client_too_slow", lines[-1]
+        errors += "stopping" in lines[-1]["message"]
 assert errors > 0, "no stream was cut short by SIGTERM"
 print(f"sigterm ok: {errors} of {len(files)} streams got a final error event")
 PY
