@@ -636,8 +636,8 @@ INLINE void tile_drive(const tile_fn t[TILE_MAX][TILE_MAX], int rt, int ct, int6
 
 /* Tile shapes, measured on Zen 3 (single core, 2048-value rows, 256 rows x 64 tokens; see
  * docs/PERFORMANCE.md): one token (decode) takes 4 rows at a time; batches take 4 rows x 4
- * tokens for Q8_0/Q4_0 (Q8_0: 32.7 GMAC/s against 18.7 pair by pair) and 3 x 4 for F32/F16
- * (31 GMAC/s, 66% of the core's FMA peak; 4 x 4 runs out of registers). */
+ * tokens for Q8_0/Q4_0 (Q8_0: 24.6 GMAC/s against 16.1 for quant_vec_dot() pair by pair) and
+ * 3 x 4 for F32/F16 (31 GMAC/s, 66% of the core's FMA peak; 4 x 4 runs out of registers). */
 void quant_gemm_q8_0_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
 			  size_t xs, int64_t nc, float *y, size_t ys)
 {

@@ -16,8 +16,9 @@
 #include "threadpool.h"
 
 /* What one pass over a chunk keeps in L2 (512 KiB per core on the machines we measure, 2 MiB
- * on Sapphire Rapids; half of the smaller): the activations of a token chunk, and for packed
- * weights, which sweep a chunk's rows once per token tile, the chunk's weight rows. */
+ * on Sapphire Rapids; half of the smaller): for unpacked weights, which sweep the tokens once
+ * per row tile, the activations of a token chunk; for packed weights, which sweep the chunk's
+ * rows once per few-token tile, the chunk's weight rows. */
 #define TOKEN_CHUNK_BYTES (256 * 1024)
 #define PACKED_CHUNK_BYTES (256 * 1024)
 /* Chunks per thread: enough to even out a slower core, few enough to keep the claims cheap. */
@@ -143,8 +144,14 @@ void matmul(struct threadpool *pool, const struct weight *w, const float *x, int
 	} else {
 		j.chunk_rows = MAX((j.chunk_rows + 3) / 4 * 4, (int64_t) 4);
 	}
-	j.tok_chunk = MAX((int64_t) (TOKEN_CHUNK_BYTES / MAX(j.xq_row_bytes, (size_t) 1)) / 4 * 4,
-			  (int64_t) 4);
+	/* the packed kernels sweep a chunk's rows once per few-token tile (quant_gemm_packed()),
+	 * so only the unpacked ones, which sweep the tokens per row tile, need token chunks */
+	if (w->packed)
+		j.tok_chunk = MAX(n_tokens, (int64_t) 1);
+	else
+		j.tok_chunk = MAX((int64_t) (TOKEN_CHUNK_BYTES / MAX(j.xq_row_bytes, (size_t) 1)) /
+					  4 * 4,
+				  (int64_t) 4);
 	atomic_init(&j.next_row, 0);
 	threadpool_run(pool, dot_rows, &j);
 }

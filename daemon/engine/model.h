@@ -11,8 +11,9 @@
  * Q6_K); only 1-D tensors (norms, biases) are copied out as F32. Where the CPU has kernels for
  * it (quant_packed_preferred()), Q8_0 and Q4_0 matrices are also repacked at load into the
  * kernels' interleaved layout (weight.packed): that costs their size again in anonymous
- * memory (the file's pages are then only page cache) and ~0.3 s per GB; MOLLY_REPACK=0 in
- * the environment keeps every matrix mmap'd only.
+ * memory (the file's pages are then only page cache) and ~1 s per GB of load time (one
+ * thread; docs/PERFORMANCE.md); MOLLY_REPACK=0 in the environment keeps every matrix mmap'd
+ * only.
  *
  * A model is immutable after load and may be shared by many contexts (one per sequence).
  * A model_ctx owns a sequence's KV cache and scratch; use it from one thread at a time.

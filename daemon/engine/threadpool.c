@@ -6,7 +6,8 @@
  * each, back to back. Starting a job is one atomic increment while the workers spin, plus a
  * futex wake only when some worker went to sleep; ending it is one atomic decrement per
  * worker. The spin is bounded in time (SPIN_NS), not in pause instructions, whose cost
- * varies ~10x between CPUs (Zen 3 ~65 cycles, Skylake-SP ~140). A sleeping worker costs
+ * varies between CPUs (30 ns on the Zen 3 VM we measure on, ~140 cycles on Intel since
+ * Skylake). A sleeping worker costs
  * ~10-50 us to wake, which a job pays only after an idle gap longer than the spin.
  *
  * On a machine with more runnable threads than cores (other processes), a spinning thread

@@ -271,6 +271,8 @@ static bool have_avx2(void)
 	return cached;
 }
 
+#define SGMV_PARALLEL_MIN_MACS (1u << 20)
+
 struct sgmv_job {
 	const float *x;
 	float *y;
@@ -340,9 +342,15 @@ void lora_sgmv(struct threadpool *pool, const float *x, float *y, const struct l
 	j.n_out = pairs[0].mat->n_out;
 	for (size_t i = 0; i < n_pairs; i++)
 		j.max_rank = MAX(j.max_rank, pairs[i].mat->rank);
-	if (n_pairs * j.max_rank >= 64)
-		threadpool_run(pool, sgmv_shrink, &j);
-	else
+	/* A decode step's deltas are small (a few pairs × rank 16 × ~1-2k columns: tens of µs);
+	 * handing them to the pool would cost more in wake-ups and joins than they take, so
+	 * only big ones (prefill chunks) are split. The split never changes a row's result. */
+	size_t macs = n_pairs * j.max_rank * ((size_t) j.n_in + j.n_out);
+	if (macs < SGMV_PARALLEL_MIN_MACS) {
 		sgmv_shrink(&j, 0, 1);
+		sgmv_expand(&j, 0, 1);
+		return;
+	}
+	threadpool_run(pool, sgmv_shrink, &j);
 	threadpool_run(pool, sgmv_expand, &j);
 }

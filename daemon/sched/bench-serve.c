@@ -11,6 +11,7 @@
 #include "../engine/quant.h"
 #include "../lora/adapter.h"
 #include "../lora/lora-gen.h"
+#include "../lora/resident.h"
 #include "bench-serve.h"
 #include "sched.h"
 
@@ -37,24 +38,31 @@ static void on_event(const struct sched_event *ev, void *userdata)
 		__atomic_fetch_add(&c->done, 1, __ATOMIC_RELEASE);
 }
 
-static int add_adapter(struct sched *s, const struct model *m, const char *path, const char *name,
+#define MAX_ADAPTERS 1024
+
+/* Adapters are opened before the scheduler exists, so the pool can be sized for them. */
+struct opened {
+	struct lora_adapter *a[MAX_ADAPTERS];
+	uint32_t n;
+};
+
+static int add_adapter(struct opened *op, const struct model *m, const char *path, const char *name,
 		       struct errmsg *e)
 {
 	struct lora_open_opts lo = { .base = m, .name = name };
-	struct lora_adapter *a = NULL;
 	int r;
 
-	r = lora_adapter_open(path, &lo, &a, NULL, e);
+	if (op->n == MAX_ADAPTERS)
+		return errmsg_set(e, -E2BIG, "more than %d adapters", MAX_ADAPTERS);
+	r = lora_adapter_open(path, &lo, &op->a[op->n], NULL, e);
 	if (r < 0)
 		return errmsg_prefix(e, r, "%s", path);
-	r = sched_add_adapter(s, a, e);
-	if (r < 0)
-		lora_adapter_free(a);
-	return r;
+	op->n++;
+	return 0;
 }
 
 /* Generates n GGUF LoRA files in a fresh temporary folder and registers them. */
-static int add_generated(struct sched *s, const struct model *m, uint32_t n, uint64_t seed,
+static int add_generated(struct opened *op, const struct model *m, uint32_t n, uint64_t seed,
 			 char names[][32], struct errmsg *e)
 {
 	char dir[] = "/tmp/molly-bench-serve-XXXXXX", path[256];
@@ -67,18 +75,18 @@ static int add_generated(struct sched *s, const struct model *m, uint32_t n, uin
 					   .dtype = GGML_TYPE_F16, .format = LORA_FORMAT_GGUF };
 
 		snprintf(names[i], 32, "bench-%u", i);
-		snprintf(path, sizeof(path), "%s/%s.gguf", dir, names[i]);
+		snprintf(path, sizeof(path), "%s/%.31s.gguf", dir, names[i]);
 		r = lora_gen_write(path, &g, e);
 		if (r == 0)
-			r = add_adapter(s, m, path, names[i], e);
+			r = add_adapter(op, m, path, names[i], e);
 		unlink(path);
 	}
 	rmdir(dir);
 	return r;
 }
 
-static int add_dir(struct sched *s, const struct model *m, const char *dirpath, char names[][32],
-		   uint32_t max, uint32_t *n, struct errmsg *e)
+static int add_dir(struct opened *op, const struct model *m, const char *dirpath,
+		   char names[][32], uint32_t max, uint32_t *n, struct errmsg *e)
 {
 	DIR *d = opendir(dirpath);
 	struct dirent *de;
@@ -94,15 +102,13 @@ static int add_dir(struct sched *s, const struct model *m, const char *dirpath, 
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dirpath, de->d_name);
 		snprintf(names[*n], 32, "a%u", *n);
-		r = add_adapter(s, m, path, names[*n], e);
+		r = add_adapter(op, m, path, names[*n], e);
 		if (r == 0)
 			(*n)++;
 	}
 	closedir(d);
 	return r;
 }
-
-#define MAX_ADAPTERS 1024
 
 static void count_resident(const struct sched_adapter_info *info, void *userdata)
 {
@@ -131,14 +137,32 @@ int bench_serve_run(const struct bench_serve_opts *o, struct bench_serve_result 
 	double t0;
 	int r;
 
-	r = sched_new(o->m, &sp, &s, e);
-	if (r < 0)
-		return r;
+	static struct opened op;
+	size_t page_bytes = sched_page_bytes(o->m), pages;
+
+	op.n = 0;
 	if (o->adapters_dir)
-		r = add_dir(s, o->m, o->adapters_dir, names, MAX_ADAPTERS, &n_ad, e);
+		r = add_dir(&op, o->m, o->adapters_dir, names, MAX_ADAPTERS, &n_ad, e);
 	else if (o->n_adapters) {
 		n_ad = MIN(o->n_adapters, (uint32_t) MAX_ADAPTERS);
-		r = add_generated(s, o->m, n_ad, o->seed, names, e);
+		r = add_generated(&op, o->m, n_ad, o->seed, names, e);
+	} else
+		r = 0;
+	/* The pool holds every sequence's whole context and every adapter: the benchmark
+	 * measures serving with the adapters resident, not eviction. */
+	pages = (size_t) sp.max_sequences * ((sp.max_context + 15) / 16) + 4;
+	for (uint32_t i = 0; i < op.n; i++)
+		pages += lora_resident_pages_needed(op.a[i], page_bytes);
+	sp.pool_bytes = pages * page_bytes;
+	if (r == 0)
+		r = sched_new(o->m, &sp, &s, e);
+	for (uint32_t i = 0; i < op.n; i++) {
+		if (r == 0) {
+			r = sched_add_adapter(s, op.a[i], e);
+			if (r == 0)
+				op.a[i] = NULL; /* the scheduler owns it */
+		}
+		op.a[i] = lora_adapter_free(op.a[i]);
 	}
 	if (r < 0)
 		return r;

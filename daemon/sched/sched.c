@@ -743,12 +743,21 @@ int sched_start(struct sched *s)
 
 /* ---- construction ---- */
 
+size_t sched_page_bytes(const struct model *m)
+{
+	/* adapter rows are at most max(n_embd, n_ff, q_dim) values of F32 */
+	size_t row_max = MAX(MAX((size_t) m->hp.n_embd, (size_t) m->hp.n_ff),
+			     (size_t) m->hp.n_head * m->hp.head_dim) * sizeof(float);
+
+	return ALIGN_UP(MAX(forward_kv_block_bytes(m), ALIGN_UP(row_max, 64)), 4096);
+}
+
 int sched_new(const struct model *m, const struct sched_params *params, struct sched **ret,
 	      struct errmsg *e)
 {
 	struct sched_params p = params ? *params : (struct sched_params){};
 	struct sched *s;
-	size_t page_bytes, n_pages, row_max;
+	size_t page_bytes, n_pages;
 	int r;
 
 	assert_return(m && ret, -EINVAL);
@@ -765,9 +774,7 @@ int sched_new(const struct model *m, const struct sched_params *params, struct s
 	if (p.max_sequences > 1024 || p.queue_length > 65536 || p.max_context > (1u << 20) ||
 	    p.step_tokens > 16384 || p.n_threads > 256)
 		return errmsg_set(e, -EINVAL, "scheduler limits out of range");
-	row_max = MAX(MAX((size_t) m->hp.n_embd, (size_t) m->hp.n_ff),
-		      (size_t) m->hp.n_head * m->hp.head_dim) * sizeof(float);
-	page_bytes = ALIGN_UP(MAX(forward_kv_block_bytes(m), ALIGN_UP(row_max, 64)), 4096);
+	page_bytes = sched_page_bytes(m);
 	if (p.pool_bytes == 0) {
 		size_t blocks = (p.max_context + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
 

@@ -95,6 +95,9 @@ struct sched_request {
 
 int sched_new(const struct model *m, const struct sched_params *p, struct sched **ret,
 	      struct errmsg *e);
+/* The pool's page size for this model: one KV block, and at least the longest adapter row.
+ * Use it to size pool_bytes for a known set of adapters (lora_resident_pages_needed()). */
+size_t sched_page_bytes(const struct model *m);
 /* Stops the thread (cancelling everything in flight: each gets a CANCELLED DONE event). */
 struct sched *sched_free(struct sched *s);
 DEFINE_CLEANUP_FUNC(struct sched *, sched_free, NULL)
