@@ -15,6 +15,7 @@
 #include <lmdb.h>
 
 #include "audit.h"
+#include "../core/lmdb-util.h"
 
 #define KEY_SIZE 16
 #define PRUNE_BATCH 4096 /* deletions per write transaction */
@@ -38,51 +39,6 @@ struct audit {
 static uint64_t map_reserve(uint64_t cap)
 {
 	return MAX(cap / 8, 64ull * 4096);
-}
-
-static int lmdb_errno(int rc)
-{
-	switch (rc) {
-	case MDB_SUCCESS:
-		return 0;
-	case MDB_KEYEXIST:
-		return -EEXIST;
-	case MDB_NOTFOUND:
-		return -ENOENT;
-	case MDB_MAP_FULL:
-	case MDB_DBS_FULL:
-		return -ENOSPC;
-	case MDB_READERS_FULL:
-	case MDB_MAP_RESIZED:
-		return -EAGAIN;
-	case MDB_TXN_FULL:
-	case MDB_CURSOR_FULL:
-	case MDB_PAGE_FULL:
-	case MDB_BAD_VALSIZE:
-		return -E2BIG;
-	case MDB_INVALID:
-	case MDB_VERSION_MISMATCH:
-	case MDB_CORRUPTED:
-	case MDB_PAGE_NOTFOUND:
-	case MDB_INCOMPATIBLE:
-		return -EBADMSG;
-	case MDB_PANIC:
-	case MDB_BAD_TXN:
-	case MDB_BAD_RSLOT:
-	case MDB_BAD_DBI:
-	case MDB_TLS_FULL:
-		return -EIO;
-	default:
-		return rc > 0 ? -rc : -EIO;
-	}
-}
-
-static uint64_t realtime_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
 }
 
 static void key_encode(uint8_t k[KEY_SIZE], uint64_t t, uint64_t seq)
@@ -643,7 +599,7 @@ int audit_append(struct audit *a, struct audit_record *r, struct errmsg *e)
 	if (a->read_only)
 		return errmsg_set(e, -EROFS, "%s: opened read-only", a->dir);
 	if (r->time_ns == 0)
-		r->time_ns = realtime_ns();
+		r->time_ns = lmdb_realtime_ns();
 	for (int tries = 0;; tries++) {
 		r->seq = a->next_seq;
 		free(json);
@@ -656,7 +612,7 @@ int audit_append(struct audit *a, struct audit_record *r, struct errmsg *e)
 		if (rc == MDB_SUCCESS) {
 			a->next_seq++;
 			if (over_cap(a)) {
-				k = make_room(a, realtime_ns(), &dropped);
+				k = make_room(a, lmdb_realtime_ns(), &dropped);
 				note_pruned(a);
 				if (k < 0 && k != -ENOSPC)
 					return errmsg_set(e, k, "pruning the full audit store %s: %s",
@@ -677,7 +633,7 @@ int audit_append(struct audit *a, struct audit_record *r, struct errmsg *e)
 				if (mdb_env_set_mapsize(a->env, sz) == MDB_SUCCESS)
 					a->map_size = sz;
 			}
-			k = make_room(a, realtime_ns(), &dropped);
+			k = make_room(a, lmdb_realtime_ns(), &dropped);
 			note_pruned(a);
 			if (k < 0)
 				return errmsg_set(e, k,

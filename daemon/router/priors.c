@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "priors.h"
+#include "../core/lmdb-util.h"
 
 #define VALUE_VERSION 1u
 #define VALUE_SIZE 40
@@ -35,52 +36,6 @@ struct value {
 	double seed;
 	uint64_t updated_ns;
 };
-
-/* LMDB's codes as -errno, so callers see one convention. */
-static int lmdb_errno(int rc)
-{
-	switch (rc) {
-	case MDB_SUCCESS:
-		return 0;
-	case MDB_KEYEXIST:
-		return -EEXIST;
-	case MDB_NOTFOUND:
-		return -ENOENT;
-	case MDB_MAP_FULL:
-	case MDB_DBS_FULL:
-		return -ENOSPC;
-	case MDB_READERS_FULL:
-	case MDB_MAP_RESIZED:
-		return -EAGAIN;
-	case MDB_TXN_FULL:
-	case MDB_CURSOR_FULL:
-	case MDB_PAGE_FULL:
-	case MDB_BAD_VALSIZE:
-		return -E2BIG;
-	case MDB_INVALID:
-	case MDB_VERSION_MISMATCH:
-	case MDB_CORRUPTED:
-	case MDB_PAGE_NOTFOUND:
-	case MDB_INCOMPATIBLE:
-		return -EBADMSG;
-	case MDB_PANIC:
-	case MDB_BAD_TXN:
-	case MDB_BAD_RSLOT:
-	case MDB_BAD_DBI:
-	case MDB_TLS_FULL:
-		return -EIO;
-	default:
-		return rc > 0 ? -rc : -EIO;
-	}
-}
-
-static uint64_t realtime_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
-}
 
 static void put_u32(uint8_t *p, uint32_t v)
 {
@@ -294,7 +249,7 @@ static int update(struct priors *p, const char *domain, const char *target,
 				  mdb_strerror(rc));
 	}
 	fn(&v, exists, x, p->alpha);
-	v.updated_ns = realtime_ns();
+	v.updated_ns = lmdb_realtime_ns();
 	encode(&v, vbuf);
 	d = (MDB_val){ .mv_size = VALUE_SIZE, .mv_data = vbuf };
 	rc = mdb_put(txn, p->dbi, &k, &d, 0);
