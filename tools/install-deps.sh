@@ -7,7 +7,8 @@ set -euo pipefail
 packages=(
 	cmake ninja-build gcc pkg-config   # build
 	libpcre2-dev                       # BPE pre-tokenizers (PCRE2 with Unicode properties + JIT)
-	clang libclang-rt-14-dev           # libFuzzer targets and their sanitizer runtimes
+	clang libclang-rt-14-dev           # libFuzzer targets and their sanitizer runtimes; BPF programs
+	libbpf-dev bpftool                 # egress filter: BPF loader library, skeleton generator
 	python3 python3-jinja2             # cross-check of chat templates against real Jinja
 	libjson-c-dev                      # JSON: PEFT configs, HTTP bodies
 	liburing-dev                       # adapter loading (io_uring, O_DIRECT)

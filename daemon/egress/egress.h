@@ -156,6 +156,12 @@ int egress_kill_worker(struct egress *eg, pid_t pid, int sig, struct errmsg *e);
  * message otherwise. */
 int egress_dest_parse(const char *s, struct egress_dest *ret, struct errmsg *e);
 
+/* Whether egress_start() can work here, without changing anything: root, a writable cgroup2
+ * mount, and a kernel that loads a cgroup sock_addr BPF program. 0, or -errno with the reason
+ * (-EPERM not root or BPF refused, -ENOENT no cgroup2). For tests (skip) and the daemon's
+ * status line. */
+int egress_supported(struct errmsg *e);
+
 /* Count of denials the kernel could not report (ring buffer full) or the helper could not
  * forward (core not reading), as last reported by the helper. */
 uint64_t egress_lost_denials(struct egress *eg);
