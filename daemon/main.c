@@ -20,14 +20,17 @@
 #include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <linux/capability.h>
+#include <netinet/in.h>
 #include <sys/syscall.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,6 +40,8 @@
 
 #include "core/config.h"
 #include "core/log.h"
+#include "egress/client.h"
+#include "egress/egress.h"
 #include "front/dbus.h"
 #include "front/http.h"
 #include "manager.h"
@@ -44,6 +49,13 @@
 #ifndef MOLLY_VERSION
 #define MOLLY_VERSION "0.1.0"
 #endif
+#ifndef MOLLY_LIBEXECDIR
+#define MOLLY_LIBEXECDIR "/usr/libexec"
+#endif
+
+/* How long start and reload wait for the egress workers to confirm their targets. */
+#define EGRESS_START_WAIT_NS (15ull * 1000000000ull)
+#define EGRESS_RELOAD_WAIT_NS (10ull * 1000000000ull)
 
 /* After the drain, how long the fronts get to hand out the last events. */
 #define FLUSH_TIMEOUT_USEC (5ull * 1000000ull)
@@ -66,6 +78,18 @@ struct daemon {
 	uint64_t flush_deadline;
 	uint64_t watchdog_usec;
 	sd_event_source *watchdog_timer;
+
+	/* Egress enforcement: eg from egress_start() (as root), handed to the client. */
+	bool egress_wanted;            /* Enforce=yes and remote targets configured */
+	struct egress *eg;
+	char egress_failure[600];      /* why enforcement did not start ("" : it did) */
+	struct egress_client *egress;
+	/* Denials arrive on the egress supervisor thread; those before the manager (and its
+	 * audit store) exists wait here, a few at most. */
+	pthread_mutex_t denial_lock;
+	struct manager *denial_manager;
+	struct egress_denial early_denials[16];
+	size_t n_early_denials;
 };
 
 /* ---- privileged set-up ---- */
@@ -113,8 +137,125 @@ static int step_directories(struct daemon *d, const struct passwd *user, struct 
 	return r;
 }
 
+static bool test_env(const char *name)
+{
+	const char *t = getenv("MOLLY_EGRESS_TEST"), *v = getenv(name);
+
+	return t && strcmp(t, "1") == 0 && v && v[0] && strcmp(v, "0") != 0;
+}
+
+/* The molly-egress to start: WorkerPath=, else next to this executable (a build tree), else
+ * the installed one. */
+static int egress_worker_path(const struct config *c, char *buf, size_t size)
+{
+	char self[4096];
+	ssize_t n;
+
+	if (c->egress_worker_path) {
+		snprintf(buf, size, "%s", c->egress_worker_path);
+		return access(buf, X_OK) < 0 ? -errno : 0;
+	}
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		char *slash;
+		self[n] = 0;
+		slash = strrchr(self, '/');
+		if (slash) {
+			*slash = 0;
+			snprintf(buf, size, "%.3800s/molly-egress", self);
+			if (access(buf, X_OK) == 0)
+				return 0;
+		}
+	}
+	snprintf(buf, size, "%s/molly/molly-egress", MOLLY_LIBEXECDIR);
+	return access(buf, X_OK) < 0 ? -errno : 0;
+}
+
+/* TEST ONLY (MOLLY_EGRESS_TEST=1 MOLLY_EGRESS_TEST_CORE_CONNECT=ADDR:PORT): once in the core
+ * cgroup, try one TCP connect and log what happened, so a test can show the core has no
+ * route out (EPERM, and a denial record). */
+static void test_core_connect(void)
+{
+	const char *dest = getenv("MOLLY_EGRESS_TEST_CORE_CONNECT");
+	struct egress_dest d;
+	struct errmsg e = { { 0 } };
+	union {
+		struct sockaddr sa;
+		struct sockaddr_in in;
+		struct sockaddr_in6 in6;
+	} sa = { 0 };
+	socklen_t len;
+	int fd, r;
+
+	if (!test_env("MOLLY_EGRESS_TEST_CORE_CONNECT"))
+		return;
+	if (egress_dest_parse(dest, &d, &e) < 0) {
+		log_error("TEST: MOLLY_EGRESS_TEST_CORE_CONNECT=%s: %s", dest, e.text);
+		return;
+	}
+	if (d.family == AF_INET) {
+		sa.in.sin_family = AF_INET;
+		sa.in.sin_port = htons(d.port);
+		memcpy(&sa.in.sin_addr, d.addr, 4);
+		len = sizeof(sa.in);
+	} else {
+		sa.in6.sin6_family = AF_INET6;
+		sa.in6.sin6_port = htons(d.port);
+		memcpy(&sa.in6.sin6_addr, d.addr, 16);
+		len = sizeof(sa.in6);
+	}
+	fd = socket(d.family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		log_error("TEST: core connect to %s: socket: %m", dest);
+		return;
+	}
+	r = connect(fd, &sa.sa, len);
+	if (r < 0)
+		log_notice("TEST: core connect to %s: %s (errno %d)", dest, strerror(errno), errno);
+	else
+		log_warning("TEST: core connect to %s: CONNECTED (the core is not filtered)", dest);
+	close(fd);
+}
+
+/* Egress enforcement: the cgroups, the BPF programs and the privileged helper; this process
+ * moves into the core cgroup (no inet connection at all). A failure is not fatal: remote
+ * tiers stay closed (fail closed) and the reason is logged and shown in Status. */
+static int step_egress(struct daemon *d, const struct passwd *user, struct errmsg *e)
+{
+	char path[4096];
+	struct errmsg ee = { { 0 } };
+	int r;
+
+	if (!d->egress_wanted)
+		return 0;
+	if (test_env("MOLLY_EGRESS_TEST_FAIL_START")) {
+		snprintf(d->egress_failure, sizeof(d->egress_failure),
+			 "TEST: MOLLY_EGRESS_TEST_FAIL_START is set");
+		return 0;
+	}
+	r = egress_worker_path(d->config, path, sizeof(path));
+	if (r < 0) {
+		snprintf(d->egress_failure, sizeof(d->egress_failure),
+			 "the egress worker %.300s is not executable (%s); set [Egress] WorkerPath=",
+			 path, strerror(-r));
+		return 0;
+	}
+	r = egress_start("mollyd", path, user ? user->pw_uid : getuid(),
+			 user ? user->pw_gid : getgid(), &d->eg, &ee);
+	if (r < 0) {
+		snprintf(d->egress_failure, sizeof(d->egress_failure), "%s",
+			 ee.text[0] ? ee.text : strerror(-r));
+		return 0;
+	}
+	log_info("egress enforcement: core cgroup %s (no inet connection); workers: %s",
+		 egress_cgroup_path(d->eg, EGRESS_CORE), path);
+	test_core_connect();
+	return 0;
+}
+
 static const struct privileged_step privileged_steps[] = {
 	{ "directories", step_directories },
+	{ "egress", step_egress },
 };
 
 /* Whether any capability is still permitted or effective. */
@@ -175,6 +316,10 @@ static int become_user(struct daemon *d)
 				d->config->user);
 	}
 	if (geteuid() != 0) {
+		if (d->egress_wanted)
+			snprintf(d->egress_failure, sizeof(d->egress_failure),
+				 "mollyd was not started as root (loading the eBPF egress filter "
+				 "and making its cgroups need root)");
 		if (pw && pw->pw_uid != geteuid())
 			log_warning(
 				"not started as root: staying uid %u instead of [Daemon] User=%s",
@@ -196,6 +341,68 @@ static int become_user(struct daemon *d)
 		return log_error_errno(r, "dropping privileges: %s", e.text);
 	log_info("running as %s (uid %u) without capabilities", pw->pw_name, (unsigned) pw->pw_uid);
 	return 0;
+}
+
+/* ---- egress ---- */
+
+static void on_denial(const struct egress_denial *dn, void *userdata)
+{
+	struct daemon *d = userdata;
+	char dest[64] = "?";
+
+	(void) egress_dest_format(&dn->dest, dest, sizeof(dest));
+	log_warning("egress: denied a %s connection to %s from pid %u in the %s cgroup",
+		    dn->protocol == 17 ? "UDP" : "TCP", dest, (unsigned) dn->pid,
+		    dn->tier == EGRESS_CORE ? "core" : dn->tier == EGRESS_T1 ? "t1"
+						: dn->tier == EGRESS_T2 ? "t2" : "t3");
+	pthread_mutex_lock(&d->denial_lock);
+	if (d->denial_manager)
+		manager_audit_denial(d->denial_manager, dn);
+	else if (d->n_early_denials < ELEMENTSOF(d->early_denials))
+		d->early_denials[d->n_early_denials++] = *dn;
+	pthread_mutex_unlock(&d->denial_lock);
+}
+
+static void set_denial_manager(struct daemon *d, struct manager *m)
+{
+	pthread_mutex_lock(&d->denial_lock);
+	d->denial_manager = m;
+	for (size_t i = 0; m && i < d->n_early_denials; i++)
+		manager_audit_denial(m, &d->early_denials[i]);
+	d->n_early_denials = 0;
+	pthread_mutex_unlock(&d->denial_lock);
+}
+
+/* The client over the workers: ENFORCED when egress_start() succeeded, else DISABLED (remote
+ * tiers refused with the reason). */
+static int egress_client_setup(struct daemon *d, struct errmsg *e)
+{
+	struct egress_client_options o = { .on_denial = on_denial,
+					   .userdata = d,
+					   .resolve_interval_ns = d->config->egress_resolve_interval_ns };
+	static const char *const wrong_env[4] = { NULL, "MOLLY_EGRESS_TEST_WRONG_TARGET_T1",
+						  "MOLLY_EGRESS_TEST_WRONG_TARGET_T2",
+						  "MOLLY_EGRESS_TEST_WRONG_TARGET_T3" };
+	int r;
+
+	if (d->eg) {
+		o.mode = EGRESS_CLIENT_ENFORCED;
+		o.eg = d->eg;
+	} else {
+		o.mode = EGRESS_CLIENT_DISABLED;
+		o.disabled_reason = d->egress_failure[0] ? d->egress_failure : "unknown reason";
+		log_error("egress enforcement could not start: %s. Remote tiers (T1..T3) are "
+			  "DISABLED and only T0 (this machine) serves; fix the cause or set "
+			  "[Egress] Enforce=no to call remote targets without kernel enforcement",
+			  o.disabled_reason);
+	}
+	for (unsigned i = 1; i <= 3; i++)
+		if (test_env(wrong_env[i]))
+			o.test_wrong_target[i] = getenv(wrong_env[i]);
+	r = egress_client_new(&o, &d->egress, e);
+	if (r >= 0)
+		d->eg = NULL; /* the client owns it now */
+	return r;
 }
 
 /* ---- reload ---- */
@@ -232,6 +439,16 @@ static int daemon_reload(void *userdata, struct errmsg *e)
 	if (r > 0) {
 		log_warning("reload: %s", e->text);
 		warn = 1;
+	}
+	if (d->egress && egress_client_mode(d->egress) != EGRESS_CLIENT_DISABLED) {
+		/* New URLs or addresses: the workers resolve, the allow-lists follow. */
+		int k = egress_client_configure(d->egress, c, EGRESS_RELOAD_WAIT_NS, &e2);
+		if (k != 0) {
+			log_warning("reload: egress: %s", e2.text);
+			if (!warn)
+				errmsg_set(e, 1, "%s", e2.text);
+			warn = 1;
+		}
 	}
 	if (d->http) {
 		int k = http_front_reload(d->http, c, &e2);
@@ -383,7 +600,7 @@ static int run(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{},
 	};
-	struct daemon d = { .drain_fd = -EBADF };
+	struct daemon d = { .drain_fd = -EBADF, .denial_lock = PTHREAD_MUTEX_INITIALIZER };
 	struct dbus_front_hooks hooks = { .reload = daemon_reload, .userdata = &d };
 	enum log_target target = LOG_TARGET_AUTO;
 	struct errmsg e = { { 0 } };
@@ -448,15 +665,38 @@ static int run(int argc, char **argv)
 	/* Blocked before any thread starts, so every thread inherits it and signalfd sees all. */
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
 
+	d.egress_wanted = d.config->egress_enforce && d.config->n_targets > 0;
 	r = become_user(&d);
 	if (r < 0)
 		goto out;
+	if (d.egress_wanted) {
+		r = egress_client_setup(&d, &e);
+		if (r < 0) {
+			log_error_errno(r, "egress: %s", e.text);
+			goto out;
+		}
+	} else if (d.config->n_targets > 0)
+		log_warning("[Egress] Enforce=no: remote targets are called from the daemon's own "
+			    "process, without kernel enforcement (audit records say "
+			    "egress_enforced=false)");
 
 	(void) sd_notifyf(false, "STATUS=Loading %s", d.config->model_path ?: "(no model)");
-	r = manager_new(d.config, &d.manager, &e);
+	r = manager_new_with_egress(d.config, d.egress, &d.manager, &e);
 	if (r < 0) {
 		log_error_errno(r, "%s", e.text);
 		goto out;
+	}
+	set_denial_manager(&d, d.manager);
+	if (d.egress && egress_client_mode(d.egress) != EGRESS_CLIENT_DISABLED) {
+		struct errmsg ew = { { 0 } };
+		int k = egress_client_configure(d.egress, d.config, EGRESS_START_WAIT_NS, &ew);
+		if (k < 0) {
+			log_error_errno(k, "egress: %s", ew.text);
+			r = k;
+			goto out;
+		}
+		if (k > 0)
+			log_warning("egress: %s", ew.text);
 	}
 	r = manager_start(d.manager);
 	if (r < 0) {
@@ -512,7 +752,11 @@ out:
 	d.dbus = dbus_front_free(d.dbus);
 	if (d.drain_started)
 		pthread_join(d.drain_thread, NULL);
+	set_denial_manager(&d, NULL);
 	d.manager = manager_free(d.manager);
+	/* After the manager: the router's proxies use the client until they are freed. */
+	d.egress = egress_client_free(d.egress);
+	d.eg = egress_free(d.eg);
 	sd_event_source_disable_unref(d.drain_source);
 	sd_event_source_disable_unref(d.idle_timer);
 	sd_event_source_disable_unref(d.watchdog_timer);

@@ -63,6 +63,8 @@ struct mremote {
 
 	bool text_sent;
 	char why[512];           /* the failures so far, for the final error */
+	uint32_t permitted_tiers; /* the policy's, checked again at the egress hand-off */
+	int sensitivity;
 };
 
 /* ---- building ---- */
@@ -107,7 +109,8 @@ int manager_routing_new(const struct config *c, const char *base,
 						   .retries = t->retries };
 		struct router_target *x = &rt->rtargets[i + 1];
 
-		k = remote_target_new(&rc, &rt->remotes[i + 1], e);
+		k = hooks->target_new ? hooks->target_new(hooks->m, t, &rt->remotes[i + 1], e)
+				      : remote_target_new(&rc, &rt->remotes[i + 1], e);
 		if (k < 0)
 			goto fail;
 		if (t->n_quality > 0) {
@@ -428,7 +431,9 @@ static void mremote_run(struct mremote *q)
 					     .has_seed = q->req.has_seed,
 					     .seed = q->req.seed,
 					     .stop = q->req.stop,
-					     .n_stop = q->req.n_stop };
+					     .n_stop = q->req.n_stop,
+					     .permitted_tiers = q->permitted_tiers,
+					     .sensitivity = q->sensitivity };
 		k = 0;
 		if (t->tier == 3) {
 			/* The router only ranks T3 where the policy permits it, and then the
@@ -547,7 +552,7 @@ static void on_remote_event(const struct remote_event *rev, void *userdata)
 		}
 		if (rev->error == REMOTE_ERR_CONTEXT)
 			trig = ROUTER_TRIGGER_CONTEXT;
-		else if (rev->error == REMOTE_ERR_REJECTED)
+		else if (rev->error == REMOTE_ERR_REJECTED || rev->error == REMOTE_ERR_REFUSED)
 			trig = ROUTER_TRIGGER_POLICY;
 		k = router_plan_next(rt->router, q->plan, trig);
 		if (k < 0) {
@@ -616,6 +621,8 @@ int manager_routing_submit(struct manager_routing *rt, uint64_t id,
 	}
 	if (mremote_copy(q, r, d) < 0)
 		goto oom;
+	q->permitted_tiers = d->permitted_tiers;
+	q->sensitivity = (int) d->class;
 	q->rt = rt;
 	q->id = id;
 	q->fn = fn;

@@ -20,6 +20,7 @@
 #include "audit/audit.h"
 #include "manager.h"
 #include "router/router.h"
+#include "targets/remote.h"
 
 struct manager_routing;
 
@@ -32,6 +33,10 @@ struct manager_routing_hooks {
 	int (*local_cancel)(void *m, uint64_t id);
 	/* A remote request's final event (stats, audit a: taken, may be NULL). */
 	void (*final)(void *m, const struct manager_event *ev, struct audit_record *a);
+	/* Makes the remote_target for [Target] t (egress enforcement: a proxy through its
+	 * tier's worker); NULL: remote_target_new() in this process. */
+	int (*target_new)(void *m, const struct config_target *t, struct remote_target **ret,
+			  struct errmsg *e);
 	void *m;
 };
 

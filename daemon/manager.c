@@ -26,6 +26,7 @@
 
 #include "basic/sha256.h"
 #include "core/config.h"
+#include "egress/client.h"
 #include "engine/model.h"
 #include "engine/vocab.h"
 #include "lora/adapter.h"
@@ -123,6 +124,13 @@ struct manager {
 	/* Routing to [Target] endpoints (T1..T3): NULL when none is configured. Built at start;
 	 * [Target] and [Router] changes need a restart. */
 	struct manager_routing *routing;
+	/* Egress enforcement (egress/client.h), borrowed from main: NULL with Enforce=no or
+	 * without remote targets (remote calls then run in this process, as audited). */
+	struct egress_client *egress;
+	/* TEST ONLY (MOLLY_EGRESS_TEST=1 MOLLY_EGRESS_TEST_SKIP_CORE_DETECTORS=1): the core's
+	 * policy sees an empty text, so a personal payload is "public" for the router; the
+	 * egress worker's own check must catch it. */
+	bool test_skip_core_detectors;
 };
 
 /* ---- errors ---- */
@@ -378,6 +386,19 @@ static int routing_new(struct manager *m, const struct config *c, struct errmsg 
 
 int manager_new(struct config *config, struct manager **ret, struct errmsg *e)
 {
+	return manager_new_with_egress(config, NULL, ret, e);
+}
+
+static bool test_switch(const char *name)
+{
+	const char *t = getenv("MOLLY_EGRESS_TEST"), *v = getenv(name);
+
+	return t && strcmp(t, "1") == 0 && v && strcmp(v, "1") == 0;
+}
+
+int manager_new_with_egress(struct config *config, struct egress_client *egress,
+			    struct manager **ret, struct errmsg *e)
+{
 	_cleanup_(manager_freep) struct manager *m = NULL;
 	struct sched_params sp = { 0 };
 	int r;
@@ -393,6 +414,8 @@ int manager_new(struct config *config, struct manager **ret, struct errmsg *e)
 	pthread_mutex_init(&m->lock, NULL);
 	m->config = config_ref(config);
 	m->next_id = 1;
+	m->egress = egress;
+	m->test_skip_core_detectors = test_switch("MOLLY_EGRESS_TEST_SKIP_CORE_DETECTORS");
 	pthread_rwlock_init(&m->policy_lock, NULL);
 
 	r = policy_new(config, &m->policy, e);
@@ -1201,6 +1224,10 @@ static int evaluate(struct manager *m, const struct manager_request *r,
 		return set_err(err, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
 	pr.text = text;
 	pr.declared = declared;
+	if (m->test_skip_core_detectors) {
+		pr.text = "";
+		pr.len = 0;
+	}
 	pthread_rwlock_rdlock(&m->policy_lock);
 	k = policy_evaluate(m->policy, &pr, d);
 	pthread_rwlock_unlock(&m->policy_lock);
@@ -1253,9 +1280,9 @@ static struct audit_record *audit_begin(struct manager *m, const struct manager_
 		for (size_t i = 0; i < d->n_findings; i++)
 			audit_record_add_finding(a, d->findings[i].kind, 1);
 	}
-	/* Kernel egress enforcement and routing come with later work: today the request stays
-	 * on this machine's engine. */
-	a->egress_enforced = false;
+	/* Whether the kernel enforces where this daemon's processes may connect (egress/):
+	 * false with Enforce=no, without remote targets, or when enforcement failed to start. */
+	a->egress_enforced = m->egress && egress_client_mode(m->egress) == EGRESS_CLIENT_ENFORCED;
 	return a;
 }
 
@@ -1557,11 +1584,20 @@ static void hook_final(void *userdata, const struct manager_event *ev, struct au
 	}
 }
 
+static int hook_target_new(void *userdata, const struct config_target *t,
+			   struct remote_target **ret, struct errmsg *e)
+{
+	struct manager *m = userdata;
+
+	return egress_client_target_new(m->egress, t, ret, e);
+}
+
 static int routing_new(struct manager *m, const struct config *c, struct errmsg *e)
 {
 	struct manager_routing_hooks h = { .local_submit = hook_local_submit,
 					   .local_cancel = hook_local_cancel,
 					   .final = hook_final,
+					   .target_new = m->egress ? hook_target_new : NULL,
 					   .m = m };
 
 	return manager_routing_new(c, m->model_name, &h, &m->routing, e);
@@ -2016,4 +2052,33 @@ int manager_adapter_import(struct manager *m, const char *path, const char *name
 	}
 	*ret_name = TAKE_PTR(nm);
 	return 0;
+}
+
+/* ---- egress (egress/client.h) ---- */
+
+void manager_audit_denial(struct manager *m, const struct egress_denial *d)
+{
+	struct audit_record a = { .tier = (int) d->tier, .uid = -1, .egress_enforced = true };
+	char dest[64] = "?";
+
+	if (!m || !m->audit)
+		return;
+	(void) egress_dest_format(&d->dest, dest, sizeof(dest));
+	a.time_ns = d->realtime_ns;
+	snprintf(a.front, sizeof(a.front), "egress");
+	snprintf(a.target, sizeof(a.target), "%s %s pid %u", dest,
+		 d->protocol == 17 ? "udp" : "tcp", (unsigned) d->pid);
+	snprintf(a.error, sizeof(a.error), "egress_denied");
+	manager_audit_submit(m->audit, &a);
+}
+
+const char *manager_egress_status(struct manager *m)
+{
+	const struct config *c = m->config;
+
+	if (m->egress)
+		return egress_client_status(m->egress);
+	if (!c->egress_enforce)
+		return "off (Enforce=no): remote calls run in the daemon's process";
+	return c->n_targets ? "off" : "not needed: no remote targets";
 }

@@ -167,6 +167,16 @@ typedef void (*manager_event_fn)(const struct manager_event *ev, void *userdata)
  * Errors in e name the file and what was wrong.
  */
 int manager_new(struct config *config, struct manager **ret, struct errmsg *e);
+/* The same, with remote targets reached through egress workers (egress NULL: in-process).
+ * egress is borrowed: free the manager first. */
+struct egress_client;
+int manager_new_with_egress(struct config *config, struct egress_client *egress,
+			    struct manager **ret, struct errmsg *e);
+/* An audit record for a connection the kernel's egress filter refused (any thread). */
+struct egress_denial;
+void manager_audit_denial(struct manager *m, const struct egress_denial *d);
+/* "enforced", "disabled: <why>", "off (Enforce=no)...", for Status. */
+const char *manager_egress_status(struct manager *m);
 /* Stops the scheduler (cancelling what is left: each request gets an ERROR "cancelled"). */
 struct manager *manager_free(struct manager *m);
 DEFINE_CLEANUP_FUNC(struct manager *, manager_free, NULL)

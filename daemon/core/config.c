@@ -873,6 +873,21 @@ static const struct key_def audit_keys[] = {
 	{ "MapSize", parse_audit_map_size, C(audit_map_size) },
 	{},
 };
+static int parse_resolve_interval(struct pctx *x, const char *v, void *field)
+{
+	int r = parse_sec(x, v, field);
+
+	if (r >= 0 && (*(uint64_t *) field < 1000000000ull ||
+		       *(uint64_t *) field > 86400ull * 1000000000ull))
+		return perr(x, -ERANGE, "'%s' is outside [1s, 24h]", v);
+	return r;
+}
+static const struct key_def egress_keys[] = {
+	{ "Enforce", parse_bool, C(egress_enforce) },
+	{ "WorkerPath", parse_path, C(egress_worker_path) },
+	{ "ResolveIntervalSec", parse_resolve_interval, C(egress_resolve_interval_ns) },
+	{},
+};
 static const struct key_def policy_keys[] = {
 	{ "PublicTiers", parse_tiers, C(policy_tiers[POLICY_CLASS_PUBLIC]) },
 	{ "PersonalTiers", parse_tiers, C(policy_tiers[POLICY_CLASS_PERSONAL]) },
@@ -1068,6 +1083,7 @@ static const struct section_def sections[] = {
 	{ "Audit", false, open_config, audit_keys },
 	{ "Target", true, open_target, target_keys },
 	{ "Router", false, open_config, router_keys },
+	{ "Egress", false, open_config, egress_keys },
 };
 
 /* ---- lifetime ---- */
@@ -1091,6 +1107,8 @@ int config_new(struct config **ret)
 	c->policy_tiers[POLICY_CLASS_SECRET] = POLICY_TIER(0);
 	c->audit_retention_days = 90;
 	c->audit_map_size = 256ull << 20;
+	c->egress_enforce = true;
+	c->egress_resolve_interval_ns = 300ull * 1000000000ull;
 	c->router_mixture_entropy = 0.8;
 	c->router_mixture_k = 2;
 	c->router_max_fallbacks = 2;
@@ -1121,6 +1139,7 @@ static void config_free(struct config *c)
 	free(c->runtime_directory);
 	free(c->user);
 	free(c->admin_group);
+	free(c->egress_worker_path);
 	for (size_t i = 0; i < c->n_members; i++) {
 		struct config_member *m = &c->members[i];
 		free(m->name);

@@ -154,6 +154,12 @@ struct config {
 	uint32_t audit_retention_days; /* default 90; 0: keep records forever */
 	uint64_t audit_map_size;       /* the LMDB map's size; default 256 MiB */
 
+	/* [Egress] (egress/client.h): kernel-enforced egress through one worker per tier */
+	bool egress_enforce;           /* Enforce=: default yes; no: remote calls in-process */
+	char *egress_worker_path;      /* owned; WorkerPath=: molly-egress; NULL: next to mollyd,
+					* else the installed one */
+	uint64_t egress_resolve_interval_ns; /* ResolveIntervalSec=: default 300 s */
+
 	/* [Member NAME] */
 	struct config_member *members; /* owned, n_members */
 	size_t n_members;

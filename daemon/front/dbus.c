@@ -1003,7 +1003,8 @@ static int method_status(sd_bus_message *m, void *userdata, sd_bus_error *error)
 	if (k < 0)
 		return k;
 	k = sd_bus_message_append(
-		reply, "a{sv}", 15, "version", "s", MOLLY_VERSION, "model", "s",
+		reply, "a{sv}", 16, "version", "s", MOLLY_VERSION, "egress", "s",
+		manager_egress_status(f->manager), "model", "s",
 		manager_model_name(f->manager), "state", "s",
 		manager_is_stopping(f->manager) ? "stopping" : "running", "context_length", "u",
 		manager_context_length(f->manager), "queue_depth", "u", st.waiting,

@@ -40,7 +40,8 @@ const char *remote_error_name(enum remote_error e)
 		[REMOTE_ERR_TIMEOUT] = "timeout",   [REMOTE_ERR_SERVER] = "server_error",
 		[REMOTE_ERR_CONTEXT] = "context_length_exceeded",
 		[REMOTE_ERR_REJECTED] = "rejected", [REMOTE_ERR_CANCELLED] = "cancelled",
-		[REMOTE_ERR_INTERNAL] = "internal_error",
+		[REMOTE_ERR_INTERNAL] = "internal_error", [REMOTE_ERR_BLOCKED] = "blocked",
+		[REMOTE_ERR_REFUSED] = "refused",
 	};
 	return (unsigned) e < ELEMENTSOF(names) ? names[e] : "internal_error";
 }
@@ -275,6 +276,11 @@ struct remote_call;
 
 struct remote_target {
 	char *name;
+	/* Another transport (remote_target_new_transport): everything else below is unused. */
+	const struct remote_transport *tr;
+	void *tr_ctx;
+	char **resolve;     /* CURLOPT_RESOLVE pins, n_resolve; under lock */
+	size_t n_resolve;
 	char *url;          /* without a trailing '/' */
 	char *model;
 	char *auth_header;  /* "Authorization: Bearer …" or NULL; zeroed on free */
@@ -351,6 +357,8 @@ bool remote_target_available(struct remote_target *t)
 {
 	bool ok;
 
+	if (t->tr)
+		return t->tr->available ? t->tr->available(t->tr_ctx) : true;
 	pthread_mutex_lock(&t->lock);
 	ok = !t->freeing && now_ns() >= t->down_until_ns;
 	pthread_mutex_unlock(&t->lock);
@@ -361,6 +369,8 @@ double remote_target_latency_ms(struct remote_target *t)
 {
 	double l;
 
+	if (t->tr)
+		return t->tr->latency_ms ? t->tr->latency_ms(t->tr_ctx) : 0.0;
 	pthread_mutex_lock(&t->lock);
 	l = t->has_latency ? t->latency_ms : 0.0;
 	pthread_mutex_unlock(&t->lock);
@@ -378,11 +388,51 @@ static void curl_init_once(void)
 	(void) curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
+int remote_credential_find(const char *name, const char *credential_file, char **ret,
+			   struct errmsg *e)
+{
+	_cleanup_free_ char *cred_path = NULL;
+	int r;
+
+	*ret = NULL;
+	if (credential_file) {
+		if (credential_file[0] == '/')
+			cred_path = strdup(credential_file);
+		else {
+			const char *dir = getenv("CREDENTIALS_DIRECTORY");
+			if (!dir || !dir[0])
+				return errmsg_set(e, -ENOENT,
+						  "target %s: CredentialFile=%s is a credential "
+						  "name, but $CREDENTIALS_DIRECTORY is not set",
+						  name, credential_file);
+			if (asprintf(&cred_path, "%s/%s", dir, credential_file) < 0)
+				cred_path = NULL;
+		}
+		if (!cred_path)
+			return -ENOMEM;
+	} else {
+		const char *dir = getenv("CREDENTIALS_DIRECTORY");
+		if (dir && dir[0]) {
+			if (asprintf(&cred_path, "%s/%s", dir, name) < 0)
+				return -ENOMEM;
+			if (access(cred_path, F_OK) < 0) {
+				free(cred_path);
+				cred_path = NULL;
+			}
+		}
+	}
+	if (cred_path) {
+		r = remote_credential_read(cred_path, ret, e);
+		if (r < 0)
+			return errmsg_prefix(e, r, "target %s", name);
+	}
+	return 0;
+}
+
 int remote_target_new(const struct remote_target_config *cfg, struct remote_target **ret,
 		      struct errmsg *e)
 {
 	struct remote_target *t;
-	_cleanup_free_ char *cred_path = NULL;
 	char *key = NULL;
 	size_t ul;
 	int r;
@@ -393,36 +443,19 @@ int remote_target_new(const struct remote_target_config *cfg, struct remote_targ
 				  cfg->name, cfg->url);
 	pthread_once(&curl_once, curl_init_once);
 
-	if (cfg->credential_file) {
-		if (cfg->credential_file[0] == '/')
-			cred_path = strdup(cfg->credential_file);
-		else {
-			const char *dir = getenv("CREDENTIALS_DIRECTORY");
-			if (!dir || !dir[0])
-				return errmsg_set(e, -ENOENT,
-						  "target %s: CredentialFile=%s is a credential "
-						  "name, but $CREDENTIALS_DIRECTORY is not set",
-						  cfg->name, cfg->credential_file);
-			if (asprintf(&cred_path, "%s/%s", dir, cfg->credential_file) < 0)
-				cred_path = NULL;
-		}
-		if (!cred_path)
+	if (cfg->key) {
+		for (const char *p = cfg->key; *p; p++)
+			if ((unsigned char) *p < 0x20 || *p == 0x7f)
+				return errmsg_set(e, -EINVAL,
+						  "target %s: the key holds control characters",
+						  cfg->name);
+		key = strdup(cfg->key);
+		if (!key)
 			return -ENOMEM;
 	} else {
-		const char *dir = getenv("CREDENTIALS_DIRECTORY");
-		if (dir && dir[0]) {
-			if (asprintf(&cred_path, "%s/%s", dir, cfg->name) < 0)
-				return -ENOMEM;
-			if (access(cred_path, F_OK) < 0) {
-				free(cred_path);
-				cred_path = NULL;
-			}
-		}
-	}
-	if (cred_path) {
-		r = remote_credential_read(cred_path, &key, e);
+		r = remote_credential_find(cfg->name, cfg->credential_file, &key, e);
 		if (r < 0)
-			return errmsg_prefix(e, r, "target %s", cfg->name);
+			return r;
 	}
 
 	t = calloc(1, sizeof(*t));
@@ -451,6 +484,9 @@ int remote_target_new(const struct remote_target_config *cfg, struct remote_targ
 		free(key);
 		key = NULL;
 	}
+	if (cfg->n_resolve > 0 &&
+	    remote_target_set_resolve(t, cfg->resolve, cfg->n_resolve) < 0)
+		goto oom;
 	t->timeout_ns = cfg->timeout_ns ? cfg->timeout_ns : 30ull * 1000000000ull;
 	t->retries = cfg->retries;
 	t->backoff_base_ns = cfg->backoff_base_ns ? cfg->backoff_base_ns : 100000000ull;
@@ -466,10 +502,95 @@ oom:
 	return -ENOMEM;
 }
 
+static void free_resolve(char **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+int remote_target_set_resolve(struct remote_target *t, const char *const *resolve, size_t n)
+{
+	char **v;
+
+	assert_return(t, -EINVAL);
+	if (t->tr)
+		return -EOPNOTSUPP;
+	v = calloc(MAX(n, (size_t) 1), sizeof(char *));
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		if (!(v[i] = strdup(resolve[i]))) {
+			free_resolve(v, i);
+			return -ENOMEM;
+		}
+	pthread_mutex_lock(&t->lock);
+	free_resolve(t->resolve, t->n_resolve);
+	t->resolve = v;
+	t->n_resolve = n;
+	pthread_mutex_unlock(&t->lock);
+	return 0;
+}
+
+/* The pins as a list for curl (NULL when none), copied under the lock. */
+static struct curl_slist *resolve_list(struct remote_target *t, bool *ret_oom)
+{
+	struct curl_slist *l = NULL, *x;
+
+	*ret_oom = false;
+	pthread_mutex_lock(&t->lock);
+	for (size_t i = 0; i < t->n_resolve; i++) {
+		x = curl_slist_append(l, t->resolve[i]);
+		if (!x) {
+			*ret_oom = true;
+			break;
+		}
+		l = x;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return l;
+}
+
+bool remote_target_idle(struct remote_target *t)
+{
+	bool idle;
+
+	if (t->tr)
+		return true;
+	pthread_mutex_lock(&t->lock);
+	idle = t->n_running == 0;
+	pthread_mutex_unlock(&t->lock);
+	return idle;
+}
+
+int remote_target_new_transport(const char *name, const struct remote_transport *tr, void *ctx,
+				struct remote_target **ret)
+{
+	struct remote_target *t;
+
+	assert_return(name && tr && tr->submit && tr->cancel && ret, -EINVAL);
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	pthread_mutex_init(&t->lock, NULL);
+	pthread_cond_init(&t->idle, NULL);
+	t->name = strdup(name);
+	if (!t->name) {
+		remote_target_free(t);
+		return -ENOMEM;
+	}
+	t->tr = tr;
+	t->tr_ctx = ctx;
+	*ret = t;
+	return 0;
+}
+
 struct remote_target *remote_target_free(struct remote_target *t)
 {
 	if (!t)
 		return NULL;
+	if (t->tr && t->tr->free_ctx)
+		t->tr->free_ctx(t->tr_ctx);
 	pthread_mutex_lock(&t->lock);
 	t->freeing = true;
 	for (struct remote_call *c = t->calls; c; c = c->next)
@@ -482,6 +603,7 @@ struct remote_target *remote_target_free(struct remote_target *t)
 	free(t->name);
 	free(t->url);
 	free(t->model);
+	free_resolve(t->resolve, t->n_resolve);
 	if (t->auth_header) {
 		explicit_bzero(t->auth_header, strlen(t->auth_header));
 		free(t->auth_header);
@@ -755,9 +877,11 @@ static CURL *make_handle(struct remote_target *t, const char *url, struct curl_s
 static enum remote_error attempt(struct remote_call *c, char *msg, size_t size, long *ret_status)
 {
 	struct remote_target *t = c->t;
-	struct curl_slist *headers = NULL, *hh;
+	struct curl_slist *headers = NULL, *hh, *pins;
 	_cleanup_free_ char *url = NULL;
 	enum remote_error kind = REMOTE_ERR_NONE;
+	long os_errno = 0;
+	bool oom;
 	CURLcode cc;
 	CURL *h;
 
@@ -797,9 +921,20 @@ static enum remote_error attempt(struct remote_call *c, char *msg, size_t size, 
 		curl_slist_free_all(headers);
 		return REMOTE_ERR_INTERNAL;
 	}
+	pins = resolve_list(t, &oom);
+	if (oom) {
+		curl_easy_cleanup(h);
+		curl_slist_free_all(headers);
+		curl_slist_free_all(pins);
+		return REMOTE_ERR_INTERNAL;
+	}
+	if (pins)
+		curl_easy_setopt(h, CURLOPT_RESOLVE, pins);
 	curl_easy_setopt(h, CURLOPT_POSTFIELDS, c->body);
 	cc = curl_easy_perform(h);
 	*ret_status = c->status;
+	if (cc == CURLE_COULDNT_CONNECT)
+		(void) curl_easy_getinfo(h, CURLINFO_OS_ERRNO, &os_errno);
 	if (cc == CURLE_OK && c->status == 200 && remote_sse_finish(c->sse) < 0 && !c->stream_error)
 		c->stream_error = true;
 	if (atomic_load(&c->cancel))
@@ -812,6 +947,12 @@ static enum remote_error attempt(struct remote_call *c, char *msg, size_t size, 
 		kind = c->stream_kind ? c->stream_kind : REMOTE_ERR_SERVER;
 		snprintf(msg, size, "%s", c->stream_message[0] ? c->stream_message
 							       : "the target's stream was broken");
+	} else if (cc == CURLE_COULDNT_CONNECT && os_errno == EPERM) {
+		/* The cgroup's connect filter said no: this address is not on the tier's
+		 * allow-list. Never retried (it would say no again). */
+		kind = REMOTE_ERR_BLOCKED;
+		snprintf(msg, size, "%s: the connection was blocked by the egress filter (EPERM)",
+			 t->url);
 	} else if (cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST ||
 		   (cc == CURLE_GOT_NOTHING && !c->text_sent) ||
 		   (cc == CURLE_RECV_ERROR && c->status == 0) ||
@@ -843,6 +984,7 @@ static enum remote_error attempt(struct remote_call *c, char *msg, size_t size, 
 	}
 	curl_easy_cleanup(h);
 	curl_slist_free_all(headers);
+	curl_slist_free_all(pins);
 	return kind;
 }
 
@@ -956,6 +1098,8 @@ int remote_submit(struct remote_target *t, const struct remote_request *r, remot
 
 	assert_return(t && r && fn && ret_id, -EINVAL);
 	assert_return(!!r->prompt != !!r->messages, -EINVAL);
+	if (t->tr)
+		return t->tr->submit(t->tr_ctx, r, fn, userdata, ret_id);
 	if (!remote_target_available(t))
 		return -EHOSTDOWN;
 	c = calloc(1, sizeof(*c));
@@ -1000,6 +1144,8 @@ int remote_cancel(struct remote_target *t, uint64_t id)
 	int r = -ENOENT;
 
 	assert_return(t, -EINVAL);
+	if (t->tr)
+		return t->tr->cancel(t->tr_ctx, id);
 	pthread_mutex_lock(&t->lock);
 	for (struct remote_call *c = t->calls; c; c = c->next)
 		if (c->id == id) {
@@ -1038,6 +1184,9 @@ int remote_health_check(struct remote_target *t, struct errmsg *e)
 	CURL *h;
 
 	assert_return(t, -EINVAL);
+	if (t->tr)
+		return errmsg_set(e, -EOPNOTSUPP, "target %s: health checks run in its egress worker",
+				  t->name);
 	if (asprintf(&url, "%s/v1/models", t->url) < 0)
 		return -ENOMEM;
 	if (t->auth_header) {
@@ -1057,9 +1206,16 @@ int remote_health_check(struct remote_target *t, struct errmsg *e)
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, health_write);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, &hs);
 	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-	cc = curl_easy_perform(h);
-	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-	curl_easy_cleanup(h);
+	{
+		bool oom;
+		struct curl_slist *pins = resolve_list(t, &oom);
+		if (pins)
+			curl_easy_setopt(h, CURLOPT_RESOLVE, pins);
+		cc = oom ? CURLE_OUT_OF_MEMORY : curl_easy_perform(h);
+		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+		curl_easy_cleanup(h);
+		curl_slist_free_all(pins);
+	}
 	curl_slist_free_all(headers);
 	if (cc != CURLE_OK) {
 		target_failed(t);

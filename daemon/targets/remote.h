@@ -51,6 +51,10 @@ enum remote_error {
 	REMOTE_ERR_REJECTED,   /* other 4xx: the target refuses this request */
 	REMOTE_ERR_CANCELLED,  /* remote_cancel() or remote_target_free() */
 	REMOTE_ERR_INTERNAL,
+	REMOTE_ERR_BLOCKED,    /* the kernel's egress filter refused the connection (EPERM), or
+				* remote tiers are disabled because enforcement could not start */
+	REMOTE_ERR_REFUSED,    /* the egress worker's own check refused the payload for its tier */
+	REMOTE_ERR_COUNT_,
 };
 const char *remote_error_name(enum remote_error e); /* "down", "timeout", ... */
 
@@ -59,10 +63,18 @@ struct remote_target_config {
 	const char *url;             /* http(s)://HOST[:PORT][/PREFIX]; "/v1/..." is appended */
 	const char *model;           /* the "model" field sent; NULL: name */
 	const char *credential_file; /* NULL: $CREDENTIALS_DIRECTORY/<name> if it exists */
+	const char *key;             /* the API key itself (the egress worker gets it from the
+				      * core, which read the credential); overrides the file */
 	uint64_t timeout_ns;         /* 0: 30 s */
 	uint32_t retries;            /* extra attempts before the first byte */
 	uint64_t backoff_base_ns;    /* 0: 100 ms */
 	uint64_t backoff_max_ns;     /* 0: 2 s */
+	/* Pins for the URL's host, in CURLOPT_RESOLVE's form "HOST:PORT:ADDR[,ADDR...]" (an
+	 * IPv6 ADDR in brackets): libcurl connects only there and never asks DNS. NULL/0: none.
+	 * The egress worker sets them from its own resolution (the addresses its allow-list
+	 * holds); remote_target_set_resolve() replaces them later. */
+	const char *const *resolve;
+	size_t n_resolve;
 };
 
 struct remote_target;
@@ -92,6 +104,11 @@ struct remote_request {
 	uint64_t seed;
 	const char *const *stop;
 	size_t n_stop;
+	/* What the policy decided, for the egress hand-off (the core hands a request to a tier's
+	 * worker only when these include the tier; the worker checks again). The in-process
+	 * transport ignores them. permitted_tiers 0: not given (refused by the egress client). */
+	uint32_t permitted_tiers;            /* POLICY_TIER() bits */
+	int sensitivity;                     /* enum policy_class */
 };
 
 enum remote_event_type {
@@ -123,6 +140,31 @@ int remote_submit(struct remote_target *t, const struct remote_request *r, remot
 /* -ENOENT when unknown or already finished. */
 int remote_cancel(struct remote_target *t, uint64_t id);
 
+/* Replaces the CURLOPT_RESOLVE pins (see remote_target_config); calls that start after it use
+ * the new ones. In-process transport only (-EOPNOTSUPP otherwise). */
+int remote_target_set_resolve(struct remote_target *t, const char *const *resolve, size_t n);
+/* Whether no call is in flight (a replaced target is freed once it is idle). */
+bool remote_target_idle(struct remote_target *t);
+
+/*
+ * Another transport behind the same interface: the egress client (daemon/egress/client.h)
+ * runs the calls in the tier's worker process instead of in this one. remote_submit(),
+ * remote_cancel(), remote_target_available() and remote_target_latency_ms() go to these
+ * hooks; remote_target_free() calls free_ctx. Same contract as above: events on another
+ * thread, exactly one final event per accepted call.
+ */
+struct remote_transport {
+	int (*submit)(void *ctx, const struct remote_request *r, remote_event_fn fn, void *userdata,
+		      uint64_t *ret_id);
+	int (*cancel)(void *ctx, uint64_t id);
+	bool (*available)(void *ctx);
+	double (*latency_ms)(void *ctx);
+	void (*free_ctx)(void *ctx);
+};
+/* A target named name whose calls go through tr (ctx: taken; freed by free_ctx). */
+int remote_target_new_transport(const char *name, const struct remote_transport *tr, void *ctx,
+				struct remote_target **ret);
+
 /* ---- parts, exposed for tests ---- */
 
 /* The delay before retry number attempt (1-based): base·2^(attempt-1), capped at max, then
@@ -132,6 +174,11 @@ uint64_t remote_backoff_ns(uint32_t attempt, uint64_t base_ns, uint64_t max_ns, 
 /* Reads an API key: the file's content without surrounding whitespace. Refuses a file that is
  * not a regular file, is readable or writable by others (-EPERM), is empty or over 16 KiB. */
 int remote_credential_read(const char *path, char **ret, struct errmsg *e);
+/* The key for target name as remote_target_new() finds it: credential_file (absolute, or a
+ * name in $CREDENTIALS_DIRECTORY), else $CREDENTIALS_DIRECTORY/<name> when it exists. 0 with
+ * *ret NULL when there is none. */
+int remote_credential_find(const char *name, const char *credential_file, char **ret,
+			   struct errmsg *e);
 
 /* Server-Sent Events: bytes in, each event's data (the "data:" lines joined by '\n') out,
  * however the bytes are split. Lines end in "\n", "\r\n" or "\r"; comments and other fields
