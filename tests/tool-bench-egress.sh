@@ -13,7 +13,7 @@ rc=$?
 [ $rc -eq 77 ] && { echo "skip: egress filter unsupported here"; exit 77; }
 [ $rc -eq 0 ] || fail "molly-bench-egress exited $rc: $out"
 echo "$out"
-for k in filtered_p50_ns filtered_p99_ns unfiltered_p50_ns unfiltered_p99_ns overhead_p50_ns; do
+for k in filtered_p50_ns filtered_p99_ns unfiltered_p50_ns unfiltered_p99_ns overhead_p50_ns overhead_p50_paired_ns; do
 	echo "$out" | grep -q "\"$k\":-\?[0-9]" || fail "no $k in $out"
 done
 # the statistics pass connects 2000 times from the filtered cgroup: connect4 ran each time
