@@ -11,6 +11,7 @@
  * process never enters the tree; workers are tests/egress-probe, driven over their fd 3.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -983,4 +984,80 @@ TEST(stale_subtree_of_a_dead_daemon_is_removed)
 {
 	SETUP();
 	return in_child(child_stale);
+}
+
+static int child_helper_dies(void)
+{
+	_cleanup_(egress_freep) struct egress *eg = NULL;
+	struct errmsg e = { { 0 } };
+	pid_t helper, pid, dummy;
+	int fd, dfd = -1, status;
+	char *argv[] = { (char *) "egress-probe", NULL };
+
+	ASSERT_OK(start("dies", 0, 0, &eg));
+	ASSERT_OK(allow_p1(eg, EGRESS_T1));
+	ASSERT_OK(spawn(eg, EGRESS_T1, &pid, &fd));
+	helper = egress_helper_pid(eg);
+	ASSERT_TRUE(helper > 0);
+	ASSERT_EQ(kill(helper, SIGKILL), 0);
+	ASSERT_EQ(waitpid(helper, &status, 0), helper);
+	/* fail closed: the attachments outlive the helper */
+	ASSERT_EQ(try_here("tcp", AF_INET, "127.0.0.1", p1), EPERM);
+	ASSERT_EQ(try_here("udp", AF_INET6, "::1", p1), EPERM);
+	/* the worker was told (PR_SET_PDEATHSIG) and is gone with it */
+	for (int i = 0; i < 200 && kill(pid, 0) == 0; i++)
+		usleep(10000);
+	ASSERT_TRUE(kill(pid, 0) < 0);
+	/* nothing more can be changed, and the API says so */
+	ASSERT_ERR(egress_set_allowed(eg, EGRESS_CORE, NULL, 0, &e), -ENOTCONN);
+	ASSERT_ERR(egress_spawn_worker(eg, EGRESS_T1, argv, &dummy, &dfd, &e), -ENOTCONN);
+	ASSERT_ERR(egress_process(eg, NULL, NULL), -ENOTCONN);
+	close(fd);
+	return 0;
+}
+
+TEST(helper_death_fails_closed)
+{
+	char base[600];
+	int r;
+
+	SETUP();
+	r = in_child(child_helper_dies);
+	ASSERT_EQ(r, 0);
+	/* its subtree stayed (fail closed) and the next start of the same name removes it */
+	{
+		struct errmsg e = { { 0 } };
+		pid_t pid;
+		int status;
+
+		fflush(NULL);
+		pid = fork();
+		if (pid == 0) {
+			struct egress *eg2 = NULL;
+
+			if (egress_start("dies", PROBE, 0, 0, &eg2, &e) < 0) {
+				fprintf(stderr, "  %s\n", e.text);
+				_exit(1);
+			}
+			snprintf(base, sizeof(base), "%s", egress_cgroup_path(eg2, EGRESS_CORE));
+			*strrchr(base, '/') = 0;
+			*strrchr(base, '/') = 0;
+			eg2 = egress_free(eg2);
+			/* nothing named molly-dies-* is left under the base */
+			DIR *d = opendir(base);
+			struct dirent *de;
+
+			while (d && (de = readdir(d)))
+				if (strncmp(de->d_name, "molly-dies-", 11) == 0) {
+					fprintf(stderr, "  left behind: %s/%s\n", base, de->d_name);
+					_exit(1);
+				}
+			if (d)
+				closedir(d);
+			_exit(0);
+		}
+		ASSERT_EQ(waitpid(pid, &status, 0), pid);
+		ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	return 0;
 }

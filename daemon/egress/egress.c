@@ -276,6 +276,11 @@ int egress_process(struct egress *eg, void (*on_denial)(const struct egress_deni
 	}
 }
 
+pid_t egress_helper_pid(struct egress *eg)
+{
+	return eg ? eg->helper : 0;
+}
+
 uint64_t egress_lost_denials(struct egress *eg)
 {
 	return eg ? eg->lost : 0;

@@ -162,6 +162,10 @@ int egress_dest_parse(const char *s, struct egress_dest *ret, struct errmsg *e);
  * status line. */
 int egress_supported(struct errmsg *e);
 
+/* The privileged helper's pid (a child of the egress_start() caller), for status output and
+ * tests; 0 once it is gone. */
+pid_t egress_helper_pid(struct egress *eg);
+
 /* Count of denials the kernel could not report (ring buffer full) or the helper could not
  * forward (core not reading), as last reported by the helper. */
 uint64_t egress_lost_denials(struct egress *eg);
