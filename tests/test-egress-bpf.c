@@ -1012,6 +1012,7 @@ static int child_helper_dies(void)
 	ASSERT_ERR(egress_set_allowed(eg, EGRESS_CORE, NULL, 0, &e), -ENOTCONN);
 	ASSERT_ERR(egress_spawn_worker(eg, EGRESS_T1, argv, &dummy, &dfd, &e), -ENOTCONN);
 	ASSERT_ERR(egress_process(eg, NULL, NULL), -ENOTCONN);
+	ASSERT_ERR(egress_seal(eg, &e), -ENOTCONN);
 	close(fd);
 	return 0;
 }
@@ -1059,5 +1060,103 @@ TEST(helper_death_fails_closed)
 		ASSERT_EQ(waitpid(pid, &status, 0), pid);
 		ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	}
+	return 0;
+}
+
+static int seal_pipe[2];
+
+static int child_sealed(void)
+{
+	struct egress *eg = NULL;
+	struct errmsg e = { { 0 } };
+	char root[600], t1[600];
+	pid_t pid;
+	int fd;
+
+	ASSERT_OK(start("seal", 0, 0, &eg));
+	ASSERT_OK(allow_p1(eg, EGRESS_T1));
+	ASSERT_OK(egress_seal(eg, &e));
+	ASSERT_OK(egress_seal(eg, &e)); /* idempotent */
+	ASSERT_OK(spawn(eg, EGRESS_T1, &pid, &fd));
+	ASSERT_EQ(ask(fd, "tcp 127.0.0.1:%d", p1), 0);
+	snprintf(t1, sizeof(t1), "%s", egress_cgroup_path(eg, EGRESS_T1));
+	snprintf(root, sizeof(root), "%s", t1);
+	*strrchr(root, '/') = 0;
+	eg = egress_free(eg);
+	/* the workers and their cgroups are gone at once ... */
+	ASSERT_TRUE(kill(pid, 0) < 0 && errno == ESRCH);
+	ASSERT_TRUE(access(t1, F_OK) < 0 && errno == ENOENT);
+	/* ... but the core is still confined: no way out through the helper */
+	ASSERT_EQ(try_here("tcp", AF_INET, "127.0.0.1", p1), EPERM);
+	ASSERT_EQ(try_here("udp", AF_INET6, "::1", p1), EPERM);
+	ASSERT_ERR(egress_start("seal", PROBE, 0, 0, &eg, &e), -EALREADY);
+	ASSERT_TRUE(strstr(e.text, "confined") != NULL);
+	ASSERT_EQ(access(root, F_OK), 0);
+	ASSERT_EQ(write(seal_pipe[1], root, strlen(root) + 1), (ssize_t) strlen(root) + 1);
+	close(fd);
+	return 0;
+}
+
+TEST(sealed_core_stays_filtered_until_exit)
+{
+	char root[600];
+	ssize_t n;
+	int r;
+
+	SETUP();
+	ASSERT_EQ(pipe2(seal_pipe, O_CLOEXEC), 0);
+	r = in_child(child_sealed);
+	close(seal_pipe[1]);
+	n = read(seal_pipe[0], root, sizeof(root));
+	close(seal_pipe[0]);
+	ASSERT_EQ(r, 0);
+	ASSERT_TRUE(n > 0);
+	/* once the core has exited, the helper removes the rest */
+	for (int i = 0; i < 300 && access(root, F_OK) == 0; i++)
+		usleep(10000);
+	ASSERT_TRUE(access(root, F_OK) < 0 && errno == ENOENT);
+	return 0;
+}
+
+static int crash_pipe[2];
+
+static int child_crash(void)
+{
+	struct egress *eg = NULL;
+	char msg[700];
+	pid_t pid;
+	int fd;
+
+	ASSERT_OK(start("crash", 0, 0, &eg));
+	ASSERT_OK(spawn(eg, EGRESS_T2, &pid, &fd));
+	snprintf(msg, sizeof(msg), "%d %s", (int) pid, egress_cgroup_path(eg, EGRESS_CORE));
+	ASSERT_EQ(write(crash_pipe[1], msg, strlen(msg) + 1), (ssize_t) strlen(msg) + 1);
+	_exit(0); /* no egress_free(): as if the daemon crashed */
+}
+
+TEST(core_crash_cleans_up)
+{
+	char msg[700], *root;
+	int worker = 0, r;
+	ssize_t n;
+
+	SETUP();
+	ASSERT_EQ(pipe2(crash_pipe, O_CLOEXEC), 0);
+	r = in_child(child_crash);
+	close(crash_pipe[1]);
+	n = read(crash_pipe[0], msg, sizeof(msg));
+	close(crash_pipe[0]);
+	ASSERT_EQ(r, 0);
+	ASSERT_TRUE(n > 0);
+	root = strchr(msg, ' ');
+	ASSERT_TRUE(root);
+	*root++ = 0;
+	worker = atoi(msg);
+	*strrchr(root, '/') = 0;
+	/* the helper saw the control socket close: workers killed, subtree removed */
+	for (int i = 0; i < 300 && access(root, F_OK) == 0; i++)
+		usleep(10000);
+	ASSERT_TRUE(access(root, F_OK) < 0 && errno == ENOENT);
+	ASSERT_TRUE(worker > 0 && kill(worker, 0) < 0 && errno == ESRCH);
 	return 0;
 }

@@ -16,6 +16,7 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -37,6 +38,8 @@ struct priv {
 	struct priv_event exits[PRIV_MAX_WORKERS * 2]; /* exit events the core has not taken yet */
 	size_t n_exits;
 	uint64_t lost_forward; /* denials dropped because the core's socket was full */
+	bool sealed;           /* egress_seal(): the core never leaves `core` alive */
+	int core_pidfd;        /* sealed: readable when the core has exited */
 	int64_t mono_to_real_ns;
 };
 
@@ -311,10 +314,10 @@ static void close_other_fds(const struct priv_config *cfg)
 	closedir(d);
 }
 
-static void cleanup(struct priv *p)
+/* Workers and the tier cgroups: everything but the core. */
+static void cleanup_tiers(struct priv *p)
 {
 	const struct priv_config *cfg = p->cfg;
-	struct errmsg e;
 
 	for (size_t i = 0; i < PRIV_MAX_WORKERS; i++)
 		if (p->workers[i].pid > 0) {
@@ -322,24 +325,66 @@ static void cleanup(struct priv *p)
 			(void) waitpid(p->workers[i].pid, NULL, 0);
 			p->workers[i].pid = 0;
 		}
-	/* The core, if still alive, goes back where it came from: a cgroup with processes
-	 * cannot be removed. Anything else left in the tier cgroups (a worker's children) dies. */
-	(void) cgroup2_move(cfg->orig_dir, cfg->core_pid, NULL);
+	/* Anything else left in the tier cgroups (a worker's children) dies too. */
 	for (int t = EGRESS_T1; t < _EGRESS_TIER_MAX; t++)
 		(void) cgroup2_kill_all(cfg->tier_dir[t]);
-	if (cgroup2_kill_all(cfg->tier_dir[EGRESS_CORE]) < 0)
-		(void) cgroup2_kill_all(cfg->tier_dir[EGRESS_CORE]);
 	while (waitpid(-1, NULL, WNOHANG) > 0)
 		;
+}
+
+static void cleanup(struct priv *p)
+{
+	const struct priv_config *cfg = p->cfg;
+	struct errmsg e;
+
+	cleanup_tiers(p);
+	/* Unsealed: the core, if still alive, goes back where it came from (a cgroup with
+	 * processes cannot be removed). Sealed: the core has exited already. Whatever else is
+	 * left in `core` (children the daemon forked) dies. */
+	if (!p->sealed)
+		(void) cgroup2_move(cfg->orig_dir, cfg->core_pid, NULL);
+	if (cgroup2_kill_all(cfg->tier_dir[EGRESS_CORE]) < 0)
+		(void) cgroup2_kill_all(cfg->tier_dir[EGRESS_CORE]);
 	p->bpf = egress_bpf_set_free(p->bpf);
 	if (cgroup2_remove_tree(cfg->root_dir, &e) < 0)
 		fprintf(stderr, "molly egress helper: %s\n", e.text);
 }
 
+/* Sealed end: the tiers go now; the core keeps its filter until it exits, then the rest. */
+_Noreturn static void finish_sealed(struct priv *p, bool answer)
+{
+	struct pollfd pfd = { .fd = p->core_pidfd, .events = POLLIN };
+
+	cleanup_tiers(p);
+	for (int t = EGRESS_T1; t < _EGRESS_TIER_MAX; t++)
+		(void) rmdir(p->cfg->tier_dir[t]);
+	if (answer)
+		reply(p->cfg->ctl_fd, 0, 0, -1, NULL);
+	close(p->cfg->ctl_fd);
+	close(p->cfg->ev_fd);
+	while (poll(&pfd, 1, -1) < 0 && errno == EINTR)
+		;
+	cleanup(p);
+	_exit(0);
+}
+
+static void do_seal(struct priv *p)
+{
+	if (p->core_pidfd < 0) {
+		/* The core is our parent and alive (it is waiting for this answer), so its pid
+		 * cannot have been reused yet. */
+		p->core_pidfd = (int) syscall(SYS_pidfd_open, p->cfg->core_pid, 0);
+		if (p->core_pidfd < 0)
+			return reply(p->cfg->ctl_fd, -errno, 0, -1, "pidfd_open of the core failed");
+	}
+	p->sealed = true;
+	reply(p->cfg->ctl_fd, 0, 0, -1, NULL);
+}
+
 _Noreturn void egress_priv_main(const struct priv_config *cfg)
 {
 	static _Alignas(8) char buf[PRIV_REQ_MAX];
-	struct priv p = { .cfg = cfg, .sig_fd = -EBADF };
+	struct priv p = { .cfg = cfg, .sig_fd = -EBADF, .core_pidfd = -EBADF };
 	struct errmsg e = { { 0 } };
 	sigset_t mask;
 	int r;
@@ -416,7 +461,12 @@ _Noreturn void egress_priv_main(const struct priv_config *cfg)
 		case PRIV_KILL:
 			do_kill(&p, &req);
 			break;
+		case PRIV_SEAL:
+			do_seal(&p);
+			break;
 		case PRIV_SHUTDOWN:
+			if (p.sealed)
+				finish_sealed(&p, true);
 			cleanup(&p);
 			reply(cfg->ctl_fd, 0, 0, -1, NULL);
 			_exit(0);
@@ -424,6 +474,8 @@ _Noreturn void egress_priv_main(const struct priv_config *cfg)
 			reply(cfg->ctl_fd, -EOPNOTSUPP, 0, -1, "unknown request");
 		}
 	}
+	if (p.sealed)
+		finish_sealed(&p, false);
 	cleanup(&p);
 	_exit(0);
 }

@@ -13,7 +13,8 @@
  *            queue until the core reads.
  * The helper serves until the control socket closes (the core exited or crashed) or a
  * PRIV_SHUTDOWN, then kills the workers, moves the core back to its old cgroup, detaches the
- * programs and removes the subtree.
+ * programs and removes the subtree. After PRIV_SEAL it does not move the core: it removes the
+ * tiers at once, then waits (pidfd) for the core to exit before removing `core` and the root.
  */
 #pragma once
 
@@ -33,7 +34,9 @@ enum priv_op {
 	PRIV_SET_ALLOWED = 1, /* tier, n; payload: n struct egress_dest */
 	PRIV_SPAWN = 2,       /* tier, n = argc; payload: argv strings, each NUL-terminated */
 	PRIV_KILL = 3,        /* pid, sig */
-	PRIV_SHUTDOWN = 4,    /* no payload; the helper exits after the reply */
+	PRIV_SHUTDOWN = 4,    /* no payload; the helper exits after the reply (sealed: after the
+			       * core has exited) */
+	PRIV_SEAL = 5,        /* no payload; from now on the core is never moved out of `core` */
 };
 
 struct priv_req {

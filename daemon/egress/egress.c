@@ -22,6 +22,7 @@
 static const char *const tier_names[_EGRESS_TIER_MAX] = { "core", "t1", "t2", "t3" };
 
 struct egress {
+	bool sealed;  /* egress_seal() done: the helper outlives us, do not wait for it */
 	int ctl_fd;   /* owned: requests and replies */
 	int ev_fd;    /* owned: denials and worker exits; nonblocking */
 	pid_t helper; /* our child */
@@ -218,6 +219,20 @@ int egress_spawn_worker(struct egress *eg, enum egress_tier tier, char *const ar
 	return 0;
 }
 
+int egress_seal(struct egress *eg, struct errmsg *e)
+{
+	struct priv_req req = { .op = PRIV_SEAL };
+	struct priv_reply rep;
+	int r;
+
+	assert_return(eg, -EINVAL);
+	r = request(eg, &req, NULL, &rep, NULL, e);
+	if (r < 0)
+		return r;
+	eg->sealed = true;
+	return 0;
+}
+
 int egress_kill_worker(struct egress *eg, pid_t pid, int sig, struct errmsg *e)
 {
 	struct priv_req req = { .op = PRIV_KILL, .pid = pid, .sig = sig };
@@ -324,6 +339,18 @@ static bool instance_valid(const char *s)
 	return n >= 1 && n <= 32;
 }
 
+/* Whether dir is ".../molly-*-<pid>/core". */
+static bool inside_egress_core(const char *dir)
+{
+	const char *last = strrchr(dir, '/'), *parent;
+
+	if (!last || strcmp(last, "/core") != 0)
+		return false;
+	for (parent = last - 1; parent > dir && *parent != '/'; parent--)
+		;
+	return strncmp(parent, "/molly-", 7) == 0;
+}
+
 /* Removes base/molly-<instance>-<pid> subtrees whose pid no longer exists: what a daemon
  * killed with its helper (SIGKILL to both) leaves behind. A live pid's tree is never
  * touched, so a second daemon of the same instance name is safe. */
@@ -365,6 +392,11 @@ static void shutdown_helper(struct egress *eg)
 		(void) request(eg, &req, NULL, &rep, NULL, NULL);
 		close(eg->ctl_fd);
 		eg->ctl_fd = -EBADF;
+	}
+	if (eg->helper > 0 && eg->sealed) {
+		/* Sealed: it removes `core` after we exit; only collect it if it died earlier. */
+		(void) waitpid(eg->helper, NULL, WNOHANG);
+		eg->helper = 0;
 	}
 	if (eg->helper > 0) {
 		/* The helper exits after its reply (or on EOF); a helper stuck for any reason must
@@ -429,6 +461,9 @@ int egress_start(const char *instance, const char *worker_path, uid_t worker_uid
 	r = cgroup2_path_of(0, mount, own, sizeof(own), e);
 	if (r < 0)
 		return errmsg_prefix(e, r, "egress");
+	if (inside_egress_core(own))
+		return errmsg_set(e, -EALREADY, "egress: this process is confined to %s by an earlier "
+				  "egress_start() (sealed, or not freed) and stays there until it exits", own);
 	/* Under systemd with Delegate=yes the subtree belongs inside the service's own cgroup
 	 * (systemd then still sees, and stops, everything); otherwise at the top. */
 	base = strcmp(own, mount) != 0 && cgroup2_is_delegated(own) ? own : mount;

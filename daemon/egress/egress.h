@@ -88,6 +88,7 @@ struct egress;
  */
 int egress_start(const char *instance, const char *worker_path, uid_t worker_uid,
 		 gid_t worker_gid, struct egress **ret, struct errmsg *e);
+/* (-EALREADY: the caller already sits in an egress `core` cgroup, see egress_seal().) */
 
 /*
  * Atomic replace of a tier's allow-list (n may be 0: deny everything). Callable from the
@@ -129,6 +130,9 @@ const char *egress_cgroup_path(struct egress *eg, enum egress_tier tier);
 /*
  * Kills workers, detaches programs, removes the subtree (the helper first moves the calling
  * process back to the cgroup it was in before egress_start()). NULL-safe; returns NULL.
+ * After egress_seal(): kills the workers and removes t1..t3 at once, but the calling process
+ * stays in `core`, filtered, until it exits; the helper then removes `core` and the subtree
+ * (a few milliseconds after the exit, not before egress_free() returns).
  */
 struct egress *egress_free(struct egress *eg);
 DEFINE_CLEANUP_FUNC(struct egress *, egress_free, NULL)
@@ -165,6 +169,16 @@ int egress_supported(struct errmsg *e);
 /* The privileged helper's pid (a child of the egress_start() caller), for status output and
  * tests; 0 once it is gone. */
 pid_t egress_helper_pid(struct egress *eg);
+
+/*
+ * Seals the core in: from now on nothing moves the calling process out of `core` while it
+ * lives — neither egress_free() nor a closed control socket — so a core taken over by an
+ * attacker cannot lift its own filter through the helper. Unsealed, egress_free() moves the
+ * core back out (that is what lets it remove the subtree synchronously). Call it once the
+ * daemon no longer needs to leave (after start); cannot be undone. A later egress_start() in
+ * the same process returns -EALREADY. -ENOTCONN if the helper is gone.
+ */
+int egress_seal(struct egress *eg, struct errmsg *e);
 
 /* Count of denials the kernel could not report (ring buffer full) or the helper could not
  * forward (core not reading), as last reported by the helper. */
