@@ -7,6 +7,8 @@
  *   tcp ADDR:PORT | tcp [ADDR6]:PORT   blocking TCP connect        -> "0" or the errno
  *   udp ADDR:PORT | udp [ADDR6]:PORT   unconnected UDP sendto       -> "0" or the errno
  *   udpc ADDR:PORT                     UDP connect (no send)        -> "0" or the errno
+ *   tfo ADDR:PORT                      TCP Fast Open sendto()       -> "0" or the errno
+ *   mmsg ADDR:PORT                     UDP sendmmsg() of 2 messages -> "0" or the errno
  *   loop N tcp ADDR:PORT               N TCP connects               -> "OK FAILS LAST_ERRNO"
  *   pid | uid | gid | nnp              getpid() / getuid() / getgid() / no_new_privs
  *   cgroup                             its cgroup2 path ("0::" line of /proc/self/cgroup)
@@ -74,10 +76,27 @@ static int attempt(const char *kind, const char *dest)
 
 	if (parse(dest, &ss, &len) < 0)
 		return EINVAL;
-	fd = socket(ss.ss_family, (strcmp(kind, "tcp") == 0 ? SOCK_STREAM : SOCK_DGRAM) | SOCK_CLOEXEC, 0);
+	fd = socket(ss.ss_family,
+		    (strcmp(kind, "tcp") == 0 || strcmp(kind, "tfo") == 0 ? SOCK_STREAM : SOCK_DGRAM) |
+			    SOCK_CLOEXEC,
+		    0);
 	if (fd < 0)
 		return errno;
-	if (strcmp(kind, "udp") == 0) {
+	if (strcmp(kind, "tfo") == 0) {
+		/* the connect happens inside sendto(): the connect hook must still run */
+		if (sendto(fd, "x", 1, MSG_FASTOPEN, (struct sockaddr *) &ss, len) < 0)
+			r = errno;
+	} else if (strcmp(kind, "mmsg") == 0) {
+		struct iovec iov = { .iov_base = (void *) "x", .iov_len = 1 };
+		struct mmsghdr m[2];
+
+		memset(m, 0, sizeof(m));
+		for (int i = 0; i < 2; i++)
+			m[i].msg_hdr = (struct msghdr){ .msg_name = &ss, .msg_namelen = len,
+							.msg_iov = &iov, .msg_iovlen = 1 };
+		if (sendmmsg(fd, m, 2, 0) < 0)
+			r = errno;
+	} else if (strcmp(kind, "udp") == 0) {
 		if (sendto(fd, "x", 1, 0, (struct sockaddr *) &ss, len) < 0)
 			r = errno;
 	} else if (connect(fd, (struct sockaddr *) &ss, len) < 0) {

@@ -458,6 +458,11 @@ static int child_tier_filter(void)
 	ASSERT_EQ(ask(fd, "udp 127.0.0.1:%d", p2), EPERM);
 	ASSERT_EQ(ask(fd, "tcp [::1]:%d", p2), EPERM);
 	ASSERT_EQ(ask(fd, "udp [::1]:%d", p2), EPERM);
+	/* the other ways to connect or send: TCP Fast Open, sendmmsg() */
+	ASSERT_EQ(ask(fd, "tfo 127.0.0.1:%d", p1), 0);
+	ASSERT_EQ(ask(fd, "tfo 127.0.0.2:%d", p1), EPERM);
+	ASSERT_EQ(ask(fd, "mmsg 127.0.0.1:%d", p1), 0);
+	ASSERT_EQ(ask(fd, "mmsg 127.0.0.2:%d", p1), EPERM);
 	/* the dual-stack way around the IPv4 rule is closed too */
 	ASSERT_EQ(ask(fd, "tcp [::ffff:127.0.0.2]:%d", p1), EPERM);
 	ASSERT_EQ(ask(fd, "udp [::ffff:127.0.0.2]:%d", p1), EPERM);
