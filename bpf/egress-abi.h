@@ -16,7 +16,8 @@
 #define EGRESS_BPF_RINGBUF_BYTES (256 * 1024)
 
 /* The allow-list key. A replace writes the new list under gen + 1, then flips the one-element
- * `generation` map to gen + 1 with one write, so a program sees either list whole. */
+ * `generation` map to gen + 1 with one write, so a program sees either list whole; the old
+ * entries are deleted after an RCU grace period (daemon/egress/egress-bpf.c). */
 struct egress_key {
 	__u32 gen;     /* generation the entry belongs to (0 is never used: empty at load) */
 	__u32 family;  /* AF_INET (2) / AF_INET6 (10) */

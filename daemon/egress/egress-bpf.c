@@ -3,7 +3,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/membarrier.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -212,9 +214,9 @@ int egress_bpf_set_allow(struct egress_bpf_set *s, enum egress_tier tier,
 	if (next == 0)
 		next = 1; /* 0 means "never set" (empty); skip it on wrap */
 
-	/* 1. The generation before the current one has been out of force since the previous
-	 * replace: a program that read its number has long finished. Remove it (and any
-	 * half-written generation a failed replace left) to make room. */
+	/* 1. Leftovers: a half-written generation a failed replace left, or the previous list
+	 * when step 4 could not wait for a grace period. Out of force since the previous
+	 * replace; remove them to make room. */
 	r = delete_other_generations(map_fd, s->gen[tier]);
 	if (r < 0)
 		return errmsg_set(e, r, "cannot clear old allow-list entries: %s", strerror(-r));
@@ -232,15 +234,19 @@ int egress_bpf_set_allow(struct egress_bpf_set *s, enum egress_tier tier,
 			return errmsg_set(e, r, "cannot write allow-list entry %zu: %s", i, strerror(-r));
 		}
 	}
-	/* 3. One write switches every program to the whole new list. The old entries stay until
-	 * the next replace (step 1), so a connect that read the old number just before this
-	 * write still finds the whole old list: no instant where an entry in both is missing. */
+	/* 3. One write switches every program to the whole new list. */
 	if (bpf_map_update_elem(gen_fd, &zero, &next, BPF_ANY) < 0) {
 		r = -errno;
 		(void) delete_other_generations(map_fd, s->gen[tier]);
 		return errmsg_set(e, r, "cannot switch the allow-list generation: %s", strerror(-r));
 	}
 	s->gen[tier] = next;
+	/* 4. The old list goes once no program can still be using the old number: the programs
+	 * run inside an RCU read-side section, and MEMBARRIER_CMD_GLOBAL is synchronize_rcu()
+	 * (a few ms). Where it is refused (nohz_full), the old entries stay until step 1 of
+	 * the next replace, by when any program that read the old number has long finished. */
+	if (syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0)
+		(void) delete_other_generations(map_fd, next);
 	return 0;
 }
 
