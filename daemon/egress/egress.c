@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,6 +23,7 @@
 static const char *const tier_names[_EGRESS_TIER_MAX] = { "core", "t1", "t2", "t3" };
 
 struct egress {
+	pthread_mutex_t lock; /* one request/reply on ctl_fd at a time, whichever thread */
 	bool sealed;  /* egress_seal() done: the helper outlives us, do not wait for it */
 	int ctl_fd;   /* owned: requests and replies */
 	int ev_fd;    /* owned: denials and worker exits; nonblocking */
@@ -136,13 +138,17 @@ static int request(struct egress *eg, const struct priv_req *req, const void *pa
 
 	if (eg->ctl_fd < 0)
 		return errmsg_set(e, -ENOTCONN, "the egress helper is gone");
+	pthread_mutex_lock(&eg->lock);
 	do
 		n = sendmsg(eg->ctl_fd, &mh, MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
-	if (n < 0)
-		return errmsg_set(e, errno == EPIPE ? -ENOTCONN : -errno,
-				  "cannot reach the egress helper: %s", strerror(errno));
+	if (n < 0) {
+		r = errno == EPIPE ? -ENOTCONN : -errno;
+		pthread_mutex_unlock(&eg->lock);
+		return errmsg_set(e, r, "cannot reach the egress helper: %s", strerror(-r));
+	}
 	r = recv_reply(eg->ctl_fd, rep, ret_fd);
+	pthread_mutex_unlock(&eg->lock);
 	if (r < 0)
 		return errmsg_set(e, r, "no answer from the egress helper: %s", strerror(-r));
 	if (rep->r < 0)
@@ -423,6 +429,7 @@ struct egress *egress_free(struct egress *eg)
 	shutdown_helper(eg);
 	if (eg->ev_fd >= 0)
 		close(eg->ev_fd);
+	pthread_mutex_destroy(&eg->lock);
 	free(eg);
 	return NULL;
 }
@@ -449,11 +456,14 @@ int egress_start(const char *instance, const char *worker_path, uid_t worker_uid
 		return errmsg_set(e, -EPERM, "egress: enforcement needs root at start (to create "
 					     "cgroups and load BPF programs); running as uid %d",
 				  (int) geteuid());
-	cfg = calloc(1, sizeof(*cfg));
 	eg = calloc(1, sizeof(*eg));
-	if (!cfg || !eg)
+	if (!eg)
 		return -ENOMEM;
-	eg->ctl_fd = eg->ev_fd = -EBADF;
+	eg->ctl_fd = eg->ev_fd = -EBADF; /* before anything can hand eg to egress_free() */
+	pthread_mutex_init(&eg->lock, NULL);
+	cfg = calloc(1, sizeof(*cfg));
+	if (!cfg)
+		return -ENOMEM;
 
 	r = cgroup2_mount(mount, sizeof(mount), e);
 	if (r < 0)

@@ -22,8 +22,12 @@
  * capability afterwards; it holds no BPF map or link fd (a map fd would let it widen its own
  * allow-list without any capability, see docs/ARCHITECTURE.md "Egress").
  *
- * Threading: one struct egress is used from one thread (the daemon's event loop). Call
- * egress_start() before creating threads (it forks).
+ * Threading: the requests to the helper (egress_set_allowed(), egress_spawn_worker(),
+ * egress_kill_worker(), egress_seal()) may come from any thread; they are serialized on one
+ * lock. egress_process() and egress_set_exit_handler() belong to one thread at a time (the
+ * one polling egress_fd()); egress_free() to the last user. Call egress_start() before
+ * creating threads (it forks) and before opening any inet socket (a socket stays in the
+ * cgroup it was created in, so one opened earlier is not filtered).
  *
  * Errors: every int function returns >= 0 on success or -errno, and fills the optional
  * struct errmsg with a sentence naming what failed.
