@@ -145,7 +145,7 @@ static bool test_env(const char *name)
 }
 
 /* The molly-egress to start: WorkerPath=, else next to this executable (a build tree), else
- * the installed one. */
+ * ../libexec/molly/ from it, else the configured libexec directory. */
 static int egress_worker_path(const struct config *c, char *buf, size_t size)
 {
 	char self[4096];
@@ -163,6 +163,11 @@ static int egress_worker_path(const struct config *c, char *buf, size_t size)
 		if (slash) {
 			*slash = 0;
 			snprintf(buf, size, "%.3800s/molly-egress", self);
+			if (access(buf, X_OK) == 0)
+				return 0;
+			/* PREFIX/sbin/mollyd → PREFIX/libexec/molly/molly-egress, whatever the
+			 * prefix was at configure time */
+			snprintf(buf, size, "%.3800s/../libexec/molly/molly-egress", self);
 			if (access(buf, X_OK) == 0)
 				return 0;
 		}
@@ -240,8 +245,22 @@ static int step_egress(struct daemon *d, const struct passwd *user, struct errms
 			 path, strerror(-r));
 		return 0;
 	}
-	r = egress_start("mollyd", path, user ? user->pw_uid : getuid(),
-			 user ? user->pw_gid : getgid(), &d->eg, &ee);
+	/* Workers never run as root (root could leave its cgroup): User=, else nobody. */
+	uid_t wuid = user ? user->pw_uid : getuid();
+	gid_t wgid = user ? user->pw_gid : getgid();
+	if (wuid == 0) {
+		struct passwd pwbuf, *nb = NULL;
+		char buf[1024];
+		if (getpwnam_r("nobody", &pwbuf, buf, sizeof(buf), &nb) != 0 || !nb) {
+			snprintf(d->egress_failure, sizeof(d->egress_failure),
+				 "no [Daemon] User= and no user 'nobody' to run the egress workers "
+				 "as (they must not run as root)");
+			return 0;
+		}
+		wuid = nb->pw_uid;
+		wgid = nb->pw_gid;
+	}
+	r = egress_start("mollyd", path, wuid, wgid, &d->eg, &ee);
 	if (r < 0) {
 		snprintf(d->egress_failure, sizeof(d->egress_failure), "%s",
 			 ee.text[0] ? ee.text : strerror(-r));

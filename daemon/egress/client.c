@@ -716,9 +716,8 @@ static int handle_event(struct egress_client *c, struct ctier *t, struct proto_m
 
 static int handle_health(struct egress_client *c, struct ctier *t, const struct proto_msg *m)
 {
+	/* A report may name one target (after a call) or all of them. */
 	pthread_mutex_lock(&c->lock);
-	for (size_t i = 0; i < t->n_targets; i++)
-		t->targets[i].available = false;
 	for (size_t i = 0; i < m->n_health; i++) {
 		struct ctarget *x = find_ctarget(t, m->health[i].name);
 		if (x) {

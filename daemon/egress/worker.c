@@ -7,6 +7,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,6 +187,7 @@ struct wcall {
 	uint64_t rid;
 	bool submitted;
 	bool cancel_pending;
+	char name[PROTO_MAX_NAME + 1];  /* the target's, for the health report at the end */
 };
 
 struct outmsg {
@@ -224,6 +226,7 @@ struct worker {
 	struct resolved *pending_res;  /* per pending_cfg entry */
 	char *endpoints_sig;           /* what the last ENDPOINTS said, to notice a change */
 	char *health_sig;
+	atomic_bool health_dirty;      /* a call ended: the next full report goes out anyway */
 	uint64_t next_resolve_ns;
 };
 
@@ -352,6 +355,16 @@ static void on_remote_event(const struct remote_event *ev, void *userdata)
 	struct proto_msg m = { .type = PROTO_EVENT, .id = c->core_id, .event = *ev };
 
 	m.event.id = c->core_id;
+	if (ev->type != REMOTE_EVENT_TEXT) {
+		/* The target's health first (a failure starts its cool-down): the core must
+		 * not route the next request to it before it knows. */
+		struct proto_health h = { .name = c->name,
+					  .available = remote_target_available(c->rt),
+					  .latency_ms = remote_target_latency_ms(c->rt) };
+		struct proto_msg hm = { .type = PROTO_HEALTH, .health = &h, .n_health = 1 };
+		(void) send_msg(w, &hm, true);
+		atomic_store(&w->health_dirty, true);
+	}
 	if (send_msg(w, &m, true) < 0 && ev->type == REMOTE_EVENT_TEXT) {
 		/* Could not encode a chunk (a NUL in it): the client must not miss it silently. */
 		(void) remote_cancel(c->rt, c->rid);
@@ -407,6 +420,7 @@ static void handle_submit(struct worker *w, struct proto_msg *m)
 	c->w = w;
 	c->core_id = m->id;
 	c->rt = t->rt;
+	snprintf(c->name, sizeof(c->name), "%s", t->cfg.name);
 	/* Held across remote_submit: its first event may come before it returns, and the
 	 * callback must find c complete. */
 	pthread_mutex_lock(&w->lock);
@@ -820,7 +834,8 @@ static void report_health(struct worker *w)
 		strcat(sig, h[m.n_health].available ? "1" : "0");
 		m.n_health++;
 	}
-	if (w->health_sig && strcmp(w->health_sig, sig) == 0)
+	if (w->health_sig && strcmp(w->health_sig, sig) == 0 &&
+	    !atomic_exchange(&w->health_dirty, false))
 		return;
 	free(w->health_sig);
 	w->health_sig = strdup(sig);

@@ -27,7 +27,8 @@ trap 'rm -rf "$D"' EXIT
 DESTDIR=$D cmake --install "$MOLLY_BUILD_DIR" --prefix /usr --component daemon >"$D.log" 2>&1 ||
 	{ cat "$D.log"; rm -f "$D.log"; fail "cmake --install failed"; }
 rm -f "$D.log"
-for f in usr/sbin/mollyd usr/bin/molly usr/lib/systemd/system/mollyd.service \
+for f in usr/sbin/mollyd usr/bin/molly usr/libexec/molly/molly-egress \
+	usr/lib/systemd/system/mollyd.service \
 	usr/share/dbus-1/system.d/org.molly.Daemon1.conf \
 	usr/share/dbus-1/system-services/org.molly.Daemon1.service \
 	usr/share/polkit-1/actions/org.molly.policy usr/lib/sysusers.d/molly.conf \
@@ -51,6 +52,29 @@ cp /bin/kill "$D/bin/kill"
 out=$(cd / && systemd-analyze verify --root="$D" mollyd.service 2>&1) || fail "systemd-analyze verify: $out"
 [ -z "$out" ] || fail "systemd-analyze verify warned: $out"
 pass "systemd-analyze verify mollyd.service"
+
+# The egress drop-in (`molly config apply`): IPAddressDeny=any plus the targets' addresses;
+# the unit with it still verifies.
+cat >"$D/apply.conf" <<'CONF'
+[Target lan]
+Tier=T1
+URL=http://127.0.0.1:8080
+[Target api]
+Tier=T3
+URL=http://[::1]:9443/v1
+CONF
+"$MOLLY_BUILD_DIR/bin/molly" config apply --config "$D/apply.conf" \
+	--out "$D/etc/systemd/system/mollyd.service.d" >/dev/null || fail "molly config apply"
+dropin=$D/etc/systemd/system/mollyd.service.d/50-egress.conf
+grep -qx 'IPAddressDeny=any' "$dropin" || fail "drop-in without IPAddressDeny=any: $(cat "$dropin")"
+grep -qx 'IPAddressAllow=localhost' "$dropin" || fail "drop-in without localhost"
+grep -qx 'IPAddressAllow=127.0.0.1' "$dropin" || fail "drop-in without T1's address"
+grep -qx 'IPAddressAllow=::1' "$dropin" || fail "drop-in without T3's address"
+out=$(cd / && systemd-analyze verify --root="$D" mollyd.service 2>&1) || fail "verify with the drop-in: $out"
+[ -z "$out" ] || fail "systemd-analyze verify warned with the drop-in: $out"
+"$MOLLY_BUILD_DIR/bin/molly" config apply --config "$D/nonexistent.conf" --out "$D/x" 2>/dev/null &&
+	fail "config apply accepted a missing file"
+pass "molly config apply writes a drop-in that verifies"
 
 if command -v systemd-sysusers >/dev/null; then
 	systemd-sysusers --root="$D" >/dev/null 2>&1 || fail "systemd-sysusers"
