@@ -13,12 +13,14 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1172,4 +1174,62 @@ TEST(core_crash_cleans_up)
 	ASSERT_TRUE(access(root, F_OK) < 0 && errno == ENOENT);
 	ASSERT_TRUE(worker > 0 && kill(worker, 0) < 0 && errno == ESRCH);
 	return 0;
+}
+
+/* Root, but without CAP_BPF / CAP_SYS_ADMIN / CAP_PERFMON: the load is refused. */
+static int child_no_bpf(void)
+{
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
+	struct __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3];
+	struct egress *eg = NULL;
+	struct errmsg e = { { 0 } };
+	char own[600], base[600];
+	FILE *f;
+	DIR *dir;
+
+	ASSERT_EQ(syscall(SYS_capget, &h, d), 0);
+	for (int i = 0; i < 2; i++) {
+		uint32_t drop = 0;
+
+		for (int cap = 0; cap < 64; cap++)
+			if ((cap == 21 /* SYS_ADMIN */ || cap == 38 /* PERFMON */ || cap == 39 /* BPF */) &&
+			    cap / 32 == i)
+				drop |= 1u << (cap % 32);
+		d[i].effective &= ~drop;
+		d[i].permitted &= ~drop;
+		d[i].inheritable &= ~drop;
+	}
+	ASSERT_EQ(syscall(SYS_capset, &h, d), 0);
+	ASSERT_ERR(egress_supported(&e), -EPERM);
+	ASSERT_ERR(egress_start("nobpf", PROBE, 0, 0, &eg, &e), -EPERM);
+	ASSERT_TRUE(strstr(e.text, "refused to load") != NULL);
+	ASSERT_TRUE(eg == NULL);
+	/* fail closed and clean: still in our own cgroup, nothing named molly-nobpf-* left */
+	f = fopen("/proc/self/cgroup", "re");
+	ASSERT_TRUE(f);
+	while (fgets(own, sizeof(own), f) && strncmp(own, "0::", 3) != 0)
+		;
+	fclose(f);
+	ASSERT_TRUE(strstr(own, "molly-") == NULL);
+	f = fopen("/proc/self/mountinfo", "re");
+	ASSERT_TRUE(f);
+	base[0] = 0;
+	while (fgets(own, sizeof(own), f))
+		if (strstr(own, " - cgroup2 ")) {
+			sscanf(own, "%*s %*s %*s %*s %599s", base);
+			break;
+		}
+	fclose(f);
+	dir = opendir(base);
+	ASSERT_TRUE(dir);
+	for (struct dirent *de; (de = readdir(dir));)
+		ASSERT_TRUE(strncmp(de->d_name, "molly-nobpf-", 12) != 0);
+	closedir(dir);
+	return 0;
+}
+
+TEST(bpf_refused_fails_closed_and_clean)
+{
+	SETUP();
+	return in_child(child_no_bpf);
 }
