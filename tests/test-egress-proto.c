@@ -563,3 +563,60 @@ TEST(client_disabled_refuses_clearly)
 	ASSERT_TRUE(strstr(egress_client_status(c), "disabled") != NULL);
 	return 0;
 }
+
+/* A worker that lies: it reports an address that is not its target's. The core must not
+ * allow it (no ALLOWED, the target never becomes available), kill it and restart it. */
+TEST(client_refuses_a_lying_worker)
+{
+	static const char script[] =
+		"#!/usr/bin/env python3\n"
+		"import json, socket, sys\n"
+		"s = socket.socket(fileno=3)\n"
+		"def send(o):\n"
+		"    s.send(b'L' + json.dumps(o).encode())\n"
+		"send({'type': 'hello', 'tier': 1, 'pid': 1, 'version': 1})\n"
+		"while True:\n"
+		"    d = s.recv(1 << 20)\n"
+		"    if not d: sys.exit(0)\n"
+		"    m = json.loads(d[1:])\n"
+		"    if m['type'] == 'configure':\n"
+		"        send({'type': 'endpoints', 'generation': m['generation'],\n"
+		"              'endpoints': [{'target': 'lan', 'addr': '10.1.2.3', 'port': 8080}]})\n"
+		"    if m['type'] == 'allowed':\n"
+		"        open(sys.argv[0] + '.allowed', 'w').write('yes')\n";
+	char dir[] = "/tmp/molly-egress-test.XXXXXX", path[128], allowed[160];
+	char conf[] = "[Target lan]\nTier=T1\nURL=http://127.0.0.1:8080\n";
+	struct errmsg e = { { 0 } };
+	_cleanup_(config_unrefp) struct config *cfg = NULL;
+	_cleanup_(egress_client_freep) struct egress_client *c = NULL;
+	_cleanup_(remote_target_freep) struct remote_target *t1 = NULL;
+	struct egress_client_options o = { .mode = EGRESS_CLIENT_PLAIN };
+	FILE *f;
+
+	if (access("/usr/bin/python3", X_OK) < 0)
+		return TEST_SKIP;
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/liar", dir);
+	snprintf(allowed, sizeof(allowed), "%s.allowed", path);
+	f = fopen(path, "w");
+	ASSERT_TRUE(f != NULL);
+	fputs(script, f);
+	fclose(f);
+	ASSERT_OK(chmod(path, 0755));
+	ASSERT_OK(config_new(&cfg));
+	ASSERT_OK(config_parse_text(cfg, conf, strlen(conf), "test.conf", &e));
+	o.worker_path = path;
+	ASSERT_OK(egress_client_new(&o, &c, &e));
+	ASSERT_OK(egress_client_target_new(c, &cfg->targets[0], &t1, &e));
+	/* Never confirmed: a warning after the wait, not success. */
+	ASSERT_EQ(egress_client_configure(c, cfg, 1500000000ull, &e), 1);
+	ASSERT_TRUE(egress_client_worker_starts(c, 1) >= 2); /* killed and restarted */
+	ASSERT_TRUE(!remote_target_available(t1));
+	ASSERT_TRUE(access(allowed, F_OK) < 0); /* never told ALLOWED */
+	t1 = remote_target_free(t1);
+	c = egress_client_free(c);
+	(void) unlink(allowed);
+	(void) unlink(path);
+	(void) rmdir(dir);
+	return 0;
+}

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Egress enforcement follows the configuration (issue #8), with real eBPF cgroup filters:
-#  - a [Target]'s URL moves to another port; SIGHUP; the t1 worker resolves the new URL, the
-#    core sets the new allow-list atomically, and the next request reaches the new port;
+#  - a [Target]'s URL moves to another port (and from an address to the name localhost);
+#    SIGHUP; the t1 worker resolves the new URL, the core sets the new allow-list atomically,
+#    and the next request reaches the new port;
 #  - a worker killed with SIGKILL is restarted into its cgroup (a new pid in t1) and the next
 #    request succeeds; a request in flight when it dies ends with an error, not a hang.
 source "$(dirname "$0")/lib/http.sh"
@@ -32,8 +33,9 @@ ht_expect_json 'j["choices"][0]["text"]' "from the old port" "old port answers"
 
 # Keep the port: rewrite only the URL, then reload.
 port=$HT_PORT
-sed -i "s|^URL=http://127.0.0.1:$old_PORT\$|URL=http://127.0.0.1:$new_PORT|" "$HT_TMP/mollyd.conf"
-grep -q "URL=http://127.0.0.1:$new_PORT" "$HT_TMP/mollyd.conf" || ht_fail "config not rewritten"
+# A name this time: the worker resolves it (getaddrinfo) and pins libcurl to the answer.
+sed -i "s|^URL=http://127.0.0.1:$old_PORT\$|URL=http://localhost:$new_PORT|" "$HT_TMP/mollyd.conf"
+grep -q "URL=http://localhost:$new_PORT" "$HT_TMP/mollyd.conf" || ht_fail "config not rewritten"
 n=$(grep -c 'configuration reloaded' "$HT_TMP/mollyd.log")
 kill -HUP "$HT_PID"
 for ((i = 0; i < 150; i++)); do
@@ -67,7 +69,7 @@ ht_ok "a killed worker ($w) was restarted into t1 ($nw) and answers"
 
 # A request in flight when the worker dies ends with an error (503), not a hang.
 rt_fake hang --mode hang
-sed -i "s|^URL=http://127.0.0.1:$new_PORT\$|URL=http://127.0.0.1:$hang_PORT|" "$HT_TMP/mollyd.conf"
+sed -i "s|^URL=http://localhost:$new_PORT\$|URL=http://127.0.0.1:$hang_PORT|" "$HT_TMP/mollyd.conf"
 n=$(grep -c 'configuration reloaded' "$HT_TMP/mollyd.log")
 kill -HUP "$HT_PID"
 for ((i = 0; i < 150; i++)); do
