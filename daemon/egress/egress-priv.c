@@ -340,9 +340,14 @@ static void cleanup(struct priv *p)
 	cleanup_tiers(p);
 	/* Unsealed: the core, if still alive, goes back where it came from (a cgroup with
 	 * processes cannot be removed). Sealed: the core has exited already. Whatever else is
-	 * left in `core` (children the daemon forked) dies. */
-	if (!p->sealed)
-		(void) cgroup2_move(cfg->orig_dir, cfg->core_pid, NULL);
+	 * left in `core` (children the daemon forked) dies, but never a core we could not
+	 * move: then `core` stays as it is, filtered (fail closed), for a later start to
+	 * remove once that pid is gone. */
+	if (!p->sealed && cgroup2_move(cfg->orig_dir, cfg->core_pid, &e) < 0 &&
+	    kill(cfg->core_pid, 0) == 0) {
+		fprintf(stderr, "molly egress helper: %s; leaving %s in place\n", e.text, cfg->root_dir);
+		return;
+	}
 	if (cgroup2_kill_all(cfg->tier_dir[EGRESS_CORE]) < 0)
 		(void) cgroup2_kill_all(cfg->tier_dir[EGRESS_CORE]);
 	p->bpf = egress_bpf_set_free(p->bpf);
