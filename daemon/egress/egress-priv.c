@@ -173,6 +173,8 @@ _Noreturn static void worker_exec(struct priv *p, enum egress_tier tier, int soc
 		r = -errno;
 		goto fail_errno_known;
 	}
+	if (null_fd == 0)
+		(void) fcntl(0, F_SETFD, 0); /* stdin was closed: keep /dev/null across exec */
 	err_fd = e2;
 	(void) close_range(4, (unsigned) err_fd - 1, 0);
 	(void) close_range((unsigned) err_fd + 1, ~0U, 0);
@@ -232,8 +234,9 @@ static void do_spawn(struct priv *p, const struct priv_req *req, char *payload, 
 		return reply(p->cfg->ctl_fd, -EMFILE, 0, -1, "too many live egress workers");
 
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
-		snprintf(msg, sizeof(msg), "socketpair: %s", strerror(errno));
-		return reply(p->cfg->ctl_fd, -errno, 0, -1, msg);
+		err = -errno;
+		snprintf(msg, sizeof(msg), "socketpair: %s", strerror(-err));
+		return reply(p->cfg->ctl_fd, err, 0, -1, msg);
 	}
 	if (pipe2(ep, O_CLOEXEC) < 0) {
 		err = -errno;
