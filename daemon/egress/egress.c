@@ -276,7 +276,9 @@ int egress_process(struct egress *eg, void (*on_denial)(const struct egress_deni
 	assert_return(eg, -EINVAL);
 	if (eg->ev_fd < 0)
 		return -ENOTCONN;
-	for (;;) {
+	/* At most a batch per call: a flood of denials must not hold the caller's loop; the fd
+	 * stays readable for the rest. */
+	while (handled < 256) {
 		n = recv(eg->ev_fd, &ev, sizeof(ev), MSG_DONTWAIT);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -295,6 +297,7 @@ int egress_process(struct egress *eg, void (*on_denial)(const struct egress_deni
 			eg->on_exit(ev.pid, (enum egress_tier) ev.tier, ev.wait_status, eg->exit_userdata);
 		handled++;
 	}
+	return handled;
 }
 
 pid_t egress_helper_pid(struct egress *eg)

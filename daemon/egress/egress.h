@@ -120,8 +120,8 @@ int egress_spawn_worker(struct egress *eg, enum egress_tier tier, char *const ar
 int egress_fd(struct egress *eg);
 
 /*
- * Delivers every pending denial to on_denial (may be NULL) and every pending worker exit to
- * the exit handler (if set); never blocks. Returns the number of records handled, or -errno
+ * Delivers pending denials to on_denial (may be NULL) and pending worker exits to the exit
+ * handler (if set), at most 256 per call (the fd stays readable for the rest); never blocks. Returns the number of records handled, or -errno
  * (-ENOTCONN: the helper is gone; the filters stay attached, enforcement continues, but no
  * more updates or workers are possible).
  */
