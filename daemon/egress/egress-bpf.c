@@ -34,7 +34,7 @@ struct egress_bpf_set {
 static char last_log[512];
 
 /* libbpf prints its reasons (verifier output, "failed to load program") through this; keep
- * the last meaningful line for the error message instead of spraying the daemon's stderr. */
+ * the first meaningful line for the error message instead of spraying the daemon's stderr. */
 static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap)
 {
 	char line[512];
@@ -46,8 +46,12 @@ static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
 	n = strlen(line);
 	while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == ' '))
 		line[--n] = 0;
-	if (n > 0)
-		memcpy(last_log, line, n + 1);
+	/* The first warning of an attempt names the cause ("map 'allowed': failed to create");
+	 * later ones only repeat that the load failed. Not the memlock one: this kernel
+	 * accounts BPF memory to the cgroup, the limit is not why a load fails. */
+	if (n > 0 && last_log[0] == 0 && !strstr(line, "RLIMIT_MEMLOCK"))
+		snprintf(last_log, sizeof(last_log), "%s",
+			 strncmp(line, "libbpf: ", 8) == 0 ? line + 8 : line);
 	if (getenv("MOLLY_EGRESS_DEBUG"))
 		fprintf(stderr, "libbpf: %s\n", line);
 	return 0;

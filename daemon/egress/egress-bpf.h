@@ -62,5 +62,6 @@ DEFINE_CLEANUP_FUNC(struct egress_bpf_set *, egress_bpf_set_free, NULL)
  * programs judge it). -EINVAL for an unknown family. */
 int egress_bpf_key(const struct egress_dest *d, uint32_t gen, void *ret_key);
 
-/* The last warning libbpf printed (load/verifier errors), for error messages; "" if none. */
+/* The first warning libbpf printed during the last load attempt (the cause of a load or
+ * verifier error), for error messages; "" if none. */
 const char *egress_bpf_last_log(void);
