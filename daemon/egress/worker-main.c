@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -108,6 +109,12 @@ int main(int argc, char **argv)
 				"molly-egress[T%u]: ignoring --test-wrong-target (test only; needs "
 				"MOLLY_EGRESS_TEST=1)\n",
 				o.tier);
+	}
+	/* The core runs as the same user: without this it could ptrace us and put bytes on the
+	 * wire past worker_check_payload(). Not dumpable: only CAP_SYS_PTRACE may attach. */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
+		fprintf(stderr, "molly-egress[T%u]: PR_SET_DUMPABLE: %m\n", o.tier);
+		return 1;
 	}
 	/* The core hands over the keys; never read credentials of our own. */
 	unsetenv("CREDENTIALS_DIRECTORY");
