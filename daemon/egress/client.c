@@ -133,6 +133,7 @@ struct egress_client {
 	size_t n_resolvers;
 
 	int wake_fd;
+	bool helper_gone;              /* egress_fd() reached its end: stop polling it */
 	pthread_t thread;
 	bool has_thread;
 };
@@ -812,7 +813,7 @@ static void *supervisor_main(void *arg)
 		stopping = c->stopping;
 		p[n] = (struct pollfd){ .fd = c->wake_fd, .events = POLLIN };
 		who[n++] = NULL;
-		if (c->eg) {
+		if (c->eg && !c->helper_gone) {
 			p[n] = (struct pollfd){ .fd = egress_fd(c->eg), .events = POLLIN };
 			who[n++] = NULL;
 		}
@@ -840,11 +841,10 @@ static void *supervisor_main(void *arg)
 			} else if (!who[i]) {
 				int k = egress_process(c->eg, c->on_denial, c->userdata);
 				if (k == -ENOTCONN) {
-					static bool said;
-					if (!said)
-						log_error("egress: the privileged helper is gone: "
-							  "filters stay, workers cannot restart");
-					said = true;
+					log_error("egress: the privileged helper is gone: the filters "
+						  "stay (fail closed), but allow-lists cannot change "
+						  "and workers cannot restart");
+					c->helper_gone = true;
 				}
 			} else
 				read_worker(c, who[i]);
