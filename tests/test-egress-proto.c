@@ -620,3 +620,37 @@ TEST(client_refuses_a_lying_worker)
 	(void) rmdir(dir);
 	return 0;
 }
+
+/* CURLOPT_RESOLVE pins (remote_target_config.resolve): a name that DNS does not know is
+ * reached at the pinned address, and nowhere else; replacing the pins moves the calls. */
+TEST(remote_pins_resolve)
+{
+	struct server s = { 0 };
+	char url[96], pin[128], bad_pin[128];
+	const char *pins[1] = { pin }, *bad[1] = { bad_pin };
+	struct errmsg e = { { 0 } };
+	_cleanup_(remote_target_freep) struct remote_target *t = NULL;
+	struct remote_target_config rc = { .name = "pinned", .url = url, .timeout_ns = 5000000000ull,
+					   .resolve = pins, .n_resolve = 1 };
+	struct collect col;
+
+	ASSERT_OK(server_start(&s));
+	/* .invalid never resolves (RFC 6761): only the pin can make this work. */
+	snprintf(url, sizeof(url), "http://molly-pin.invalid:%u", s.port);
+	snprintf(pin, sizeof(pin), "molly-pin.invalid:%u:127.0.0.1", s.port);
+	ASSERT_OK(remote_target_new(&rc, &t, &e));
+	ASSERT_OK(call(t, "pinned", POLICY_TIERS_ALL, POLICY_CLASS_PUBLIC, &col));
+	ASSERT_EQ(col.final.type, REMOTE_EVENT_DONE);
+	ASSERT_STREQ(col.text, "from the worker");
+	ASSERT_EQ(atomic_load(&s.requests), 1);
+	/* Pinned to an address where nothing listens: the call fails, no DNS fallback. */
+	snprintf(bad_pin, sizeof(bad_pin), "molly-pin.invalid:%u:127.0.0.2", s.port);
+	ASSERT_OK(remote_target_set_resolve(t, bad, 1));
+	ASSERT_OK(call(t, "pinned", POLICY_TIERS_ALL, POLICY_CLASS_PUBLIC, &col));
+	ASSERT_EQ(col.final.type, REMOTE_EVENT_ERROR);
+	ASSERT_EQ(col.final.error, REMOTE_ERR_DOWN);
+	ASSERT_EQ(atomic_load(&s.requests), 1);
+	t = remote_target_free(t);
+	server_stop(&s);
+	return 0;
+}
