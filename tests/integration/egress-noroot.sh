@@ -78,6 +78,20 @@ assert recs[1]["error"] is not None, recs[1]
 PY
 ht_ok "enforcement failed at start: remote tiers refused, T0 answers, audit says not enforced"
 
+# Daemon1.Status says why (over a private bus).
+if command -v busctl >/dev/null && command -v dbus-daemon >/dev/null; then
+	read -r ADDR BUSPID < <(dbus-daemon --session --fork --nopidfile --print-address=1 \
+		--print-pid=1 --address="unix:path=$HT_TMP/bus.sock" | paste -sd' ')
+	RT_PIDS+=("$BUSPID")
+	sed -i 's/^Bus=none$/Bus=session/' "$HT_TMP/mollyd.conf"
+	MOLLY_EGRESS_TEST=1 MOLLY_EGRESS_TEST_FAIL_START=1 DBUS_SESSION_BUS_ADDRESS=$ADDR ht_start
+	st=$(busctl --address="$ADDR" call org.molly.Daemon1 /org/molly/Daemon1 org.molly.Daemon1 Status)
+	echo "$st" | grep -q '"egress" s "disabled: TEST: MOLLY_EGRESS_TEST_FAIL_START is set"' ||
+		ht_fail "Status: $st"
+	ht_stop
+	ht_ok "Daemon1.Status says egress is disabled, and why"
+fi
+
 # Enforce=no: in-process, audit says false.
 ht_config "$CONF
 [Egress]
