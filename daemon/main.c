@@ -685,6 +685,9 @@ static int run(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
 
 	d.egress_wanted = d.config->egress_enforce && d.config->n_targets > 0;
+	if (getenv("MOLLY_EGRESS_TEST") && strcmp(getenv("MOLLY_EGRESS_TEST"), "1") == 0)
+		log_warning("MOLLY_EGRESS_TEST=1: the egress test-only switches are honoured; "
+			    "never set this in production");
 	r = become_user(&d);
 	if (r < 0)
 		goto out;
