@@ -266,6 +266,15 @@ static int step_egress(struct daemon *d, const struct passwd *user, struct errms
 			 ee.text[0] ? ee.text : strerror(-r));
 		return 0;
 	}
+	/* The core never needs to leave its cgroup again: sealed, not even a core taken over
+	 * by an attacker can ask the helper to move it out. */
+	r = egress_seal(d->eg, &ee);
+	if (r < 0) {
+		snprintf(d->egress_failure, sizeof(d->egress_failure), "sealing the core: %s",
+			 ee.text[0] ? ee.text : strerror(-r));
+		d->eg = egress_free(d->eg);
+		return 0;
+	}
 	log_info("egress enforcement: core cgroup %s (no inet connection); workers: %s",
 		 egress_cgroup_path(d->eg, EGRESS_CORE), path);
 	test_core_connect();

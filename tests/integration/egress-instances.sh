@@ -74,9 +74,11 @@ ht_ok "both daemons answer through their own T1 worker"
 
 kill -TERM "$PIDA"
 wait "$PIDA"
+for ((i = 0; i < 50; i++)); do [ -d "$SA" ] || break; sleep 0.1; done
 [ -d "$SA" ] && ht_fail "A's subtree $SA is left behind"
 ask "$PB" "from B's target"
 kill -TERM "$PIDB"
 wait "$PIDB"
+for ((i = 0; i < 50; i++)); do [ -d "$SB" ] || break; sleep 0.1; done
 [ -d "$SB" ] && ht_fail "B's subtree $SB is left behind"
 ht_ok "stopping A leaves B working; each removes its own subtree"
