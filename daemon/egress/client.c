@@ -69,6 +69,7 @@ struct ctarget {
 	char host[256];
 	uint16_t port;
 	bool available;                /* the worker's last HEALTH */
+	bool reported;                 /* a HEALTH named it (else: available once allowed) */
 	double latency_ms;
 };
 
@@ -679,6 +680,11 @@ static int handle_endpoints(struct egress_client *c, struct ctier *t, const stru
 	pthread_mutex_lock(&c->lock);
 	t->allowed_gen = m->generation;
 	t->ready = true;
+	/* A target the worker has not reported on yet is as available as a new one is; its
+	 * HEALTH follows at once and corrects it. */
+	for (size_t i = 0; i < t->n_targets; i++)
+		if (!t->targets[i].reported)
+			t->targets[i].available = true;
 	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->lock);
 	log_info("egress: T%u allow-list set: %zu destination(s) for %zu target(s)", t->tier, n,
@@ -722,6 +728,7 @@ static int handle_health(struct egress_client *c, struct ctier *t, const struct 
 	for (size_t i = 0; i < m->n_health; i++) {
 		struct ctarget *x = find_ctarget(t, m->health[i].name);
 		if (x) {
+			x->reported = true;
 			x->available = m->health[i].available;
 			x->latency_ms = m->health[i].latency_ms;
 		}
@@ -1145,6 +1152,15 @@ int egress_client_configure(struct egress_client *c, const struct config *cfg, u
 		if (!first && n_next[i] == 0) {
 			/* Every target of the tier is gone from the file: keep the worker with
 			 * none, calls to it fail and the router falls back. */
+		}
+		/* What the worker said about a target stays until it says otherwise. */
+		for (size_t j = 0; j < n_next[i]; j++) {
+			struct ctarget *old = find_ctarget(t, next[i][j].cfg.name);
+			if (old) {
+				next[i][j].available = old->available;
+				next[i][j].reported = old->reported;
+				next[i][j].latency_ms = old->latency_ms;
+			}
 		}
 		ctargets_free(t->targets, t->n_targets);
 		t->targets = TAKE_PTR(next[i]);
