@@ -32,6 +32,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -222,6 +223,26 @@ static void test_core_connect(void)
 	close(fd);
 }
 
+/* Whether uid/gid may execute path (every directory on the way included): a child switches to
+ * them and asks. We are root and single-threaded here. */
+static bool can_exec_as(const char *path, uid_t uid, gid_t gid)
+{
+	int status = 0;
+	pid_t p = fork();
+
+	if (p < 0)
+		return false;
+	if (p == 0) {
+		if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 ||
+		    setresuid(uid, uid, uid) < 0)
+			_exit(2);
+		_exit(access(path, X_OK) == 0 ? 0 : 1);
+	}
+	if (waitpid(p, &status, 0) < 0)
+		return false;
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 /* Egress enforcement: the cgroups, the BPF programs and the privileged helper; this process
  * moves into the core cgroup (no inet connection at all). A failure is not fatal: remote
  * tiers stay closed (fail closed) and the reason is logged and shown in Status. */
@@ -259,6 +280,23 @@ static int step_egress(struct daemon *d, const struct passwd *user, struct errms
 		}
 		wuid = nb->pw_uid;
 		wgid = nb->pw_gid;
+		if (!can_exec_as(path, wuid, wgid)) {
+			/* A build tree under a private home, say. Without User= the whole daemon
+			 * runs as root anyway (warned about below); say it loudly. */
+			log_warning("egress: user nobody cannot execute %s (a directory on the way is "
+				    "closed to it): the egress workers run as root, which weakens "
+				    "their confinement; set [Daemon] User= and install molly-egress "
+				    "where that user can run it",
+				    path);
+			wuid = 0;
+			wgid = 0;
+		}
+	} else if (!can_exec_as(path, wuid, wgid)) {
+		snprintf(d->egress_failure, sizeof(d->egress_failure),
+			 "user %u cannot execute the egress worker %.300s (check the permissions "
+			 "of it and its directories, or set [Egress] WorkerPath=)",
+			 (unsigned) wuid, path);
+		return 0;
 	}
 	r = egress_start("mollyd", path, wuid, wgid, &d->eg, &ee);
 	if (r < 0) {
