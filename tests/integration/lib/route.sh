@@ -34,9 +34,13 @@ rt_fake() {
 	printf -v "${name}_PID" %s "$pid"
 }
 
-# The number of requests a fake target received.
+# The number of completion requests (POST) a fake target received; health checks (GET
+# /v1/models on the daemon's timer) are counted by rt_count_health.
 rt_count() {
-	grep -c -- '^--- end of request ---$' "$HT_TMP/$1.log" || true
+	grep -c -- '^POST ' "$HT_TMP/$1.log" || true
+}
+rt_count_health() {
+	grep -c -- '^GET /v1/models' "$HT_TMP/$1.log" || true
 }
 
 # rt_audit: the audit records as JSON lines in $HT_TMP/audit.jsonl (the daemon stopped).
