@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "core/config.h"
+#include "lora/adapter.h"
 #include "manager-remote.h"
 #include "policy/vault.h"
 #include "router/classify.h"
@@ -258,21 +259,16 @@ static void collect_adapter(const struct manager_adapter_info *a, void *userdata
 		x->n_domains++;
 	}
 	if (c->set && a->n_domains > 0) {
+		/* The classifier learns each domain from the adapter's tags and exemplars; an
+		 * adapter it cannot take (a tag that is not a domain name) is left out of the
+		 * classifier only. */
+		struct lora_adapter_meta meta = { .name = (char *) a->name,
+						  .domains = (char **) a->domains,
+						  .n_domains = a->n_domains,
+						  .exemplars = (char **) a->exemplars,
+						  .n_exemplars = a->n_exemplars };
 		struct errmsg e = { { 0 } };
-		/* The classifier learns each domain from its tags and exemplars; a tag it cannot
-		 * take (not a domain name) leaves that adapter out of the classifier only. */
-		for (size_t i = 0; i < a->n_domains; i++) {
-			char tag[CLASSIFY_DOMAIN_MAX];
-			snprintf(tag, sizeof(tag), "%s", a->domains[i]);
-			for (char *p = tag; *p; p++)
-				if (*p == '_' || *p == '-' || *p == '.')
-					*p = ' ';
-			if (classify_set_add(c->set, a->domains[i], tag, strlen(tag), &e) < 0)
-				break;
-			for (size_t k = 0; k < a->n_exemplars; k++)
-				(void) classify_set_add(c->set, a->domains[i], a->exemplars[k],
-							strlen(a->exemplars[k]), &e);
-		}
+		(void) classify_set_add_adapter(c->set, &meta, &e);
 	}
 }
 
@@ -1208,7 +1204,8 @@ static void deliver(struct mroute *q, struct mleg *l, const char *note)
 				    .prompt_tokens = l->prompt_tokens,
 				    .completion_tokens = l->completion_tokens,
 				    .model = l->t->name,
-				    .uncertainty = note };
+				    .uncertainty = note,
+				    .target = l->t->name };
 	bool known;
 	double conf = leg_confidence(l, &known);
 

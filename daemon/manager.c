@@ -82,6 +82,7 @@ struct mreq {
 	uint32_t n_prompt;
 	bool logprobs;
 	bool leg;               /* an attempt of a routed request: not counted on its own */
+	bool routed;            /* the router chose T0 for it: DONE names the target */
 	struct audit_record *audit; /* owned; written when the request ends (NULL: no store) */
 
 	/* scheduler thread only */
@@ -824,7 +825,18 @@ static void deliver_final(struct mreq *q, const struct manager_event *ev)
 		manager_audit_submit(m->audit, a);
 	}
 
-	q->fn(ev, q->userdata);
+	if (q->routed && ev->type == MANAGER_EVENT_DONE) {
+		char target[300];
+		struct manager_event e2 = *ev;
+
+		if (strcmp(q->model, m->model_name) == 0)
+			snprintf(target, sizeof(target), "local:%s", m->model_name);
+		else
+			snprintf(target, sizeof(target), "local:%s:%s", m->model_name, q->model);
+		e2.target = target;
+		q->fn(&e2, q->userdata);
+	} else
+		q->fn(ev, q->userdata);
 	mreq_unref(q);
 }
 
@@ -1290,7 +1302,7 @@ static void audit_reject(struct manager *m, struct audit_record *a, const struct
 static int submit_local(struct manager *m, const struct manager_request *r,
 			const struct manager_caller *caller, uint64_t id, struct audit_record *arec,
 			manager_event_fn fn, void *userdata, uint64_t *ret_id,
-			struct manager_error *err, int k, bool leg);
+			struct manager_error *err, int k, bool leg, bool routed_here);
 
 /* Whether the router chooses for r: only when targets beyond T0 exist and the request does
  * not name a local adapter (a named adapter runs where it is loaded: here). */
@@ -1385,7 +1397,12 @@ int manager_submit(struct manager *m, const struct manager_request *r,
 			ra.model = adapter;
 			policy_decision_done(&dec);
 			return submit_local(m, &ra, caller, id, arec, fn, userdata, ret_id, err, 0,
-					    false);
+					    false, true);
+		}
+		if (k == 0) {
+			policy_decision_done(&dec);
+			return submit_local(m, r, caller, id, arec, fn, userdata, ret_id, err, 0,
+					    false, true);
 		}
 		if (k > 0) {
 			/* Started on a remote target; its events come as id. */
@@ -1398,7 +1415,7 @@ int manager_submit(struct manager *m, const struct manager_request *r,
 		}
 	}
 	policy_decision_done(&dec);
-	return submit_local(m, r, caller, id, arec, fn, userdata, ret_id, err, k, false);
+	return submit_local(m, r, caller, id, arec, fn, userdata, ret_id, err, k, false, false);
 }
 
 /* The T0 path: resolves, tokenizes and queues r on this machine's scheduler as id (0: a new
@@ -1408,7 +1425,7 @@ int manager_submit(struct manager *m, const struct manager_request *r,
 static int submit_local(struct manager *m, const struct manager_request *r,
 			const struct manager_caller *caller, uint64_t id, struct audit_record *arec,
 			manager_event_fn fn, void *userdata, uint64_t *ret_id,
-			struct manager_error *err, int k, bool leg)
+			struct manager_error *err, int k, bool leg, bool routed_here)
 {
 	struct sched_lora loras[MANAGER_MAX_LORAS + 1];
 	size_t n_loras = 0;
@@ -1467,6 +1484,7 @@ static int submit_local(struct manager *m, const struct manager_request *r,
 	q->userdata = userdata;
 	q->logprobs = r->logprobs;
 	q->leg = leg;
+	q->routed = routed_here;
 	q->n_prompt = (uint32_t) n_ids;
 	q->model = TAKE_PTR(model);
 	if (mreq_set_stops(q, r) < 0)
@@ -1590,7 +1608,7 @@ static int hook_local_submit(void *userdata, uint64_t id, const struct manager_r
 	*err = (struct manager_error){ 0 };
 	/* The caller's scopes were checked when the request came in (and the router offers
 	 * only the adapters the caller may use). */
-	return submit_local(m, r, NULL, id, a, fn, fn_userdata, &ret_id, err, 0, true);
+	return submit_local(m, r, NULL, id, a, fn, fn_userdata, &ret_id, err, 0, true, false);
 }
 
 static uint64_t hook_new_id(void *userdata)

@@ -161,6 +161,9 @@ struct manager_event {
 	bool has_confidence;
 	float confidence;
 	const char *uncertainty;
+	/* DONE: the routing target that answered ("local:<base>[:<adapter>]" or a [Target]
+	 * name) when the router chose one; NULL otherwise. */
+	const char *target;
 	/* ERROR (e.g. shutdown cancelled it, or the engine failed) */
 	const struct manager_error *error;
 };
