@@ -181,6 +181,7 @@ struct mroute {
 	size_t n_legs;
 	uint32_t escalations;
 	double spent;
+	unsigned budget_above;      /* the highest tier a target was left out of for the budget */
 
 	/* the request, copied: the caller's is gone once manager_submit() returned */
 	struct manager_request req;
@@ -1457,10 +1458,15 @@ static void decide(struct mroute *q)
 		for (size_t i = 0; i < q->plan->n; i++)
 			if (router_get_target(router, q->plan->c[i].target)->tier > best->t->tier)
 				higher = true;
-		snprintf(note, sizeof(note), "low confidence: %.2f is below the threshold %.2f; %s",
+		snprintf(note, sizeof(note), "low confidence: %.2f is below the threshold %.2f; %s%s%s",
 			 conf, rt->threshold,
-			 higher ? "the request's budget allows no higher tier"
-				: "no higher tier is permitted for this request");
+			 higher ? "a higher tier's target is unavailable" : "",
+			 higher && q->budget_above > best->t->tier ? " and " : "",
+			 q->budget_above > best->t->tier
+				 ? "the request's budget ([Router] Budget=) excludes the higher tiers' "
+				   "targets"
+			 : higher ? ""
+				  : "no higher tier is permitted for this request");
 	}
 	if (best != last)
 		add_route(q, "answer of %s kept (more confident)", best->t->name);
@@ -1651,6 +1657,19 @@ int manager_routing_submit(struct manager_routing *rt, uint64_t id,
 	c0 = &q->plan->c[0];
 	t = router_plan_current(q->snap->router, q->plan);
 	q->mode = mode_for(rt, &res, q->plan);
+	if (q->mode == MODE_CASCADE && rt->budget > 0) {
+		/* For the note: which tiers the budget (and nothing else) kept out. */
+		size_t n = router_n_targets(q->snap->router);
+		_cleanup_free_ struct router_explained *x = calloc(MAX(n, (size_t) 1), sizeof(*x));
+		if (x) {
+			router_explain(q->snap->router, d, &query, x, n);
+			for (size_t i = 0; i < n; i++)
+				if (x[i].excluded &&
+				    strcmp(x[i].excluded, ROUTER_EXCLUDED_BUDGET) == 0)
+					q->budget_above = MAX(q->budget_above,
+							      router_get_target(q->snap->router, i)->tier);
+		}
+	}
 	snprintf(q->route, sizeof(q->route),
 		 "best score %.3f (quality %.3f, cost %.4f, latency %.3f s) of %zu candidates",
 		 c0->score, c0->quality, c0->cost, c0->latency_s, q->plan->n);

@@ -81,7 +81,8 @@ static int append_route(sd_bus_message *reply, const struct manager_route_explai
 			c->why_unusable ? c->why_unusable : "", "excluded", "s",
 			c->excluded ? c->excluded : "", "chosen", "b", (int) c->chosen);
 	}
-	for (int k = 0; r >= 0 && k < 5; k++)
+	/* a{sv}, v, the "candidates" entry, a{sv}, v, the "route" entry */
+	for (int k = 0; r >= 0 && k < 6; k++)
 		r = sd_bus_message_close_container(reply);
 	return r;
 }

@@ -221,7 +221,7 @@ static const char *score(const struct router *r, size_t i, const struct policy_d
 	if (q->allow && !q->allow(t, q->allow_userdata))
 		return "the caller may not use it";
 	if (q->budget > 0 && c->cost > q->budget)
-		return "over the request's budget";
+		return ROUTER_EXCLUDED_BUDGET;
 	return NULL;
 }
 

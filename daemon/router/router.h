@@ -52,6 +52,8 @@
 #define ROUTER_ADAPTER_BONUS 0.2
 #define ROUTER_MAX_CANDIDATES 512
 #define ROUTER_DEFAULT_DOMAIN "general"
+/* router_explained.excluded for a target whose cost is over the request's budget. */
+#define ROUTER_EXCLUDED_BUDGET "over the request's budget"
 
 struct router_quality {
 	const char *domain;
