@@ -375,6 +375,14 @@ void classify_run(const struct classify_model *m, const char *text, size_t len,
 	ret->n_domains = K;
 	if (!text)
 		len = 0;
+	/* What a request is about shows in its first hundred words; the rest would only add
+	 * cost (the signals above still read all of it). Cut at a space so no word is split. */
+	if (len > CLASSIFY_TEXT_MAX) {
+		size_t cut = CLASSIFY_TEXT_MAX;
+		while (cut > CLASSIFY_TEXT_MAX / 2 && text[cut] != ' ' && text[cut] != '\n')
+			cut--;
+		len = cut;
+	}
 	model_logits(m, text, len, z, &n_seen);
 	ret->unknown = n_seen == 0;
 	if (ret->unknown) {
