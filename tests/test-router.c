@@ -273,7 +273,7 @@ TEST(config_target_and_router)
 			"TimeoutSec=500ms\nRetries=0\nQuality.general=0.8\nQuality.code=0.9\n"
 			"Quality.general=0.7\n"
 			"[Router]\nMixtureEntropy=0.6\nMixtureK=3\nConfidenceThreshold=0.4\n"
-			"MaxFallbacks=1\n",
+			"MaxFallbacks=1\nBudget=0.25\nHealthCheckSec=2500ms\n",
 			&c, &e));
 	ASSERT_EQ(c->n_targets, 1);
 	ASSERT_STREQ(c->targets[0].name, "lan");
@@ -296,6 +296,12 @@ TEST(config_target_and_router)
 	ASSERT_EQ(c->router_mixture_k, 3);
 	ASSERT_NEAR(c->router_confidence_threshold, 0.4, 1e-12);
 	ASSERT_EQ(c->router_max_fallbacks, 1);
+	ASSERT_NEAR(c->router_budget, 0.25, 1e-12);
+	ASSERT_EQ(c->router_health_interval_ns, 2500000000ull);
+	config_unref(c);
+	ASSERT_OK(parse("[Router]\nMixtureTopK=4\nHealthCheckSec=0\n", &c, &e));
+	ASSERT_EQ(c->router_mixture_k, 4);
+	ASSERT_EQ(c->router_health_interval_ns, 0);
 	config_unref(c);
 
 	/* Defaults. */
@@ -304,6 +310,9 @@ TEST(config_target_and_router)
 	ASSERT_EQ(c->targets[0].retries, 2);
 	ASSERT_EQ(c->targets[0].modalities, CONFIG_MODALITY_TEXT);
 	ASSERT_EQ(c->router_max_fallbacks, 2);
+	ASSERT_NEAR(c->router_budget, 0, 1e-12);
+	ASSERT_EQ(c->router_health_interval_ns, 10000000000ull);
+	ASSERT_EQ(c->router_mixture_k, 2);
 	config_unref(c);
 	return 0;
 }
@@ -330,6 +339,8 @@ TEST(config_target_errors)
 		{ "[Router]\nMaxFallbacks=17\n", "[0, 16]" },
 		{ "[Router]\nMixtureEntropy=2\n", "[0, 1]" },
 		{ "[Router]\nBogus=1\n", "unknown key" },
+		{ "[Router]\nBudget=-1\n", "not a number" },
+		{ "[Router]\nHealthCheckSec=soon\n", "Router" },
 	};
 
 	for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
