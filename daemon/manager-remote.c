@@ -484,8 +484,10 @@ int manager_routing_adapters_changed(struct manager_routing *rt)
 			k = -ENOMEM;
 		else {
 			atomic_init(&cls->refs, 1);
-			k = classify_build(set, &o, &cls->model, &e);
-			if (k < 0) {
+			/* A set the classifier cannot learn from (too few examples) leaves the
+			 * router without a posterior ({general: 1}) rather than without a
+			 * router. */
+			if (classify_build(set, &o, &cls->model, &e) < 0) {
 				free(cls);
 				cls = NULL;
 			}
@@ -1294,7 +1296,7 @@ static void decide(struct mroute *q)
 	struct mleg *last, *best = NULL;
 	double budget_left;
 	char note[400];
-	bool known;
+	bool known, cancelled;
 	double conf;
 
 	pthread_mutex_lock(&q->lock);
@@ -1308,9 +1310,10 @@ static void decide(struct mroute *q)
 			return; /* the last leg's end queues it again */
 		}
 	q->done = true; /* no leg runs: nothing else touches q until a new leg starts */
+	cancelled = q->cancelled;
 	pthread_mutex_unlock(&q->lock);
 
-	if (q->cancelled) {
+	if (cancelled) {
 		finish_cancelled(q);
 		return;
 	}
