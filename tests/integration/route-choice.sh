@@ -75,6 +75,10 @@ code=$(curl -s -o "$T/body" -w '%{http_code}' "$URL/v1/completions" -H 'Content-
 python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); assert j["molly"]["target"] == "local:stories260K", j' "$T/body" ||
 	fail "naming the base: $(cat "$T/body")"
 pass "a request naming the base runs on the base"
+out=$(call Inference1 Generate 'a{sv}' 2 prompt s "How do I appeal a court judgment about my lease?" max_tokens u 1) ||
+	fail "Generate: $out"
+echo "$out" | grep -q '"target" s "local:stories260K:law"' || fail "Generate's info lacks the target: $out"
+pass "D-Bus Generate names the routed target"
 mollyd_stop
 
 # --- mixtures ---
