@@ -1046,6 +1046,10 @@ static void on_remote_leg(const struct remote_event *rev, void *userdata)
 			snprintf(l->finish, sizeof(l->finish), "%s",
 				 rev->finish_reason ? rev->finish_reason : "stop");
 		}
+		/* A target that reports log-probabilities gives its answer a confidence;
+		 * without them it stays unknown. */
+		l->lp_sum += rev->logprob_sum;
+		l->n_lp += rev->n_logprobs;
 		l->prompt_tokens = rev->prompt_tokens;
 		l->completion_tokens = rev->completion_tokens;
 		l->remote = NULL;
@@ -1141,7 +1145,10 @@ static void leg_start(struct mroute *q, size_t pos, bool buffered)
 					     .has_seed = q->req.has_seed,
 					     .seed = q->req.seed,
 					     .stop = q->req.stop,
-					     .n_stop = q->req.n_stop };
+					     .n_stop = q->req.n_stop,
+					     /* the confidence signal, when a cascade or mixture
+					      * needs it */
+					     .logprobs = q->mode != MODE_PLAIN };
 		if (t->tier == 3) {
 			/* The router only ranks T3 where the policy permits it, and then the
 			 * text leaves redacted, always. */

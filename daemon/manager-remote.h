@@ -11,7 +11,8 @@
  *     plain     the best candidate; T0 goes back to the manager (return 0), a remote target
  *               runs here with the fallback walk (router_plan_next) on errors before text;
  *     cascade   ([Router] ConfidenceThreshold= > 0) the answer of a leg is held back until its
- *               confidence (exp of the mean token log-probability) is known; below the
+ *               confidence (exp of the mean token log-probability: the local engine's, or
+ *               what a remote target reports when asked for logprobs) is known; below the
  *               threshold the next permitted tier is asked (router_plan_escalate, within the
  *               budget); the best answer goes out, with an uncertainty note when it stayed
  *               below the threshold. When no higher tier can be asked the leg streams through

@@ -92,6 +92,8 @@ struct remote_request {
 	uint64_t seed;
 	const char *const *stop;
 	size_t n_stop;
+	bool logprobs;                       /* ask for the tokens' log-probabilities (the
+					      * DONE event sums what the answer carried) */
 };
 
 enum remote_event_type {
@@ -108,6 +110,9 @@ struct remote_event {
 	const char *finish_reason;    /* DONE: "stop", "length", "cancelled" */
 	uint32_t prompt_tokens;       /* DONE: from the answer's usage, when it has one */
 	uint32_t completion_tokens;   /* DONE: usage, else the number of chunks */
+	uint32_t n_logprobs;          /* DONE: token log-probabilities the answer carried (0:
+				       * none: the target does not report them) */
+	double logprob_sum;           /* DONE: their sum (natural log) */
 	enum remote_error error;      /* ERROR */
 	int http_status;              /* ERROR: 0 when none came */
 	const char *message;          /* ERROR: human-readable */

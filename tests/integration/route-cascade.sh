@@ -4,7 +4,9 @@
 # (127.0.0.2) serving over HTTP, plus a fake T3 (lib/fake-openai.py) that records every byte.
 #  1. Low T0 confidence → escalation: [Router] ConfidenceThreshold=0.99 forces it (the local
 #     answer's exp(mean log-probability) is far below); the answer comes from T1, which
-#     received exactly one request; the audit says T1, one escalation, and why.
+#     received exactly one request and reported its tokens' log-probabilities (so its answer
+#     has a confidence as well; still below, and T3 is over the budget: the note says so);
+#     the audit says T1, one escalation, and why.
 #  2. A personal request may not leave T0 (PersonalTiers=T0): the local answer comes back with
 #     its confidence and an uncertainty note (HTTP "molly" object), T1 gets nothing.
 #  3. Budgets: a T3 whose cost is over [Router] Budget= is never called, not even by the
@@ -45,7 +47,12 @@ before=$(rt_metric "$lan_URL" molly_requests_finished_total)
 ht_req POST /v1/completions '{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}'
 ht_expect_status 200 "cascade request"
 ht_expect_json 'j["molly"]["target"]' lan "the answer came from T1"
-ht_expect_json '"uncertainty" in j["molly"]' false "T1's answer carries no note"
+# T1 (a mollyd) reports its tokens' log-probabilities: its answer has a confidence too, below
+# 0.99 as well, and T3 (the next tier) costs more than the budget: the note says so.
+t1conf=$(ht_json 'j["molly"]["confidence"]')
+python3 -c 'import sys; c = float(sys.argv[1]); assert 0 < c < 0.99, c' "$t1conf" || ht_fail "T1 confidence $t1conf"
+note=$(ht_json 'j["molly"]["uncertainty"]')
+[[ "$note" == *"budget"* ]] || ht_fail "T1's note: $note"
 [ -n "$(ht_json 'j["choices"][0]["text"]')" ] || ht_fail "empty answer"
 after=$(rt_metric "$lan_URL" molly_requests_finished_total)
 [ "$((after - before))" = 1 ] || ht_fail "T1 answered $((after - before)) requests, expected 1"
