@@ -6,6 +6,8 @@
 #    (molly-adapter import --domains --exemplars), loaded at start: the daemon builds its
 #    classifier from them;
 #  - priors seeded in LMDB with `molly priors record` (each adapter 0.85 in its own domain);
+#  - prefetch hints: one routed request brings exactly the two best ranked adapters' weights
+#    into the pool (/metrics molly_adapter_resident);
 #  - the 60 hand-written prompts of tests/data/router/labelled.tsv (none of them an
 #    exemplar) sent over HTTP without a model: the adapter the router chose ("molly" object)
 #    matches the prompt's domain in at least 90% of them;
@@ -37,6 +39,20 @@ HTTP_LISTEN=127.0.0.1:$PORT write_config "[Adapters]" "Directory=$T/state/adapte
 	"Load=cooking law medicine code finance" "[Router]" "MixtureEntropy=1" \
 	"[Target far]" "Tier=T3" "URL=http://127.0.0.1:9" "Quality.general=0.99"
 mollyd_start
+
+# Prefetch: before any request no adapter's weights are in the pool; one routed request
+# brings in exactly the two best ranked adapters (the chosen one, and the runner-up by the
+# prefetch hint), not the other three.
+P="My landlord wants to keep the deposit, can I take him to small claims court?"
+json=$("$MOLLY" --bus-address="$BUS_ADDR" --json explain --daemon "$P") || fail "explain: $json"
+top2=$(python3 -c 'import json, sys; c = [x for x in json.loads(sys.argv[1])["route"]["candidates"] if ":" in x["name"][6:]]; c.sort(key=lambda x: -x["score"]); print(" ".join(sorted(x["name"].split(":")[2] for x in c[:2])))' "$json")
+resident() { curl -s "$URL/metrics" | sed -n 's/^molly_adapter_resident{adapter="\([^"]*\)"} 1$/\1/p' | sort | tr '\n' ' ' | sed 's/ $//'; }
+[ -z "$(resident)" ] || fail "adapters resident before any request: $(resident)"
+code=$(curl -s -o "$T/body" -w '%{http_code}' "$URL/v1/completions" -H 'Content-Type: application/json' \
+	-d "{\"prompt\": \"$P\", \"max_tokens\": 1}")
+[ "$code" = 200 ] || fail "prefetch request: HTTP $code"
+[ "$(resident)" = "$top2" ] || fail "resident after one request: '$(resident)', expected the two best ranked '$top2'"
+pass "prefetch hint: the runner-up adapter ($top2) came into the pool with the chosen one"
 
 python3 - "$URL" "$DATA/labelled.tsv" <<'PY' || fail "labelled set"
 import json, sys, urllib.request
