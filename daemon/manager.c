@@ -51,6 +51,8 @@ struct adapter_entry {
 	char *base;            /* base description */
 	char **domains;
 	size_t n_domains;
+	char **exemplars;      /* for the router's classifier */
+	size_t n_exemplars;
 	uint32_t rank;
 	uint64_t requests;
 	uint32_t running;
@@ -80,6 +82,8 @@ struct mreq {
 	size_t n_adapters;
 	uint32_t n_prompt;
 	bool logprobs;
+	bool leg;               /* an attempt of a routed request: not counted on its own */
+	bool routed;            /* the router chose T0 for it: DONE names the target */
 	struct audit_record *audit; /* owned; written when the request ends (NULL: no store) */
 
 	/* scheduler thread only */
@@ -261,6 +265,7 @@ static struct adapter_entry *adapter_entry_free(struct adapter_entry *a)
 	free(a->path);
 	free(a->base);
 	strv_free(a->domains, a->n_domains);
+	strv_free(a->exemplars, a->n_exemplars);
 	free(a);
 	return NULL;
 }
@@ -288,6 +293,17 @@ static int adapter_entry_new(const struct lora_adapter *la, const char *path,
 			if (!a->domains[i])
 				goto oom;
 			a->n_domains++;
+		}
+	}
+	if (la->meta.n_exemplars > 0) {
+		a->exemplars = calloc(la->meta.n_exemplars, sizeof(char *));
+		if (!a->exemplars)
+			goto oom;
+		for (size_t i = 0; i < la->meta.n_exemplars; i++) {
+			a->exemplars[i] = strdup(la->meta.exemplars[i]);
+			if (!a->exemplars[i])
+				goto oom;
+			a->n_exemplars++;
 		}
 	}
 	*ret = a;
@@ -470,11 +486,10 @@ int manager_new_with_egress(struct config *config, struct egress_client *egress,
 					  err.message);
 	}
 
-	if (config->n_targets > 0) {
-		r = routing_new(m, config, e);
-		if (r < 0)
-			return r;
-	}
+	/* The router: remote targets, and the adapters with domains as T0 candidates. */
+	r = routing_new(m, config, e);
+	if (r < 0)
+		return r;
 
 	*ret = TAKE_PTR(m);
 	return 0;
@@ -516,6 +531,8 @@ int manager_start(struct manager *m)
 	r = sched_start(m->sched);
 	if (r >= 0)
 		m->started = true;
+	if (r >= 0)
+		r = manager_routing_start(m->routing);
 	return r;
 }
 
@@ -806,7 +823,9 @@ static void deliver_final(struct mreq *q, const struct manager_event *ev)
 	pthread_mutex_lock(&m->lock);
 	mreq_unlink(m, q);
 	mreq_release_adapters(m, q);
-	if (ev->type == MANAGER_EVENT_DONE) {
+	if (q->leg)
+		; /* counted when the routed request ends */
+	else if (ev->type == MANAGER_EVENT_DONE) {
 		m->requests_finished++;
 		m->prompt_tokens += ev->prompt_tokens;
 		m->completion_tokens += ev->completion_tokens;
@@ -829,7 +848,18 @@ static void deliver_final(struct mreq *q, const struct manager_event *ev)
 		manager_audit_submit(m->audit, a);
 	}
 
-	q->fn(ev, q->userdata);
+	if (q->routed && ev->type == MANAGER_EVENT_DONE) {
+		char target[300];
+		struct manager_event e2 = *ev;
+
+		if (strcmp(q->model, m->model_name) == 0)
+			snprintf(target, sizeof(target), "local:%s", m->model_name);
+		else
+			snprintf(target, sizeof(target), "local:%s:%s", m->model_name, q->model);
+		e2.target = target;
+		q->fn(&e2, q->userdata);
+	} else
+		q->fn(ev, q->userdata);
 	mreq_unref(q);
 }
 
@@ -1299,15 +1329,43 @@ static void audit_reject(struct manager *m, struct audit_record *a, const struct
 static int submit_local(struct manager *m, const struct manager_request *r,
 			const struct manager_caller *caller, uint64_t id, struct audit_record *arec,
 			manager_event_fn fn, void *userdata, uint64_t *ret_id,
-			struct manager_error *err, int k);
+			struct manager_error *err, int k, bool leg, bool routed_here);
 
 /* Whether the router chooses for r: only when targets beyond T0 exist and the request does
  * not name a local adapter (a named adapter runs where it is loaded: here). */
 static bool routed(struct manager *m, const struct manager_request *r)
 {
-	return manager_routing_has_remote(m->routing) &&
-	       (!r->model || !r->model[0] || strcmp(r->model, m->model_name) == 0) &&
-	       r->n_loras == 0;
+	return (!r->model || !r->model[0] || strcmp(r->model, m->model_name) == 0) &&
+	       r->n_loras == 0 && manager_routing_active(m->routing);
+}
+
+/* A request that names the base runs on the base when it runs here (no adapter chosen). */
+static bool names_base(struct manager *m, const struct manager_request *r)
+{
+	return r->model && r->model[0] && strcmp(r->model, m->model_name) == 0;
+}
+
+int manager_explain_route(struct manager *m, const struct manager_request *r,
+			  const struct manager_caller *caller, const struct policy_decision *d,
+			  struct manager_route_explain *ret)
+{
+	assert_return(m && r && d && ret, -EINVAL);
+	*ret = (struct manager_route_explain){ 0 };
+	if (!routed(m, r)) {
+		snprintf(ret->action, sizeof(ret->action), "none (runs on %s)",
+			 r->model && r->model[0] ? r->model : m->model_name);
+		return 0;
+	}
+	return manager_routing_explain(m->routing, r, caller, names_base(m, r), d, ret);
+}
+
+void manager_route_explain_done(struct manager_route_explain *x)
+{
+	if (x) {
+		free(x->c);
+		x->c = NULL;
+		x->n = 0;
+	}
 }
 
 int manager_submit(struct manager *m, const struct manager_request *r,
@@ -1353,10 +1411,26 @@ int manager_submit(struct manager *m, const struct manager_request *r,
 		k = set_err(err, MANAGER_ERR_UNAVAILABLE, -ESHUTDOWN,
 			    "the daemon is stopping; retry when it is back");
 	if (k >= 0 && evaluated && routed(m, r)) {
+		_cleanup_free_ char *adapter = NULL;
+
 		pthread_mutex_lock(&m->lock);
 		id = m->next_id++;
 		pthread_mutex_unlock(&m->lock);
-		k = manager_routing_submit(m->routing, id, r, &dec, &arec, fn, userdata, err);
+		k = manager_routing_submit(m->routing, id, r, caller, names_base(m, r), &dec, &arec,
+					   fn, userdata, &adapter, err);
+		if (k == 0 && adapter) {
+			/* The router chose a local adapter for this request. */
+			struct manager_request ra = *r;
+			ra.model = adapter;
+			policy_decision_done(&dec);
+			return submit_local(m, &ra, caller, id, arec, fn, userdata, ret_id, err, 0,
+					    false, true);
+		}
+		if (k == 0) {
+			policy_decision_done(&dec);
+			return submit_local(m, r, caller, id, arec, fn, userdata, ret_id, err, 0,
+					    false, true);
+		}
 		if (k > 0) {
 			/* Started on a remote target; its events come as id. */
 			pthread_mutex_lock(&m->lock);
@@ -1368,16 +1442,17 @@ int manager_submit(struct manager *m, const struct manager_request *r,
 		}
 	}
 	policy_decision_done(&dec);
-	return submit_local(m, r, caller, id, arec, fn, userdata, ret_id, err, k);
+	return submit_local(m, r, caller, id, arec, fn, userdata, ret_id, err, k, false, false);
 }
 
 /* The T0 path: resolves, tokenizes and queues r on this machine's scheduler as id (0: a new
  * one). arec is taken (written when the request ends, or now when it is rejected); k < 0: the
- * request was rejected already (err is filled), only the bookkeeping is left. */
+ * request was rejected already (err is filled), only the bookkeeping is left. leg: one
+ * attempt of a routed request (manager-remote.c counts the request itself). */
 static int submit_local(struct manager *m, const struct manager_request *r,
 			const struct manager_caller *caller, uint64_t id, struct audit_record *arec,
 			manager_event_fn fn, void *userdata, uint64_t *ret_id,
-			struct manager_error *err, int k)
+			struct manager_error *err, int k, bool leg, bool routed_here)
 {
 	struct sched_lora loras[MANAGER_MAX_LORAS + 1];
 	size_t n_loras = 0;
@@ -1408,7 +1483,7 @@ static int submit_local(struct manager *m, const struct manager_request *r,
 			m->max_context, n_ids + r->max_tokens, n_ids, r->max_tokens);
 	if (k < 0) {
 		pthread_mutex_lock(&m->lock);
-		m->requests_rejected++;
+		m->requests_rejected += !leg;
 		pthread_mutex_unlock(&m->lock);
 		audit_reject(m, arec, err);
 		return k;
@@ -1435,6 +1510,8 @@ static int submit_local(struct manager *m, const struct manager_request *r,
 	q->fn = fn;
 	q->userdata = userdata;
 	q->logprobs = r->logprobs;
+	q->leg = leg;
+	q->routed = routed_here;
 	q->n_prompt = (uint32_t) n_ids;
 	q->model = TAKE_PTR(model);
 	if (mreq_set_stops(q, r) < 0)
@@ -1518,7 +1595,7 @@ static int submit_local(struct manager *m, const struct manager_request *r,
 		pthread_mutex_lock(&m->lock);
 		mreq_unlink(m, q);
 		mreq_release_adapters(m, q);
-		m->requests_rejected++;
+		m->requests_rejected += !leg;
 		pthread_mutex_unlock(&m->lock);
 		arec = TAKE_PTR(q->audit);
 		mreq_free(q);
@@ -1530,7 +1607,7 @@ static int submit_local(struct manager *m, const struct manager_request *r,
 	q->sched_id = sid;
 	q->submitted = true;
 	cancel = q->cancel_requested;
-	m->requests_total++;
+	m->requests_total += !leg;
 	*ret_id = q->id;
 	pthread_mutex_unlock(&m->lock);
 	if (cancel)
@@ -1556,8 +1633,39 @@ static int hook_local_submit(void *userdata, uint64_t id, const struct manager_r
 	uint64_t ret_id;
 
 	*err = (struct manager_error){ 0 };
-	/* The caller's scopes were checked when the request came in. */
-	return submit_local(m, r, NULL, id, a, fn, fn_userdata, &ret_id, err, 0);
+	/* The caller's scopes were checked when the request came in (and the router offers
+	 * only the adapters the caller may use). */
+	return submit_local(m, r, NULL, id, a, fn, fn_userdata, &ret_id, err, 0, true, false);
+}
+
+static uint64_t hook_new_id(void *userdata)
+{
+	struct manager *m = userdata;
+	uint64_t id;
+
+	pthread_mutex_lock(&m->lock);
+	id = m->next_id++;
+	pthread_mutex_unlock(&m->lock);
+	return id;
+}
+
+static void hook_prefetch(void *userdata, const char *adapter)
+{
+	struct manager *m = userdata;
+
+	(void) sched_prefetch_adapter(m->sched, adapter);
+}
+
+static void hook_foreach_adapter(void *userdata,
+				 void (*fn)(const struct manager_adapter_info *a, void *ud),
+				 void *ud)
+{
+	manager_foreach_adapter(userdata, fn, ud);
+}
+
+static bool hook_may_use(void *userdata, const struct manager_caller *caller, const char *model)
+{
+	return manager_caller_may_use(userdata, caller, model);
 }
 
 static int hook_local_cancel(void *userdata, uint64_t id)
@@ -1598,6 +1706,10 @@ static int routing_new(struct manager *m, const struct config *c, struct errmsg 
 					   .local_cancel = hook_local_cancel,
 					   .final = hook_final,
 					   .target_new = m->egress ? hook_target_new : NULL,
+					   .new_id = hook_new_id,
+					   .prefetch = hook_prefetch,
+					   .foreach_adapter = hook_foreach_adapter,
+					   .may_use = hook_may_use,
 					   .m = m };
 
 	return manager_routing_new(c, m->model_name, &h, &m->routing, e);
@@ -1705,6 +1817,8 @@ void manager_foreach_adapter(struct manager *m,
 			.base = a->base,
 			.domains = (const char *const *) a->domains,
 			.n_domains = a->n_domains,
+			.exemplars = (const char *const *) a->exemplars,
+			.n_exemplars = a->n_exemplars,
 			.rank = a->rank,
 			.loaded = true,
 			.requests = a->requests,
@@ -1816,6 +1930,9 @@ int manager_adapter_load(struct manager *m, const char *name, const char *path,
 	a->next = m->adapters;
 	m->adapters = a;
 	pthread_mutex_unlock(&m->lock);
+	/* The router's T0 candidates and classifier follow the adapter set (at start the
+	 * router is built after the [Adapters] Load= ones). A failure keeps the old router. */
+	(void) manager_routing_adapters_changed(m->routing);
 	return 0;
 }
 
@@ -1851,6 +1968,7 @@ int manager_adapter_unload(struct manager *m, const char *name, struct manager_e
 			break;
 		}
 	pthread_mutex_unlock(&m->lock);
+	(void) manager_routing_adapters_changed(m->routing);
 	return 0;
 }
 

@@ -153,6 +153,17 @@ struct manager_event {
 	uint32_t prompt_tokens;
 	uint32_t completion_tokens;
 	const char *model;          /* the resolved model id: base name or adapter name */
+	/* DONE, routed requests under a cascade or mixture ([Router] ConfidenceThreshold= > 0 or
+	 * a mixture): the chosen answer's confidence, exp(mean token log-probability) in (0, 1]
+	 * (has_confidence false: unknown — a remote answer without log-probabilities), and,
+	 * when the answer stayed below the threshold with no higher tier left to ask, a note
+	 * saying so (NULL otherwise). */
+	bool has_confidence;
+	float confidence;
+	const char *uncertainty;
+	/* DONE: the routing target that answered ("local:<base>[:<adapter>]" or a [Target]
+	 * name) when the router chose one; NULL otherwise. */
+	const char *target;
 	/* ERROR (e.g. shutdown cancelled it, or the engine failed) */
 	const struct manager_error *error;
 };
@@ -241,6 +252,8 @@ struct manager_adapter_info {
 	const char *base;           /* the base it was made for (description) */
 	const char *const *domains;
 	size_t n_domains;
+	const char *const *exemplars; /* example prompts for the router's classifier */
+	size_t n_exemplars;
 	uint32_t rank;
 	bool loaded;                /* registered with the scheduler (usable in requests) */
 	bool resident;              /* weights in the pool */
@@ -286,6 +299,35 @@ int manager_adapter_pin(struct manager *m, const char *name, bool pin, struct ma
 int manager_explain(struct manager *m, const struct manager_request *r,
 		    const struct manager_caller *caller, struct policy_decision *ret,
 		    struct manager_error *err);
+/*
+ * The router's view of a request (Policy1.Explain with routing): every candidate target with
+ * its score terms and why it is excluded, the domain posterior's top domain, and what the
+ * router would do. Needs the policy decision d from manager_explain(). Release with
+ * manager_route_explain_done().
+ */
+struct manager_route_candidate {
+	char name[200];
+	unsigned tier;
+	double quality, cost, latency_s, score;
+	bool usable;            /* false: ranked last (why_unusable) */
+	const char *excluded;   /* static text; NULL: ranked */
+	const char *why_unusable;
+	bool chosen;
+};
+struct manager_route_explain {
+	bool routed;            /* false: no routing (no targets, no adapters with domains) */
+	struct manager_route_candidate *c; /* malloc'd, n */
+	size_t n;
+	char top_domain[64];    /* "" without a classifier */
+	double top_p;
+	double entropy;         /* normalised, 0..1 */
+	char action[64];        /* "single", "cascade", "mixture of N" */
+};
+int manager_explain_route(struct manager *m, const struct manager_request *r,
+			  const struct manager_caller *caller, const struct policy_decision *d,
+			  struct manager_route_explain *ret);
+void manager_route_explain_done(struct manager_route_explain *x);
+
 /* Waits until the audit records of the requests finished so far are written. */
 void manager_audit_sync(struct manager *m);
 

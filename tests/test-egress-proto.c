@@ -79,7 +79,8 @@ TEST(roundtrip_submit_and_events)
 				.class = POLICY_CLASS_PERSONAL,
 				.request = { .messages = msgs, .n_messages = 2, .max_tokens = 9,
 					     .temperature = 0.5f, .top_p = 0.9f, .has_seed = true,
-					     .seed = UINT64_MAX - 1, .stop = stop, .n_stop = 2 } };
+					     .seed = UINT64_MAX - 1, .stop = stop, .n_stop = 2,
+					     .logprobs = true } };
 	struct proto_msg out = { 0 };
 
 	ASSERT_OK(roundtrip(&in, &out));
@@ -96,6 +97,7 @@ TEST(roundtrip_submit_and_events)
 	ASSERT_TRUE(out.request.seed == UINT64_MAX - 1);
 	ASSERT_EQ(out.request.n_stop, 2);
 	ASSERT_STREQ(out.request.stop[1], "END");
+	ASSERT_TRUE(out.request.logprobs);
 	proto_msg_done(&out);
 
 	struct proto_msg ev = { .type = PROTO_EVENT, .id = 42,
@@ -120,6 +122,15 @@ TEST(roundtrip_submit_and_events)
 	ASSERT_OK(roundtrip(&ev, &out));
 	ASSERT_STREQ(out.event.finish_reason, "length");
 	ASSERT_EQ(out.event.completion_tokens, 4);
+	ASSERT_EQ(out.event.n_logprobs, 0);
+	proto_msg_done(&out);
+
+	/* The cascade's confidence signal crosses the worker boundary. */
+	ev.event.n_logprobs = 4;
+	ev.event.logprob_sum = -1.25;
+	ASSERT_OK(roundtrip(&ev, &out));
+	ASSERT_EQ(out.event.n_logprobs, 4);
+	ASSERT_NEAR(out.event.logprob_sum, -1.25, 1e-12);
 	proto_msg_done(&out);
 	return 0;
 }
@@ -131,6 +142,11 @@ TEST(roundtrip_endpoints_health_hello)
 	struct proto_unresolved un = { .target = "api", .message = "no such host" };
 	struct proto_health h = { .name = "lan", .available = true, .latency_ms = 12.5 };
 	struct proto_msg out = { 0 };
+
+	struct proto_msg check = { .type = PROTO_CHECK };
+	ASSERT_OK(roundtrip(&check, &out));
+	ASSERT_EQ(out.type, PROTO_CHECK);
+	proto_msg_done(&out);
 
 	inet_pton(AF_INET, "127.0.0.9", ep[0].addr);
 	inet_pton(AF_INET6, "::1", ep[1].addr);
@@ -202,6 +218,12 @@ TEST(decode_refuses_bad_input)
 		"{\"type\":\"event\",\"id\":1,\"kind\":\"error\",\"error\":\"none\"}",
 		"{\"type\":\"event\",\"id\":1,\"kind\":\"error\",\"error\":\"whatever\"}",
 		"{\"type\":\"event\",\"id\":1,\"kind\":\"later\"}",
+		"{\"type\":\"event\",\"id\":1,\"kind\":\"done\",\"finish_reason\":\"stop\","
+		"\"n_logprobs\":2,\"logprob_sum\":0.5}",
+		"{\"type\":\"event\",\"id\":1,\"kind\":\"done\",\"finish_reason\":\"stop\","
+		"\"logprob_sum\":-1}",
+		"{\"type\":\"submit\",\"id\":1,\"target\":\"a\",\"tiers\":2,\"class\":\"public\","
+		"\"request\":{\"prompt\":\"x\",\"logprobs\":1}}",
 	};
 	struct proto_msg m;
 	struct errmsg e;

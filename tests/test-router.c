@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Tests for router/router.h: scoring, permitted tiers never violated, fallback ordering and
- * termination. */
+ * termination, escalation and budgets, and the router with the classifier choosing the domain's
+ * adapter on a hand-written labelled set (tests/data/router/labelled.tsv). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -8,6 +9,8 @@
 #include <string.h>
 
 #include "core/config.h"
+#include "lora/adapter.h"
+#include "router/classify.h"
 #include "router/router.h"
 #include "test.h"
 
@@ -270,7 +273,7 @@ TEST(config_target_and_router)
 			"TimeoutSec=500ms\nRetries=0\nQuality.general=0.8\nQuality.code=0.9\n"
 			"Quality.general=0.7\n"
 			"[Router]\nMixtureEntropy=0.6\nMixtureK=3\nConfidenceThreshold=0.4\n"
-			"MaxFallbacks=1\n",
+			"MaxFallbacks=1\nBudget=0.25\nHealthCheckSec=2500ms\n",
 			&c, &e));
 	ASSERT_EQ(c->n_targets, 1);
 	ASSERT_STREQ(c->targets[0].name, "lan");
@@ -293,6 +296,12 @@ TEST(config_target_and_router)
 	ASSERT_EQ(c->router_mixture_k, 3);
 	ASSERT_NEAR(c->router_confidence_threshold, 0.4, 1e-12);
 	ASSERT_EQ(c->router_max_fallbacks, 1);
+	ASSERT_NEAR(c->router_budget, 0.25, 1e-12);
+	ASSERT_EQ(c->router_health_interval_ns, 2500000000ull);
+	config_unref(c);
+	ASSERT_OK(parse("[Router]\nMixtureTopK=4\nHealthCheckSec=0\n", &c, &e));
+	ASSERT_EQ(c->router_mixture_k, 4);
+	ASSERT_EQ(c->router_health_interval_ns, 0);
 	config_unref(c);
 
 	/* Defaults. */
@@ -301,6 +310,9 @@ TEST(config_target_and_router)
 	ASSERT_EQ(c->targets[0].retries, 2);
 	ASSERT_EQ(c->targets[0].modalities, CONFIG_MODALITY_TEXT);
 	ASSERT_EQ(c->router_max_fallbacks, 2);
+	ASSERT_NEAR(c->router_budget, 0, 1e-12);
+	ASSERT_EQ(c->router_health_interval_ns, 10000000000ull);
+	ASSERT_EQ(c->router_mixture_k, 2);
 	config_unref(c);
 	return 0;
 }
@@ -327,6 +339,8 @@ TEST(config_target_errors)
 		{ "[Router]\nMaxFallbacks=17\n", "[0, 16]" },
 		{ "[Router]\nMixtureEntropy=2\n", "[0, 1]" },
 		{ "[Router]\nBogus=1\n", "unknown key" },
+		{ "[Router]\nBudget=-1\n", "not a number" },
+		{ "[Router]\nHealthCheckSec=soon\n", "Router" },
 	};
 
 	for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
@@ -343,5 +357,231 @@ TEST(config_target_errors)
 		if (!strstr(e.text, "t.conf"))
 			TEST_FAIL_("'%s': message '%s' lacks the file", bad[i].text, e.text);
 	}
+	return 0;
+}
+
+/* ---- the router with the classifier: choices on the hand-written labelled set ---- */
+
+#define MAX_ROWS 256
+static const char *const doms[] = { "cooking", "law", "medicine", "code", "finance" };
+
+struct rows {
+	char *dom[MAX_ROWS];
+	char *text[MAX_ROWS];
+	size_t n;
+};
+
+static void rows_free(struct rows *r)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		free(r->dom[i]);
+		free(r->text[i]);
+	}
+	r->n = 0;
+}
+
+static int read_rows(const char *name, struct rows *r)
+{
+	char path[512], line[4096];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/tests/data/router/%s", MOLLY_SOURCE_DIR, name);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	r->n = 0;
+	while (fgets(line, sizeof(line), f) && r->n < MAX_ROWS) {
+		char *tab = strchr(line, '\t');
+		if (line[0] == '#' || !tab)
+			continue;
+		*tab = 0;
+		tab[1 + strcspn(tab + 1, "\n")] = 0;
+		r->dom[r->n] = strdup(line);
+		r->text[r->n] = strdup(tab + 1);
+		r->n++;
+	}
+	fclose(f);
+	return r->n > 0 ? 0 : -ENODATA;
+}
+
+/* What the daemon builds: one adapter per domain whose metadata carries the domain tag and
+ * the exemplars of adapters.tsv. */
+static int build_classifier(struct classify_model **ret)
+{
+	struct rows ex = { 0 };
+	_cleanup_(classify_set_freep) struct classify_set *s = NULL;
+	struct errmsg e = { { 0 } };
+	int r = read_rows("adapters.tsv", &ex);
+
+	if (r < 0)
+		return r;
+	r = classify_set_new(&s);
+	for (size_t d = 0; r >= 0 && d < ELEMENTSOF(doms); d++) {
+		char *dl[1] = { (char *) doms[d] };
+		char *exs[MAX_ROWS];
+		size_t n = 0;
+		for (size_t i = 0; i < ex.n; i++)
+			if (strcmp(ex.dom[i], doms[d]) == 0)
+				exs[n++] = ex.text[i];
+		struct lora_adapter_meta meta = { .name = (char *) doms[d], .domains = dl,
+						  .n_domains = 1, .exemplars = exs,
+						  .n_exemplars = n };
+		r = classify_set_add_adapter(s, &meta, &e);
+	}
+	if (r >= 0)
+		r = classify_build(s, &(struct classify_options){ .seed = 1 }, ret, &e);
+	rows_free(&ex);
+	return r;
+}
+
+/* Candidates: the base, one adapter per domain with a seeded prior of 0.85 in its own
+ * domain, and a LAN target that is decent everywhere (0.6). */
+static char names[ELEMENTSOF(doms)][64];
+static const char *adomains[ELEMENTSOF(doms)][1];
+static struct router_quality aqual[ELEMENTSOF(doms)][1];
+static const struct router_quality lanq[] = { { "general", 0.6 }, { "cooking", 0.6 },
+					      { "law", 0.6 },     { "medicine", 0.6 },
+					      { "code", 0.6 },    { "finance", 0.6 } };
+
+static struct router *make_domain_router(const struct classify_model *m)
+{
+	struct router_target t[2 + ELEMENTSOF(doms)];
+	const char *dn[CLASSIFY_MAX_DOMAINS];
+	size_t n = 0;
+	struct router *r = NULL;
+	struct errmsg e = { { 0 } };
+
+	t[n++] = (struct router_target){ .name = "local:base", .tier = 0 };
+	for (size_t d = 0; d < ELEMENTSOF(doms); d++) {
+		snprintf(names[d], sizeof(names[d]), "local:base:%s", doms[d]);
+		adomains[d][0] = doms[d];
+		aqual[d][0] = (struct router_quality){ doms[d], 0.85 };
+		t[n++] = (struct router_target){ .name = names[d],
+						 .tier = 0,
+						 .adapter = doms[d],
+						 .domains = adomains[d],
+						 .n_domains = 1,
+						 .quality = aqual[d],
+						 .n_quality = 1 };
+	}
+	t[n++] = (struct router_target){ .name = "lan", .tier = 1, .quality = lanq,
+					 .n_quality = ELEMENTSOF(lanq) };
+	for (size_t i = 0; i < classify_n_domains(m); i++)
+		dn[i] = classify_domain_name(m, i);
+	struct router_params p = { .max_fallbacks = 2,
+				   .cost_weight = 1,
+				   .latency_weight = 0.05,
+				   .domains = dn,
+				   .n_domains = classify_n_domains(m) };
+	if (router_new(t, n, &p, &r, &e) < 0)
+		return NULL;
+	return r;
+}
+
+TEST(labelled_set_picks_the_domain_adapter)
+{
+	_cleanup_(classify_model_freep) struct classify_model *m = NULL;
+	_cleanup_(router_freep) struct router *r = NULL;
+	struct policy_decision d = { .class = POLICY_CLASS_PUBLIC,
+				     .permitted_tiers = POLICY_TIER(0) | POLICY_TIER(1) };
+	struct router_plan *plan = calloc(1, sizeof(*plan));
+	struct rows l = { 0 };
+	size_t right = 0;
+
+	ASSERT_TRUE(plan);
+	ASSERT_OK(build_classifier(&m));
+	r = make_domain_router(m);
+	ASSERT_TRUE(r);
+	ASSERT_OK(read_rows("labelled.tsv", &l));
+	ASSERT_TRUE(l.n >= 50);
+	for (size_t i = 0; i < l.n; i++) {
+		struct classify_result res;
+		classify_run(m, l.text[i], strlen(l.text[i]), &res);
+		struct router_query q = { .posterior_idx = res.posterior, .prompt_tokens = 20 };
+		ASSERT_OK(router_plan_new(r, &d, &q, plan));
+		const struct router_target *t = router_plan_current(r, plan);
+		if (t->adapter && strcmp(t->adapter, l.dom[i]) == 0)
+			right++;
+		else
+			fprintf(stderr, "  %s: %s → %s\n", l.dom[i], l.text[i], t->name);
+	}
+	fprintf(stderr, "  labelled set: %zu/%zu chose the domain's adapter\n", right, l.n);
+	ASSERT_TRUE(right * 10 >= l.n * 9);
+	/* The table and the string posterior agree. */
+	struct router_domain law[] = { { "law", 1.0 } };
+	struct router_query q = { .posterior = law, .n_posterior = 1 };
+	ASSERT_NEAR(router_expected_quality(r, 2, &q), 0.85, 1e-9);
+	rows_free(&l);
+	free(plan);
+	return 0;
+}
+
+TEST(escalation_goes_up_the_permitted_tiers_within_budget)
+{
+	_cleanup_(router_freep) struct router *r = make(4);
+	struct policy_decision d = { .class = POLICY_CLASS_PUBLIC,
+				     .permitted_tiers = POLICY_TIER(0) | POLICY_TIER(1) |
+							POLICY_TIER(3),
+				     .redact_for_t3 = true };
+	struct router_plan *plan = calloc(1, sizeof(*plan));
+	struct router_domain law[] = { { "law", 1.0 } };
+	struct router_query q = { .posterior = law, .n_posterior = 1, .prompt_tokens = 100,
+				  .max_tokens = 100 };
+
+	ASSERT_TRUE(plan);
+	/* In "law" the law adapter (0.5 + bonus) is best; lan and api are neutral (0.5). */
+	ASSERT_OK(router_plan_new(r, &d, &q, plan));
+	ASSERT_STREQ(current(r, plan), "local:base:law");
+	/* From T0 the next permitted tier is T1 (not T3, not T2 which is not permitted). */
+	ASSERT_TRUE(router_plan_can_escalate(r, plan, 0, -1));
+	ASSERT_OK(router_plan_escalate(r, plan, 0, -1));
+	ASSERT_STREQ(current(r, plan), "lan");
+	ASSERT_EQ(plan->fallbacks, 0);
+	/* From T1: T3, unless the budget is too small for its cost (0.0018). */
+	ASSERT_TRUE(!router_plan_can_escalate(r, plan, 1, 0.001));
+	ASSERT_ERR(router_plan_escalate(r, plan, 1, 0.001), -ENOENT);
+	ASSERT_OK(router_plan_escalate(r, plan, 1, 0.01));
+	ASSERT_STREQ(current(r, plan), "api");
+	/* Nothing above T3. */
+	ASSERT_ERR(router_plan_escalate(r, plan, 3, -1), -ENOENT);
+	/* Without T1 and T3 permitted: no escalation from T0 at all. */
+	d.permitted_tiers = POLICY_TIER(0);
+	ASSERT_OK(router_plan_new(r, &d, &q, plan));
+	ASSERT_TRUE(!router_plan_can_escalate(r, plan, 0, -1));
+	free(plan);
+	return 0;
+}
+
+TEST(budget_excludes_and_topk_lists)
+{
+	_cleanup_(router_freep) struct router *r = make(4);
+	struct policy_decision d = { .class = POLICY_CLASS_PUBLIC,
+				     .permitted_tiers = POLICY_TIERS_ALL,
+				     .redact_for_t3 = true };
+	struct router_plan *plan = calloc(1, sizeof(*plan));
+	struct router_query q = { .prompt_tokens = 100, .max_tokens = 100, .budget = 0.001 };
+	struct router_explained x[ELEMENTSOF(targets)];
+	size_t pos[4];
+
+	ASSERT_TRUE(plan);
+	/* The API costs 0.0018 > 0.001: not ranked; explain says why. */
+	ASSERT_OK(router_plan_new(r, &d, &q, plan));
+	ASSERT_STREQ(current(r, plan), "lan");
+	for (size_t i = 0; i < plan->n; i++)
+		ASSERT_TRUE(strcmp(router_get_target(r, plan->c[i].target)->name, "api") != 0);
+	ASSERT_EQ(router_explain(r, &d, &q, x, ELEMENTSOF(x)), ELEMENTSOF(targets));
+	ASSERT_STREQ(x[5].excluded, "over the request's budget");
+	ASSERT_STREQ(x[3].excluded, "T2 needs a user-controlled target");
+	ASSERT_TRUE(x[2].excluded == NULL && x[2].c.usable);
+	ASSERT_NEAR(x[2].c.quality, 0.9, 1e-9);
+	/* base_only drops the adapter; the top 2 are lan and mine. */
+	q.base_only = true;
+	ASSERT_OK(router_plan_new(r, &d, &q, plan));
+	for (size_t i = 0; i < plan->n; i++)
+		ASSERT_TRUE(router_get_target(r, plan->c[i].target)->adapter == NULL);
+	ASSERT_EQ(router_plan_topk(plan, 2, pos), 2);
+	ASSERT_STREQ(router_get_target(r, plan->c[pos[0]].target)->name, "lan");
+	ASSERT_STREQ(router_get_target(r, plan->c[pos[1]].target)->name, "mine");
+	free(plan);
 	return 0;
 }

@@ -10,6 +10,9 @@ starting with '#' are comments.
 The templates and the seed here are separate from the examples in tests/test-detect.c that
 were used while writing the detectors, so the corpus measures them rather than restating
 them. Run: tools/gen-policy-corpus.py > tests/data/policy-corpus/generated.txt
+
+With --requests N [SEED] it writes N generated requests (JSON lines) for the end-to-end test
+of the policy through the daemon instead.
 """
 import random
 import string
@@ -366,5 +369,45 @@ def main():
         out.write(rnd.choice(NEG_TEMPLATES).replace("{v}", v) + "\n")
 
 
+def requests(n, seed):
+    """--requests N: N JSON lines {"text", "values", "public"} for the end-to-end policy test
+    (tests/integration/route-policy.sh): a third public (hard negatives, no finding), the rest
+    with one or two planted values of every kind (the values listed), each with a unique
+    marker (PUBnnnnn / PRIVnnnnn) so a log can be matched to its request. Texts stay under
+    about 400 bytes."""
+    import json
+    global rnd
+    rnd = random.Random(seed)
+    kinds = list(GEN.keys())
+    out = sys.stdout
+    for i in range(n):
+        if i % 3 == 0:
+            v = rnd.choice(NEG)()
+            text = rnd.choice(NEG_TEMPLATES).replace("{v}", v) + " PUB%05d" % i
+            out.write(json.dumps({"text": text, "values": [], "public": True}) + "\n")
+            continue
+        values, parts = [], []
+        # At most 2 values and 360 bytes: a small local model (512 tokens of context) must
+        # take every request the policy keeps on this machine.
+        for _ in range(rnd.choice([1, 1, 2])):
+            if sum(len(p) for p in parts) > 120:
+                break
+            if rnd.random() < 0.1:
+                v = secret_value()
+                parts.append(rnd.choice(SECRET_CTX).replace("{v}", v))
+            else:
+                kind = kinds[rnd.randrange(len(kinds))]
+                lang = rnd.choice(["en", "it", "es"])
+                v = GEN[kind]()
+                t = rnd.choice(POS_TEMPLATES[lang])
+                parts.append(t.replace("{v}", "%s %s" % (CTX[kind][lang], v)))
+            values.append(v)
+        text = " ".join(parts) + " PRIV%05d" % i
+        out.write(json.dumps({"text": text, "values": values, "public": False}) + "\n")
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) >= 3 and sys.argv[1] == "--requests":
+        requests(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else SEED)
+    else:
+        main()

@@ -18,6 +18,12 @@
  *
  * Run mollyd with the same model and Threads= (and nothing else using it). The overhead is
  * gateway minus direct, per percentile (the runs are separate, so it is an estimate).
+ *
+ *   route   molly-bench-gateway --url http://T1 --via http://MOLLYD [-n N] [--warmup W]:
+ *           what routing through a mollyd adds to a remote target. The same request goes
+ *           alternately straight to the T1 server (--url) and to a mollyd (--via) whose router
+ *           sends it to that T1 ([Target] with the T1's URL), each over its own keep-alive
+ *           connection; p50/p99 of each and of the difference. --model is not needed.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -45,6 +51,7 @@
 struct options {
 	const char *model;
 	const char *url;
+	const char *via;
 	const char *unix_path;
 	const char *dbus;
 	const char *prompt;
@@ -421,12 +428,59 @@ static int bench_dbus(const struct options *o, uint64_t *samples)
 	return r < 0 ? r : 0;
 }
 
+/* --via: one request to o->url, one to o->via, alternately. */
+static int bench_route(const struct options *o, uint64_t *direct, uint64_t *routed)
+{
+	struct options ov = *o;
+	char host[300], host_via[300], req[2][4096];
+	static char resp[1 << 16];
+	const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":1,\"temperature\":0}";
+	size_t req_len[2], got;
+	int fd[2];
+
+	ov.url = o->via;
+	fd[0] = connect_to(o, host, sizeof(host));
+	fd[1] = connect_to(&ov, host_via, sizeof(host_via));
+	if (fd[0] < 0 || fd[1] < 0) {
+		fprintf(stderr, "molly-bench-gateway: cannot connect to %s\n",
+			fd[0] < 0 ? o->url : o->via);
+		return -EHOSTUNREACH;
+	}
+	for (int w = 0; w < 2; w++)
+		req_len[w] = (size_t) snprintf(
+			req[w], sizeof(req[w]),
+			"POST /v1/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: "
+			"application/json\r\nContent-Length: %zu\r\n\r\n%s",
+			w ? host_via : host, strlen(body), body);
+	for (long i = -o->warmup; i < o->n; i++)
+		for (int w = 0; w < 2; w++) {
+			uint64_t t0 = now_ns();
+			int k = write_all(fd[w], req[w], req_len[w]), status;
+
+			if (k < 0)
+				return k;
+			status = read_response(fd[w], resp, sizeof(resp), &got);
+			if (status != 200) {
+				fprintf(stderr, "molly-bench-gateway: %s: HTTP %d\n",
+					w ? o->via : o->url, status);
+				return -EPROTO;
+			}
+			if (i >= 0)
+				(w ? routed : direct)[i] = now_ns() - t0;
+		}
+	close(fd[0]);
+	close(fd[1]);
+	return 0;
+}
+
 static void usage(FILE *f)
 {
 	fputs("usage: molly-bench-gateway --model M (--url http://127.0.0.1:PORT | --unix PATH |\n"
 	      "                           --dbus BUS_ADDRESS)\n"
 	      "                           [-n N] [--warmup W] [--prompt P] [--threads T]\n"
-	      "                           [--key KEY] [--json]\n",
+	      "                           [--key KEY] [--json]\n"
+	      "       molly-bench-gateway --url http://T1:PORT --via http://MOLLYD:PORT [-n N]\n"
+	      "                           [--warmup W] [--json]\n",
 	      f);
 }
 
@@ -435,6 +489,7 @@ int main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{ "model", required_argument, NULL, 'm' },
 		{ "url", required_argument, NULL, 'u' },
+		{ "via", required_argument, NULL, 'V' },
 		{ "unix", required_argument, NULL, 'U' },
 		{ "dbus", required_argument, NULL, 'D' },
 		{ "prompt", required_argument, NULL, 'p' },
@@ -457,6 +512,9 @@ int main(int argc, char **argv)
 			break;
 		case 'u':
 			o.url = optarg;
+			break;
+		case 'V':
+			o.via = optarg;
 			break;
 		case 'U':
 			o.unix_path = optarg;
@@ -489,6 +547,37 @@ int main(int argc, char **argv)
 			usage(stderr);
 			return 2;
 		}
+	}
+	if (o.via) {
+		if (!o.url || o.n < 1 || o.n > 10000000 || o.warmup < 0) {
+			usage(stderr);
+			return 2;
+		}
+		direct = calloc((size_t) o.n, sizeof(*direct));
+		http = calloc((size_t) o.n, sizeof(*http));
+		if (!direct || !http || bench_route(&o, direct, http) < 0)
+			return 1;
+		qsort(direct, (size_t) o.n, sizeof(*direct), cmp_u64);
+		qsort(http, (size_t) o.n, sizeof(*http), cmp_u64);
+		d50 = (double) percentile(direct, (size_t) o.n, 50) / 1e3;
+		d99 = (double) percentile(direct, (size_t) o.n, 99) / 1e3;
+		h50 = (double) percentile(http, (size_t) o.n, 50) / 1e3;
+		h99 = (double) percentile(http, (size_t) o.n, 99) / 1e3;
+		if (o.json)
+			printf("{\"n\":%ld,\"t1_us\":{\"p50\":%.1f,\"p99\":%.1f},"
+			       "\"via_mollyd_us\":{\"p50\":%.1f,\"p99\":%.1f},"
+			       "\"overhead_us\":{\"p50\":%.1f,\"p99\":%.1f}}\n",
+			       o.n, d50, d99, h50, h99, h50 - d50, h99 - d99);
+		else {
+			printf("1-token greedy completion, %ld samples each (%ld warm-up), "
+			       "alternating\n", o.n, o.warmup);
+			printf("  T1 directly (%s)  p50 %9.1f us   p99 %9.1f us\n", o.url, d50, d99);
+			printf("  through mollyd (%s)  p50 %9.1f us   p99 %9.1f us\n", o.via, h50,
+			       h99);
+			printf("  routing overhead  p50 %9.1f us (target <= 1000)   p99 %9.1f us\n",
+			       h50 - d50, h99 - d99);
+		}
+		return 0;
 	}
 	if (!o.model || (!!o.url + !!o.unix_path + !!o.dbus) != 1 || o.n < 1 || o.n > 10000000 || o.warmup < 0 ||
 	    o.threads < 1 || !o.prompt[0]) {

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * molly-bench-route: the in-process routing decision's latency — capability classification
- * (router/classify.h) plus the policy's detectors and rules (policy/policy.h) — over prompts
- * of 64 B to 2 KiB, p50/p99 per size and over all.
+ * (router/classify.h), the policy's detectors and rules (policy/policy.h) and the router's
+ * scoring and ranking (router/router.h: a plan over T0 = the base plus one adapter per
+ * domain, and a T1, a T2 and a T3 target with quality seeds) — over prompts of 64 B to
+ * 2 KiB, p50/p99 per size and over all.
  *
  *   molly-bench-route [--set EXEMPLARS.tsv] [--iters N]
  * The set defaults to tests/data/router/exemplars.tsv (run from the source tree).
@@ -16,6 +18,7 @@
 
 #include "policy/policy.h"
 #include "router/classify.h"
+#include "router/router.h"
 
 static uint64_t now_ns(void)
 {
@@ -111,7 +114,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	uint64_t t0 = now_ns();
-	r = classify_build(s, NULL, &m, &e);
+	r = classify_build(s, getenv("BITS") ? &(struct classify_options){ .feature_bits = (uint32_t) atoi(getenv("BITS")) } : NULL, &m, &e);
 	if (r < 0) {
 		fprintf(stderr, "molly-bench-route: %s\n", e.text);
 		return 1;
@@ -120,6 +123,40 @@ int main(int argc, char **argv)
 	       classify_set_size(s), (double) (now_ns() - t0) / 1e6);
 	if (policy_new_defaults(&pol) < 0)
 		return 1;
+
+	/* The candidates: T0 base + one adapter per domain (seeded 0.85 in it), T1..T3. */
+	size_t nd = classify_n_domains(m), nt = 0;
+	struct router_target *tg = calloc(nd + 4, sizeof(*tg));
+	struct router_quality *aq = calloc(nd + 1, sizeof(*aq));
+	char (*tn)[80] = calloc(nd + 1, sizeof(*tn));
+	const char **dn = calloc(nd + 1, sizeof(char *));
+	static const struct router_quality q1[] = { { "general", 0.6 } }, q2[] = { { "general", 0.7 } },
+					   q3[] = { { "general", 0.9 } };
+	_cleanup_(router_freep) struct router *rt = NULL;
+	struct router_plan *plan = calloc(1, sizeof(*plan));
+	if (!tg || !aq || !tn || !dn || !plan)
+		return 1;
+	tg[nt++] = (struct router_target){ .name = "local:base", .tier = 0 };
+	for (size_t i = 0; i < nd; i++) {
+		dn[i] = classify_domain_name(m, i);
+		snprintf(tn[i], sizeof(tn[i]), "local:base:%s", dn[i]);
+		aq[i] = (struct router_quality){ dn[i], 0.85 };
+		tg[nt++] = (struct router_target){ .name = tn[i], .tier = 0, .adapter = dn[i],
+						   .domains = &dn[i], .n_domains = 1,
+						   .quality = &aq[i], .n_quality = 1 };
+	}
+	tg[nt++] = (struct router_target){ .name = "lan", .tier = 1, .quality = q1, .n_quality = 1 };
+	tg[nt++] = (struct router_target){ .name = "mine", .tier = 2, .user_controlled = true,
+					   .quality = q2, .n_quality = 1, .cost_out = 0.5 };
+	tg[nt++] = (struct router_target){ .name = "api", .tier = 3, .quality = q3, .n_quality = 1,
+					   .cost_in = 3, .cost_out = 15 };
+	struct router_params rp = { .max_fallbacks = 2, .cost_weight = 1, .latency_weight = 0.05,
+				    .domains = dn, .n_domains = nd };
+	if (router_new(tg, nt, &rp, &rt, &e) < 0) {
+		fprintf(stderr, "molly-bench-route: %s\n", e.text);
+		return 1;
+	}
+	printf("router: %zu candidates (base, %zu adapters, T1, T2, T3)\n", nt, nd);
 
 	uint64_t *all = malloc((size_t) iters * ELEMENTSOF(sizes) * sizeof(uint64_t));
 	uint64_t *one = malloc((size_t) iters * sizeof(uint64_t));
@@ -142,8 +179,14 @@ int main(int argc, char **argv)
 			classify_run(m, text, len, &cr);
 			uint64_t mid = now_ns();
 			r = policy_evaluate(pol, &req, &d);
-			if (r >= 0)
+			if (r >= 0) {
+				struct router_query q = { .posterior_idx = cr.posterior,
+							  .prompt_tokens = (uint32_t) len / 4,
+							  .max_tokens = 256 };
+				if (router_plan_new(rt, &d, &q, plan) >= 0)
+					sink += (float) plan->c[0].score;
 				policy_decision_done(&d);
+			}
 			uint64_t b = now_ns();
 			sink += cr.confidence;
 			one[it] = b - a;
@@ -153,7 +196,7 @@ int main(int argc, char **argv)
 		qsort(one, (size_t) iters, sizeof(*one), cmp_u64);
 		qsort(cls, (size_t) iters, sizeof(*cls), cmp_u64);
 		printf("%5zu B: p50 %6.2f us  p99 %6.2f us  (classification alone: p50 %.2f us, "
-		       "p99 %.2f us; %ld runs)\n",
+		       "p99 %.2f us; %ld runs; classification + detectors + policy + plan)\n",
 		       len, (double) one[iters / 2] / 1e3, (double) one[iters * 99 / 100] / 1e3,
 		       (double) cls[iters / 2] / 1e3, (double) cls[iters * 99 / 100] / 1e3, iters);
 	}
@@ -164,6 +207,11 @@ int main(int argc, char **argv)
 	free(all);
 	free(one);
 	free(cls);
+	free(plan);
+	free(tg);
+	free(aq);
+	free(tn);
+	free(dn);
 	if (sink < 0)
 		fprintf(stderr, "(%g)\n", (double) sink);
 	return 0;

@@ -14,6 +14,8 @@
  *   molly key new NAME                  a new API key and the [Member NAME] lines to add
  *   molly explain [--config FILE] PROMPT   the policy's class, findings and tiers for PROMPT
  *                                       (no daemon needed; PROMPT "-" reads stdin)
+ *   molly explain --daemon PROMPT       the running daemon's decision (Policy1.Explain) with
+ *                                       the router's candidate targets and their scores
  *
  * Global options: --json (machine-readable output), --bus-address ADDRESS (else the system bus:
  * $DBUS_SYSTEM_BUS_ADDRESS is honoured), --session (the session bus).
@@ -1099,15 +1101,211 @@ static void tiers_json(struct json_object *arr, uint32_t tiers)
 		}
 }
 
+/* Reads one D-Bus value of the reply (the basic types, arrays and dictionaries Policy1.Explain
+ * uses) into JSON. */
+static int read_value(sd_bus_message *m, struct json_object **ret);
+
+static int read_dict(sd_bus_message *m, struct json_object **ret)
+{
+	struct json_object *o = json_object_new_object();
+	int r;
+
+	r = sd_bus_message_enter_container(m, 'a', "{sv}");
+	while (r >= 0 && (r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+		const char *key;
+		struct json_object *v = NULL;
+		const char *contents;
+
+		r = sd_bus_message_read(m, "s", &key);
+		if (r >= 0)
+			r = sd_bus_message_peek_type(m, NULL, &contents);
+		if (r >= 0)
+			r = sd_bus_message_enter_container(m, 'v', contents);
+		if (r >= 0)
+			r = read_value(m, &v);
+		if (r >= 0)
+			json_object_object_add(o, key, v);
+		if (r >= 0)
+			r = sd_bus_message_exit_container(m);
+		if (r >= 0)
+			r = sd_bus_message_exit_container(m);
+	}
+	if (r >= 0)
+		r = sd_bus_message_exit_container(m);
+	if (r < 0) {
+		json_object_put(o);
+		return r;
+	}
+	*ret = o;
+	return 0;
+}
+
+static int read_value(sd_bus_message *m, struct json_object **ret)
+{
+	char type;
+	const char *contents;
+	int r = sd_bus_message_peek_type(m, &type, &contents);
+
+	if (r <= 0)
+		return r < 0 ? r : -EBADMSG;
+	switch (type) {
+	case 's': {
+		const char *v;
+		r = sd_bus_message_read_basic(m, 's', &v);
+		*ret = json_object_new_string(v);
+		return r;
+	}
+	case 'b': {
+		int v;
+		r = sd_bus_message_read_basic(m, 'b', &v);
+		*ret = json_object_new_boolean(v);
+		return r;
+	}
+	case 'd': {
+		double v;
+		r = sd_bus_message_read_basic(m, 'd', &v);
+		*ret = json_object_new_double(v);
+		return r;
+	}
+	case 't': {
+		uint64_t v;
+		r = sd_bus_message_read_basic(m, 't', &v);
+		*ret = json_object_new_uint64(v);
+		return r;
+	}
+	case 'u': {
+		uint32_t v;
+		r = sd_bus_message_read_basic(m, 'u', &v);
+		*ret = json_object_new_int64(v);
+		return r;
+	}
+	case 'a':
+		if (strcmp(contents, "{sv}") == 0)
+			return read_dict(m, ret);
+		r = sd_bus_message_enter_container(m, 'a', contents);
+		if (r < 0)
+			return r;
+		*ret = json_object_new_array();
+		for (;;) {
+			struct json_object *v = NULL;
+			r = sd_bus_message_at_end(m, false);
+			if (r != 0)
+				break;
+			r = read_value(m, &v);
+			if (r < 0)
+				return r;
+			json_object_array_add(*ret, v);
+		}
+		return r < 0 ? r : sd_bus_message_exit_container(m);
+	default:
+		return sd_bus_message_skip(m, NULL);
+	}
+}
+
+static const char *jstr(struct json_object *o, const char *key)
+{
+	struct json_object *v;
+	return json_object_object_get_ex(o, key, &v) ? json_object_get_string(v) : "";
+}
+
+static double jnum(struct json_object *o, const char *key)
+{
+	struct json_object *v;
+	return json_object_object_get_ex(o, key, &v) ? json_object_get_double(v) : 0;
+}
+
+static bool jbool(struct json_object *o, const char *key)
+{
+	struct json_object *v;
+	return json_object_object_get_ex(o, key, &v) && json_object_get_boolean(v);
+}
+
+/* molly explain --daemon: Policy1.Explain on the running daemon. */
+static int explain_daemon(const char *text)
+{
+	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *reply = NULL;
+	_cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+	struct json_object *o = NULL, *v, *route;
+	int r;
+
+	r = bus_open(&bus);
+	if (r < 0)
+		return 1;
+	r = sd_bus_message_new_method_call(bus, &m, BUS_NAME, BUS_PATH, "org.molly.Policy1",
+					   "Explain");
+	if (r >= 0)
+		r = sd_bus_message_append(m, "a{sv}", 1, "prompt", "s", text);
+	if (r < 0) {
+		fprintf(stderr, "molly: explain: %s\n", strerror(-r));
+		return 1;
+	}
+	r = sd_bus_call(bus, m, 60 * 1000000ull, &error, &reply);
+	if (r < 0)
+		return explain("explain", &error, r);
+	r = read_dict(reply, &o);
+	if (r < 0) {
+		fprintf(stderr, "molly: explain: cannot read the answer: %s\n", strerror(-r));
+		return 1;
+	}
+	if (arg_json) {
+		printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+								     JSON_C_TO_STRING_NOSLASHESCAPE));
+		json_object_put(o);
+		return 0;
+	}
+	printf("Class: %s\n", jstr(o, "class"));
+	printf("Permitted tiers:");
+	if (json_object_object_get_ex(o, "permitted_tiers", &v))
+		for (size_t i = 0; i < json_object_array_length(v); i++)
+			printf(" %s", json_object_get_string(json_object_array_get_idx(v, i)));
+	printf("%s\n", jbool(o, "redact_for_t3") ? " (T3 only after redaction)" : "");
+	if (json_object_object_get_ex(o, "findings", &v) && json_object_array_length(v) > 0) {
+		printf("Findings (%zu; character offsets):\n", json_object_array_length(v));
+		for (size_t i = 0; i < json_object_array_length(v); i++) {
+			struct json_object *f = json_object_array_get_idx(v, i);
+			printf("  %-18s [%.0f, %.0f)  %s\n", jstr(f, "kind"), jnum(f, "start"),
+			       jnum(f, "end"), jstr(f, "class"));
+		}
+	} else
+		printf("Findings: none\n");
+	if (json_object_object_get_ex(o, "route", &route)) {
+		printf("Routing: %s\n", jstr(route, "action"));
+		if (jstr(route, "domain")[0])
+			printf("Domain: %s (p=%.2f, normalised entropy %.2f)\n",
+			       jstr(route, "domain"), jnum(route, "domain_p"),
+			       jnum(route, "entropy"));
+		if (json_object_object_get_ex(route, "candidates", &v) &&
+		    json_object_array_length(v) > 0) {
+			printf("Candidates:\n  %-32s %-4s %8s %8s %9s %8s  %s\n", "TARGET", "TIER",
+			       "QUALITY", "COST", "LATENCY", "SCORE", "NOTE");
+			for (size_t i = 0; i < json_object_array_length(v); i++) {
+				struct json_object *c = json_object_array_get_idx(v, i);
+				const char *ex = jstr(c, "excluded"), *un = jstr(c, "unusable_because");
+				printf("  %-32s %-4s %8.3f %8.4f %8.3fs %8.3f  %s%s%s\n",
+				       jstr(c, "name"), jstr(c, "tier"), jnum(c, "quality"),
+				       jnum(c, "cost"), jnum(c, "latency"), jnum(c, "score"),
+				       jbool(c, "chosen") ? "chosen" : "",
+				       ex[0] ? "excluded: " : (un[0] ? "ranked last: " : ""),
+				       ex[0] ? ex : un);
+			}
+		}
+	}
+	json_object_put(o);
+	return 0;
+}
+
 static int cmd_explain(int argc, char **argv)
 {
 	static const struct option options[] = {
 		{ "config", required_argument, NULL, 'c' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "daemon", no_argument, NULL, 'd' },
 		{},
 	};
 	_cleanup_(config_unrefp) struct config *cfg = NULL;
 	_cleanup_(policy_freep) struct policy *p = NULL;
+	bool daemon = false;
 	_cleanup_free_ char *input = NULL;
 	struct policy_decision d = { 0 };
 	struct errmsg e = { { 0 } };
@@ -1125,12 +1323,15 @@ static int cmd_explain(int argc, char **argv)
 		case 'j':
 			arg_json = true;
 			break;
+		case 'd':
+			daemon = true;
+			break;
 		default:
 			return 2;
 		}
-	if (optind + 1 != argc) {
-		fprintf(stderr, "Usage: molly explain [--config FILE] [--json] PROMPT   (PROMPT '-': "
-				"standard input)\n");
+	if (optind + 1 != argc || (daemon && file)) {
+		fprintf(stderr, "Usage: molly explain [--config FILE | --daemon] [--json] PROMPT   "
+				"(PROMPT '-': standard input)\n");
 		return 2;
 	}
 	if (strcmp(argv[optind], "-") == 0) {
@@ -1144,6 +1345,8 @@ static int cmd_explain(int argc, char **argv)
 		text = argv[optind];
 		len = strlen(text);
 	}
+	if (daemon)
+		return explain_daemon(text);
 	/* Without --config: the daemon's configuration when there is one, else the defaults. */
 	r = config_load(file, &cfg, &e);
 	if (r >= 0)
@@ -1514,6 +1717,8 @@ static void usage(void)
 	       "  key new NAME                        a new HTTP API key for member NAME\n"
 	       "  explain [--config FILE] PROMPT      the policy's class, findings and permitted\n"
 	       "                                      tiers for PROMPT (no daemon needed)\n"
+	       "  explain --daemon PROMPT             the running daemon's decision, with the\n"
+	       "                                      router's candidate targets and scores\n"
 	       "  audit [--since DURATION] [--tier T] [--class C] [--state-dir DIR]\n"
 	       "                                      the audit records (no daemon needed)\n"
 	       "  priors record --domain D --target T --score S | priors list\n"

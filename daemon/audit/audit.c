@@ -136,6 +136,7 @@ int audit_record_to_json(const struct audit_record *r, char **ret)
 	json_object_object_add(o, "redactions", json_object_new_int64(r->redactions));
 	json_object_object_add(o, "escalations", json_object_new_int64(r->escalations));
 	json_object_object_add(o, "fallbacks", json_object_new_int64(r->fallbacks));
+	json_object_object_add(o, "route", str_or_null(r->route));
 	json_object_object_add(o, "finish", str_or_null(r->finish));
 	json_object_object_add(o, "error", str_or_null(r->error));
 	json_object_object_add(o, "prompt_tokens", json_object_new_int64(r->prompt_tokens));
@@ -244,6 +245,7 @@ int audit_record_from_json(const char *text, size_t len, struct audit_record *re
 	(void) get_u32(o, "redactions", &r.redactions);
 	(void) get_u32(o, "escalations", &r.escalations);
 	(void) get_u32(o, "fallbacks", &r.fallbacks);
+	copy_str(r.route, sizeof(r.route), get_str(o, "route"));
 	copy_str(r.finish, sizeof(r.finish), get_str(o, "finish"));
 	copy_str(r.error, sizeof(r.error), get_str(o, "error"));
 	(void) get_u32(o, "prompt_tokens", &r.prompt_tokens);

@@ -57,6 +57,7 @@ struct audit_record {
 	uint32_t redactions;
 	uint32_t escalations;
 	uint32_t fallbacks;
+	char route[200];           /* why the router chose target ("" : no routing decision) */
 	char finish[24];           /* "stop", "length", "cancelled"; "" when error is set */
 	char error[40];            /* the manager's error code name; "" : none */
 	uint32_t prompt_tokens;

@@ -935,10 +935,13 @@ static const struct key_def target_keys[] = {
 static const struct key_def router_keys[] = {
 	{ "MixtureEntropy", parse_unit_float, C(router_mixture_entropy) },
 	{ "MixtureK", parse_mixture_k, C(router_mixture_k) },
+	{ "MixtureTopK", parse_mixture_k, C(router_mixture_k) },
 	{ "ConfidenceThreshold", parse_unit_float, C(router_confidence_threshold) },
 	{ "MaxFallbacks", parse_max_fallbacks, C(router_max_fallbacks) },
 	{ "CostWeight", parse_cost, C(router_cost_weight) },
 	{ "LatencyWeight", parse_cost, C(router_latency_weight) },
+	{ "Budget", parse_cost, C(router_budget) },
+	{ "HealthCheckSec", parse_sec, C(router_health_interval_ns) },
 	{},
 };
 #undef C
@@ -1114,6 +1117,7 @@ int config_new(struct config **ret)
 	c->router_max_fallbacks = 2;
 	c->router_cost_weight = 1.0;
 	c->router_latency_weight = 0.05;
+	c->router_health_interval_ns = 10ull * 1000000000ull;
 	c->listen = (struct config_listen){ .kind = CONFIG_LISTEN_TCP,
 					    .host = strdup("127.0.0.1"),
 					    .port = 8411,

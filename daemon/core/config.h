@@ -178,11 +178,13 @@ struct config {
 
 	/* [Router] */
 	double router_mixture_entropy;      /* MixtureEntropy=: default 0.8 */
-	uint32_t router_mixture_k;          /* MixtureK=: default 2 */
+	uint32_t router_mixture_k;          /* MixtureTopK= (or MixtureK=): default 2 */
 	double router_confidence_threshold; /* ConfidenceThreshold=: default 0 (no cascade) */
 	uint32_t router_max_fallbacks;      /* MaxFallbacks=: default 2 */
 	double router_cost_weight;          /* CostWeight=: score per currency unit; default 1 */
 	double router_latency_weight;       /* LatencyWeight=: score per second; default 0.05 */
+	double router_budget;               /* Budget=: cost units per request; 0: no bound */
+	uint64_t router_health_interval_ns; /* HealthCheckSec=: default 10 s; 0: off */
 
 	/* The files that were read, in order (for `molly config check` and logs). */
 	char **files;            /* owned, n_files */

@@ -349,6 +349,34 @@ static double proxy_latency(void *ctx)
 	return l;
 }
 
+/* The check itself runs in the tier's worker (GET /v1/models from inside its cgroup, a failure
+ * starts the target's cool-down there); its result comes back as a HEALTH message. Here: ask
+ * for one, and answer from what is known now. */
+static int proxy_health_check(void *ctx, struct errmsg *e)
+{
+	struct cproxy *p = ctx;
+	struct egress_client *c = p->c;
+	struct proto_msg m = { .type = PROTO_CHECK };
+	struct cconn *conn;
+	int k;
+
+	pthread_mutex_lock(&c->lock);
+	conn = c->tiers[p->tier].ready ? cconn_ref(c->tiers[p->tier].conn) : NULL;
+	pthread_mutex_unlock(&c->lock);
+	if (!conn)
+		return errmsg_set(e, -EHOSTDOWN, "target %s: the T%u egress worker is not ready",
+				  p->name, p->tier);
+	k = proto_conn_send_msg(&conn->conn, &m);
+	cconn_unref(conn);
+	if (k < 0)
+		return errmsg_set(e, k, "target %s: asking the T%u egress worker for a health check: %s",
+				  p->name, p->tier, strerror(-k));
+	if (!proxy_available(ctx))
+		return errmsg_set(e, -EHOSTDOWN, "target %s: down or cooling down (T%u worker's report)",
+				  p->name, p->tier);
+	return 0;
+}
+
 static void proxy_free(void *ctx)
 {
 	struct cproxy *p = ctx;
@@ -364,6 +392,7 @@ static const struct remote_transport proxy_transport = {
 	.cancel = proxy_cancel,
 	.available = proxy_available,
 	.latency_ms = proxy_latency,
+	.health_check = proxy_health_check,
 	.free_ctx = proxy_free,
 };
 

@@ -18,6 +18,7 @@ static const char *const type_names[PROTO_TYPE_COUNT_] = {
 	[PROTO_HELLO] = "hello",       [PROTO_CONFIGURE] = "configure", [PROTO_ALLOWED] = "allowed",
 	[PROTO_RESOLVE] = "resolve",   [PROTO_SUBMIT] = "submit",       [PROTO_CANCEL] = "cancel",
 	[PROTO_ENDPOINTS] = "endpoints", [PROTO_EVENT] = "event",       [PROTO_HEALTH] = "health",
+	[PROTO_CHECK] = "check",
 };
 
 const char *proto_type_name(enum proto_type t)
@@ -164,6 +165,8 @@ static int encode_request(json_object *o, const struct remote_request *r)
 		k = add(req, "temperature", json_object_new_double(r->temperature));
 	if (k >= 0)
 		k = add(req, "top_p", json_object_new_double(r->top_p));
+	if (k >= 0 && r->logprobs)
+		k = add(req, "logprobs", json_object_new_boolean(true));
 	if (k >= 0 && r->has_seed)
 		/* As a string: JSON numbers lose bits above 2^53 in many parsers. */
 		k = add(req, "seed", json_object_new_uint64(r->seed));
@@ -201,6 +204,15 @@ static int encode_event(json_object *o, const struct remote_event *ev)
 			k = add(o, "prompt_tokens", json_object_new_int64(ev->prompt_tokens));
 		if (k >= 0)
 			k = add(o, "completion_tokens", json_object_new_int64(ev->completion_tokens));
+		if (k >= 0 && ev->n_logprobs > 0) {
+			/* The confidence signal of a cascade or mixture: a mean log-probability
+			 * is never positive. */
+			if (!isfinite(ev->logprob_sum) || ev->logprob_sum > 0)
+				return -EINVAL;
+			k = add(o, "n_logprobs", json_object_new_int64(ev->n_logprobs));
+			if (k >= 0)
+				k = add(o, "logprob_sum", json_object_new_double(ev->logprob_sum));
+		}
 		break;
 	case REMOTE_EVENT_ERROR:
 		if ((unsigned) ev->error >= REMOTE_ERR_COUNT_ || ev->error == REMOTE_ERR_NONE ||
@@ -273,6 +285,7 @@ static int encode_body(json_object *o, const struct proto_msg *m)
 	case PROTO_ALLOWED:
 		return add(o, "generation", json_object_new_uint64(m->generation));
 	case PROTO_RESOLVE:
+	case PROTO_CHECK:
 		return 0;
 	case PROTO_SUBMIT:
 		if (m->id == 0 || m->tiers > POLICY_TIERS_ALL || m->class < 0 ||
@@ -606,6 +619,9 @@ static int decode_request(json_object *o, struct remote_request *r, struct errms
 	if (k < 0)
 		return k;
 	r->top_p = (float) d;
+	k = get_bool(req, "logprobs", &r->logprobs, e);
+	if (k < 0)
+		return k;
 	if (get(req, "seed")) {
 		k = get_uint(req, "seed", UINT64_MAX, true, &r->seed, e);
 		if (k < 0)
@@ -672,6 +688,18 @@ static int decode_event(json_object *o, struct remote_event *ev, struct errmsg *
 		if (k < 0)
 			return k;
 		ev->completion_tokens = (uint32_t) u;
+		k = get_uint(o, "n_logprobs", UINT32_MAX, false, &u, e);
+		if (k < 0)
+			return k;
+		ev->n_logprobs = (uint32_t) u;
+		/* Bounded by what n tokens can sum to (a log-probability below -1e4 is as good as
+		 * zero probability): an untrusted worker cannot push a mean out of range. */
+		k = get_double(o, "logprob_sum", -1e4 * (double) MAX(ev->n_logprobs, 1u), 0,
+			       &ev->logprob_sum, e);
+		if (k < 0)
+			return k;
+		if (ev->n_logprobs == 0 && ev->logprob_sum != 0)
+			return BAD("field 'logprob_sum' without 'n_logprobs'");
 	} else if (strcmp(kind, "error") == 0) {
 		ev->type = REMOTE_EVENT_ERROR;
 		k = get_str(o, "error", 64, true, &s, e);
@@ -760,6 +788,7 @@ static int decode_body(json_object *o, struct proto_msg *m, struct errmsg *e)
 	case PROTO_ALLOWED:
 		return get_uint(o, "generation", UINT64_MAX, true, &m->generation, e);
 	case PROTO_RESOLVE:
+	case PROTO_CHECK:
 		return 0;
 	case PROTO_SUBMIT:
 		k = get_uint(o, "id", UINT64_MAX, true, &m->id, e);

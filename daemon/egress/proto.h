@@ -68,6 +68,7 @@ enum proto_type {
 	PROTO_ENDPOINTS,
 	PROTO_EVENT,
 	PROTO_HEALTH,
+	PROTO_CHECK,           /* core → worker: run a health check on every target now */
 	PROTO_TYPE_COUNT_,
 };
 const char *proto_type_name(enum proto_type t);

@@ -177,6 +177,7 @@ struct wtarget {
 	struct wtarget *next;
 	struct proto_target cfg;       /* owned copies */
 	struct remote_target *rt;
+	atomic_uint checking;          /* health-check rounds using it: not freed meanwhile */
 };
 
 struct wcall {
@@ -228,6 +229,7 @@ struct worker {
 	char *health_sig;
 	atomic_bool health_dirty;      /* a call ended: the next full report goes out anyway */
 	uint64_t next_resolve_ns;
+	atomic_bool check_running;     /* one health-check round at a time */
 };
 
 static uint64_t now_ns(void)
@@ -722,7 +724,7 @@ static void free_idle_retired(struct worker *w)
 {
 	for (struct wtarget **p = &w->retired; *p;) {
 		struct wtarget *t = *p;
-		if (remote_target_idle(t->rt)) {
+		if (remote_target_idle(t->rt) && atomic_load(&t->checking) == 0) {
 			*p = t->next;
 			wtarget_free(t);
 		} else
@@ -820,6 +822,73 @@ static void apply_pending(struct worker *w)
 		 w->o->test_wrong_url ? " (TEST: every call goes to --test-wrong-target)" : "");
 }
 
+/* ---- health checks (PROTO_CHECK) ---- */
+
+struct check_round {
+	struct worker *w;
+	struct wtarget **targets;      /* each with ->checking held */
+	size_t n;
+};
+
+/* GET /v1/models on every target, from inside this tier's cgroup, on a thread of its own so the
+ * main loop keeps serving (a check can take up to the target's timeout). The result is the
+ * target's availability (a failure starts its cool-down); the main loop's next report_health()
+ * carries it to the core. */
+static void *check_main(void *arg)
+{
+	struct check_round *r = arg;
+
+	for (size_t i = 0; i < r->n; i++) {
+		struct errmsg e = { { 0 } };
+		if (remote_health_check(r->targets[i]->rt, &e) < 0)
+			log_line(r->w, "health check: %s", e.text);
+		atomic_fetch_sub(&r->targets[i]->checking, 1);
+	}
+	atomic_store(&r->w->health_dirty, true);
+	atomic_store(&r->w->check_running, false);
+	free(r->targets);
+	free(r);
+	return NULL;
+}
+
+static void start_checks(struct worker *w)
+{
+	struct check_round *r;
+	pthread_attr_t attr;
+	pthread_t th;
+	size_t n = 0;
+
+	if (atomic_exchange(&w->check_running, true))
+		return; /* a round is under way: its answer serves this request too */
+	for (struct wtarget *t = w->targets; t; t = t->next)
+		n++;
+	r = calloc(1, sizeof(*r));
+	if (r)
+		r->targets = calloc(MAX(n, (size_t) 1), sizeof(*r->targets));
+	if (!r || !r->targets || n == 0) {
+		if (r)
+			free(r->targets);
+		free(r);
+		atomic_store(&w->check_running, false);
+		return;
+	}
+	r->w = w;
+	for (struct wtarget *t = w->targets; t; t = t->next) {
+		atomic_fetch_add(&t->checking, 1);
+		r->targets[r->n++] = t;
+	}
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&th, &attr, check_main, r) != 0) {
+		for (size_t i = 0; i < r->n; i++)
+			atomic_fetch_sub(&r->targets[i]->checking, 1);
+		free(r->targets);
+		free(r);
+		atomic_store(&w->check_running, false);
+	}
+	pthread_attr_destroy(&attr);
+}
+
 static void report_health(struct worker *w)
 {
 	struct proto_health h[PROTO_MAX_TARGETS];
@@ -876,6 +945,9 @@ static int handle(struct worker *w, const char *text, size_t len, struct errmsg 
 		break;
 	case PROTO_CANCEL:
 		handle_cancel(w, m.id);
+		break;
+	case PROTO_CHECK:
+		start_checks(w);
 		break;
 	default:
 		k = errmsg_set(e, -EBADMSG, "the core sent a '%s' message, which only a worker sends",
@@ -951,6 +1023,9 @@ int worker_run(const struct worker_options *o, struct errmsg *e)
 		report_health(&w);
 	}
 
+	/* A health-check round holds targets: let it end (bounded by the targets' timeouts). */
+	while (atomic_load(&w.check_running))
+		(void) usleep(10000);
 	/* Cancel everything and wait for the final events (queued, maybe unsent). */
 	while (w.targets) {
 		struct wtarget *t = w.targets;

@@ -11,7 +11,12 @@
  *       "findings" aa{sv}: {"kind" s, "rule" s, "class" s, "start" t, "end" t} with start/end
  *         character offsets into the text the policy sees (the prompt, or the messages'
  *         contents joined by "\n"), never the matched text itself,
- *       "member" s (only when the caller is a member).
+ *       "member" s (only when the caller is a member),
+ *       "route" a{sv}: what the router would do — "action" s ("single", "cascade",
+ *         "mixture of N", or "none (...)"), "domain" s and "domain_p" d (the classifier's top
+ *         domain; "" without one), "entropy" d (normalised), "candidates" aa{sv}: every
+ *         target with "name" s, "tier" s, "quality" d, "cost" d, "latency" d (s), "score"
+ *         d, "usable" b, "unusable_because" s, "excluded" s ("" : ranked), "chosen" b.
  *   Reload(): re-reads the configuration, rules included (administrators, as Daemon1.Reload).
  */
 #include <errno.h>
@@ -41,6 +46,47 @@ static int append_findings(sd_bus_message *reply, const struct policy_decision *
 	return r;
 }
 
+/* "route": {"action" s, "domain" s, "domain_p" d, "entropy" d, "candidates" aa{sv}} */
+static int append_route(sd_bus_message *reply, const struct manager_route_explain *x)
+{
+	int r;
+
+	r = sd_bus_message_open_container(reply, 'e', "sv");
+	if (r >= 0)
+		r = sd_bus_message_append(reply, "s", "route");
+	if (r >= 0)
+		r = sd_bus_message_open_container(reply, 'v', "a{sv}");
+	if (r >= 0)
+		r = sd_bus_message_open_container(reply, 'a', "{sv}");
+	if (r >= 0)
+		r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}", "action", "s", x->action,
+					  "domain", "s", x->top_domain, "domain_p", "d", x->top_p,
+					  "entropy", "d", x->entropy);
+	if (r >= 0)
+		r = sd_bus_message_open_container(reply, 'e', "sv");
+	if (r >= 0)
+		r = sd_bus_message_append(reply, "s", "candidates");
+	if (r >= 0)
+		r = sd_bus_message_open_container(reply, 'v', "aa{sv}");
+	if (r >= 0)
+		r = sd_bus_message_open_container(reply, 'a', "a{sv}");
+	for (size_t i = 0; r >= 0 && i < x->n; i++) {
+		const struct manager_route_candidate *c = &x->c[i];
+		char tier[4];
+		snprintf(tier, sizeof(tier), "T%u", c->tier & 3);
+		r = sd_bus_message_append(
+			reply, "a{sv}", 10, "name", "s", c->name, "tier", "s", tier, "quality", "d",
+			c->quality, "cost", "d", c->cost, "latency", "d", c->latency_s, "score", "d",
+			c->score, "usable", "b", (int) c->usable, "unusable_because", "s",
+			c->why_unusable ? c->why_unusable : "", "excluded", "s",
+			c->excluded ? c->excluded : "", "chosen", "b", (int) c->chosen);
+	}
+	/* a{sv}, v, the "candidates" entry, a{sv}, v, the "route" entry */
+	for (int k = 0; r >= 0 && k < 6; k++)
+		r = sd_bus_message_close_container(reply);
+	return r;
+}
+
 static int method_explain(sd_bus_message *m, void *userdata, sd_bus_error *error)
 {
 	struct dbus_front *f = userdata;
@@ -49,6 +95,7 @@ static int method_explain(sd_bus_message *m, void *userdata, sd_bus_error *error
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
 	struct manager_caller caller = { .uid = (uid_t) -1, .front = "dbus" };
 	struct policy_decision d = { 0 };
+	struct manager_route_explain route = { 0 };
 	struct manager_error err = { 0 };
 	const struct config_member *mem;
 	char tiers[32];
@@ -69,6 +116,11 @@ static int method_explain(sd_bus_message *m, void *userdata, sd_bus_error *error
 	r = manager_explain(f->manager, dbus_parsed_request_get(p), &caller, &d, &err);
 	if (r < 0)
 		return sd_bus_error_set(error, manager_err_dbus_name(err.kind), err.message);
+	r = manager_explain_route(f->manager, dbus_parsed_request_get(p), &caller, &d, &route);
+	if (r < 0) {
+		policy_decision_done(&d);
+		return sd_bus_error_set_errnof(error, -r, "routing: %s", strerror(-r));
+	}
 
 	r = sd_bus_message_new_method_return(m, &reply);
 	if (r >= 0)
@@ -109,8 +161,11 @@ static int method_explain(sd_bus_message *m, void *userdata, sd_bus_error *error
 	if (r >= 0 && caller.member)
 		r = sd_bus_message_append(reply, "{sv}", "member", "s", caller.member);
 	if (r >= 0)
+		r = append_route(reply, &route);
+	if (r >= 0)
 		r = sd_bus_message_close_container(reply);
 	policy_decision_done(&d);
+	manager_route_explain_done(&route);
 	if (r < 0)
 		return sd_bus_error_set_errnof(error, -r, "building the answer: %s", strerror(-r));
 	return sd_bus_send(NULL, reply, NULL);

@@ -58,6 +58,10 @@ struct dreq_post {
 	char finish_reason[16];
 	uint32_t prompt_tokens, completion_tokens;
 	char model[72];
+	char target[200];         /* routed: the target that answered */
+	bool has_confidence;
+	double confidence;
+	char uncertainty[400];
 	enum manager_err err_kind;
 	char message[512];
 };
@@ -245,6 +249,11 @@ static void dreq_event(const struct manager_event *ev, void *userdata)
 			snprintf(p->finish_reason, sizeof(p->finish_reason), "%s",
 				 ev->finish_reason);
 			snprintf(p->model, sizeof(p->model), "%s", ev->model ?: "");
+			snprintf(p->target, sizeof(p->target), "%s", ev->target ?: "");
+			p->has_confidence = ev->has_confidence;
+			p->confidence = ev->confidence;
+			snprintf(p->uncertainty, sizeof(p->uncertainty), "%s",
+				 ev->uncertainty ?: "");
 		} else {
 			p->err_kind = ev->error ? ev->error->kind : MANAGER_ERR_INTERNAL;
 			snprintf(p->message, sizeof(p->message), "%s",
@@ -306,6 +315,12 @@ static char *json_done_line(const struct dreq_post *p)
 		u, "total_tokens",
 		json_object_new_int64((int64_t) p->prompt_tokens + p->completion_tokens));
 	json_object_object_add(o, "usage", u);
+	if (p->target[0])
+		json_object_object_add(o, "target", json_object_new_string(p->target));
+	if (p->has_confidence)
+		json_object_object_add(o, "confidence", json_object_new_double(p->confidence));
+	if (p->uncertainty[0])
+		json_object_object_add(o, "uncertainty", json_object_new_string(p->uncertainty));
 	return json_line(o);
 }
 
@@ -423,13 +438,31 @@ static void generate_reply(struct dreq *r, const struct dreq_post *p)
 {
 	int k;
 
-	if (p->type == MANAGER_EVENT_DONE)
-		k = sd_bus_reply_method_return(r->call, "sa{sv}", r->text ? r->text : "", 4,
-					       "prompt_tokens", "u", p->prompt_tokens,
-					       "completion_tokens", "u", p->completion_tokens,
-					       "finish_reason", "s", p->finish_reason, "model", "s",
-					       p->model);
-	else
+	if (p->type == MANAGER_EVENT_DONE) {
+		_cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+
+		k = sd_bus_message_new_method_return(r->call, &m);
+		if (k >= 0)
+			k = sd_bus_message_append(m, "s", r->text ? r->text : "");
+		if (k >= 0)
+			k = sd_bus_message_open_container(m, 'a', "{sv}");
+		if (k >= 0)
+			k = sd_bus_message_append(m, "{sv}{sv}{sv}{sv}", "prompt_tokens", "u",
+						  p->prompt_tokens, "completion_tokens", "u",
+						  p->completion_tokens, "finish_reason", "s",
+						  p->finish_reason, "model", "s", p->model);
+		/* Routed requests (docs/dbus.md): the target, and the cascade's signals. */
+		if (k >= 0 && p->target[0])
+			k = sd_bus_message_append(m, "{sv}", "target", "s", p->target);
+		if (k >= 0 && p->has_confidence)
+			k = sd_bus_message_append(m, "{sv}", "confidence", "d", p->confidence);
+		if (k >= 0 && p->uncertainty[0])
+			k = sd_bus_message_append(m, "{sv}", "uncertainty", "s", p->uncertainty);
+		if (k >= 0)
+			k = sd_bus_message_close_container(m);
+		if (k >= 0)
+			k = sd_bus_send(NULL, m, NULL);
+	} else
 		k = sd_bus_reply_method_errorf(r->call, manager_err_dbus_name(p->err_kind), "%s",
 					       p->message);
 	if (k < 0)

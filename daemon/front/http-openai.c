@@ -912,6 +912,21 @@ static struct json_object *new_token_string(const char *s, size_t len)
 	return o;
 }
 
+/* {"target": s, "confidence": d (when known), "uncertainty": s (when there is a note)} */
+static struct json_object *molly_json(const struct openai_result *r)
+{
+	struct json_object *o = json_object_new_object();
+
+	if (!o)
+		return NULL;
+	json_object_object_add(o, "target", json_object_new_string(r->target));
+	if (r->has_confidence)
+		json_object_object_add(o, "confidence", json_object_new_double(r->confidence));
+	if (r->uncertainty)
+		json_object_object_add(o, "uncertainty", json_object_new_string(r->uncertainty));
+	return o;
+}
+
 static struct json_object *usage_json(const struct openai_result *r)
 {
 	struct json_object *u = json_object_new_object();
@@ -1053,6 +1068,8 @@ char *openai_response_json(enum openai_endpoint endpoint, const struct openai_re
 	push(choices, c, &ok);
 	add(o, "choices", choices, &ok);
 	add(o, "usage", usage_json(r), &ok);
+	if (r->target)
+		add(o, "molly", molly_json(r), &ok);
 	if (!ok) {
 		json_object_put(o);
 		return NULL;
@@ -1101,6 +1118,8 @@ char *openai_stream_chunk(enum openai_endpoint endpoint, const struct openai_res
 			add_null(c, "finish_reason", &ok);
 		push(choices, c, &ok);
 		add(o, "choices", choices, &ok);
+		if (r->target && r->finish_reason && !role_chunk)
+			add(o, "molly", molly_json(r), &ok);
 	}
 	if (!ok) {
 		json_object_put(o);

@@ -133,6 +133,12 @@ struct openai_result {
 	uint32_t completion_tokens;
 	const struct openai_logprob *logprobs; /* NULL when logprobs are off */
 	size_t n_logprobs;
+	/* Routed requests (docs/http.md): "molly": {"target", "confidence", "uncertainty"} in
+	 * the response and the final stream chunk. target NULL: no "molly" object. */
+	const char *target;
+	bool has_confidence;
+	double confidence;
+	const char *uncertainty;
 };
 
 /* The whole (non-streamed) response of a completion or chat completion. */

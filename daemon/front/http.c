@@ -149,6 +149,10 @@ struct http_req {
 	size_t n_lps, cap_lps;
 	size_t text_offset;        /* bytes of text released so far (logprob offsets) */
 	const char *finish_reason; /* static */
+	char target[200];           /* routed: the target that answered; "" : not routed */
+	bool has_confidence;
+	float confidence;
+	char uncertainty[400];      /* "" : none */
 	uint32_t prompt_tokens;
 	uint32_t completion_tokens;
 	bool has_error;
@@ -478,6 +482,11 @@ static void on_event(const struct manager_event *ev, void *userdata)
 		}
 	} else if (ev->type == MANAGER_EVENT_DONE) {
 		r->finish_reason = finish_reason_static(ev->finish_reason);
+		snprintf(r->target, sizeof(r->target), "%s", ev->target ? ev->target : "");
+		r->has_confidence = ev->has_confidence;
+		r->confidence = ev->confidence;
+		snprintf(r->uncertainty, sizeof(r->uncertainty), "%s",
+			 ev->uncertainty ? ev->uncertainty : "");
 		r->prompt_tokens = ev->prompt_tokens;
 		r->completion_tokens = ev->completion_tokens;
 		if (r->overflow) {
@@ -533,6 +542,15 @@ static void on_event(const struct manager_event *ev, void *userdata)
 static void result_head(const struct http_req *r, struct openai_result *res)
 {
 	*res = (struct openai_result){ .id = r->id, .model = r->model, .created = r->created };
+}
+
+/* The routing fields of the final event (read once it came). */
+static void result_route(const struct http_req *r, struct openai_result *res)
+{
+	res->target = r->target[0] ? r->target : NULL;
+	res->has_confidence = r->has_confidence;
+	res->confidence = r->confidence;
+	res->uncertainty = r->uncertainty[0] ? r->uncertainty : NULL;
 }
 
 /* Appends a chunk (NULL: out of memory) to r->out. */
@@ -609,6 +627,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
 
 			res.prompt_tokens = r->prompt_tokens;
 			res.completion_tokens = r->completion_tokens;
+			result_route(r, &res);
 			pthread_mutex_unlock(&r->lock);
 
 			if (!has_error && finish && strcmp(finish, "cancelled") == 0) {
@@ -685,6 +704,7 @@ static enum MHD_Result respond_result(struct http_req *r)
 	res.finish_reason = r->finish_reason;
 	res.prompt_tokens = r->prompt_tokens;
 	res.completion_tokens = r->completion_tokens;
+	result_route(r, &res);
 	if (r->oreq.logprobs) {
 		res.logprobs = r->lps ? r->lps : (const struct openai_logprob *) "";
 		res.n_logprobs = r->n_lps;

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -286,6 +287,8 @@ const char *classify_modality_name(enum classify_modality m)
 	return m == CLASSIFY_MODALITY_CODE ? "code" : "text";
 }
 
+typedef float v8f __attribute__((vector_size(32)));
+
 /* Raw (temperature 1) logits; returns the number of features and, in *n_seen, how many of
  * them were seen in training. */
 static size_t model_logits(const struct classify_model *m, const char *text, size_t len,
@@ -297,18 +300,49 @@ static size_t model_logits(const struct classify_model *m, const char *text, siz
 	const uint64_t *seen = m->seen;
 	float acc[CLASSIFY_MAX_DOMAINS] = { 0 };
 	size_t nf = 0, ns = 0;
+	/* The weight table is larger than L2: the features are hashed in batches and their rows
+	 * prefetched before they are added, so the cache misses overlap instead of queueing
+	 * behind the hashing. */
+	uint32_t batch[64];
+	size_t nb = 0;
+	v8f acc8 = { 0 };
 
+#define FLUSH_BATCH()                                                                              \
+	do {                                                                                       \
+		if (K <= 8) {                                                                      \
+			/* One 8-wide add a feature in a register, not K adds through memory; \
+			 * the lanes past K read the next row (or the slack) and are dropped. */  \
+			for (size_t b_ = 0; b_ < nb; b_++) {                                       \
+				v8f r_;                                                            \
+				memcpy(&r_, w + (size_t) batch[b_] * K, sizeof(r_));               \
+				acc8 += r_;                                                        \
+				ns += (seen[batch[b_] >> 6] >> (batch[b_] & 63)) & 1;              \
+			}                                                                          \
+		} else                                                                             \
+			for (size_t b_ = 0; b_ < nb; b_++) {                                       \
+				const float *row_ = w + (size_t) batch[b_] * K;                    \
+				for (size_t k = 0; k < K; k++)                                     \
+					acc[k] += row_[k];                                         \
+				ns += (seen[batch[b_] >> 6] >> (batch[b_] & 63)) & 1;              \
+			}                                                                          \
+		nb = 0;                                                                            \
+	} while (0)
 #define EMIT_RUN(h)                                                                                \
 	do {                                                                                       \
 		uint32_t f_ = (h) & mask;                                                          \
-		const float *row_ = w + (size_t) f_ * K;                                           \
-		for (size_t k = 0; k < K; k++)                                                     \
-			acc[k] += row_[k];                                                         \
-		ns += (seen[f_ >> 6] >> (f_ & 63)) & 1;                                            \
+		__builtin_prefetch(w + (size_t) f_ * K);                                           \
+		batch[nb++] = f_;                                                                  \
 		nf++;                                                                              \
+		if (nb == ELEMENTSOF(batch))                                                       \
+			FLUSH_BATCH();                                                             \
 	} while (0)
 	FOREACH_FEATURE(text, len, EMIT_RUN);
+	FLUSH_BATCH();
 #undef EMIT_RUN
+#undef FLUSH_BATCH
+	if (K <= 8)
+		for (size_t k = 0; k < K; k++)
+			acc[k] = acc8[k];
 
 	float s = nf ? 1.0f / sqrtf((float) nf) : 0.0f;
 	for (size_t k = 0; k < K; k++)
@@ -341,6 +375,14 @@ void classify_run(const struct classify_model *m, const char *text, size_t len,
 	ret->n_domains = K;
 	if (!text)
 		len = 0;
+	/* What a request is about shows in its first hundred words; the rest would only add
+	 * cost (the signals above still read all of it). Cut at a space so no word is split. */
+	if (len > CLASSIFY_TEXT_MAX) {
+		size_t cut = CLASSIFY_TEXT_MAX;
+		while (cut > CLASSIFY_TEXT_MAX / 2 && text[cut] != ' ' && text[cut] != '\n')
+			cut--;
+		len = cut;
+	}
 	model_logits(m, text, len, z, &n_seen);
 	ret->unknown = n_seen == 0;
 	if (ret->unknown) {
@@ -478,7 +520,8 @@ static int trainer_init(struct trainer *t, size_t K, uint32_t bits)
 	size_t n = ((size_t) 1 << bits) * K;
 
 	*t = (struct trainer){ .K = K, .mask = (1u << bits) - 1 };
-	t->w = calloc(n, sizeof(float));
+	/* 8 floats of slack: model_logits() reads rows 8 floats wide when K <= 8. */
+	t->w = calloc(n + 8, sizeof(float));
 	t->g2 = calloc(n, sizeof(float));
 	if (!t->w || !t->g2) {
 		free(t->w);
@@ -784,14 +827,70 @@ static const char *const multi_words[] = {
 	"implement", "optimize", "optimise", "why", "derive", "evaluate",
 };
 
-/* Called once a word: the first-byte test rejects almost every entry without a strlen. */
-static bool in_list(const unsigned char *w, size_t n, const char *const *list, size_t len)
+/*
+ * The three lists in one open-addressing table keyed by the word's FNV-1a hash, built once:
+ * a word costs one hash and (almost always) one probe, not a walk over every entry.
+ */
+#define WORDS_SLOTS 256 /* a power of two, over 4x the entries */
+#define IN_CODE 1u
+#define IN_MATH 2u
+#define IN_MULTI 4u
+
+struct word_slot {
+	const char *word; /* NULL: empty */
+	uint32_t hash;
+	uint8_t len;
+	uint8_t lists;
+};
+static struct word_slot word_table[WORDS_SLOTS];
+static pthread_once_t word_table_once = PTHREAD_ONCE_INIT;
+
+static uint32_t word_hash(const unsigned char *w, size_t n)
 {
-	for (size_t i = 0; i < len; i++)
-		if ((unsigned char) list[i][0] == w[0] && strlen(list[i]) == n &&
-		    memcmp(list[i], w, n) == 0)
-			return true;
-	return false;
+	uint32_t h = 0x811c9dc5u;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ w[i]) * 0x01000193u;
+	return h;
+}
+
+static void word_table_add(const char *const *list, size_t n, uint8_t bit)
+{
+	for (size_t i = 0; i < n; i++) {
+		size_t l = strlen(list[i]);
+		uint32_t h = word_hash((const unsigned char *) list[i], l);
+		for (size_t k = h & (WORDS_SLOTS - 1);; k = (k + 1) & (WORDS_SLOTS - 1)) {
+			struct word_slot *sl = &word_table[k];
+			if (!sl->word) {
+				*sl = (struct word_slot){ list[i], h, (uint8_t) l, bit };
+				break;
+			}
+			if (sl->hash == h && sl->len == l && memcmp(sl->word, list[i], l) == 0) {
+				sl->lists |= bit;
+				break;
+			}
+		}
+	}
+}
+
+static void word_table_build(void)
+{
+	word_table_add(code_words, ELEMENTSOF(code_words), IN_CODE);
+	word_table_add(math_words, ELEMENTSOF(math_words), IN_MATH);
+	word_table_add(multi_words, ELEMENTSOF(multi_words), IN_MULTI);
+}
+
+/* Which lists hold the (lower-cased) word: IN_* bits. */
+static unsigned word_lists(const unsigned char *w, size_t n)
+{
+	uint32_t h = word_hash(w, n);
+
+	for (size_t k = h & (WORDS_SLOTS - 1);; k = (k + 1) & (WORDS_SLOTS - 1)) {
+		const struct word_slot *sl = &word_table[k];
+		if (!sl->word)
+			return 0;
+		if (sl->hash == h && sl->len == n && memcmp(sl->word, w, n) == 0)
+			return sl->lists;
+	}
 }
 
 /*
@@ -809,6 +908,7 @@ void classify_signals(const char *text, size_t len, struct classify_result *ret)
 	bool line_start = true;
 
 	memset(ret, 0, offsetof(struct classify_result, difficulty));
+	(void) pthread_once(&word_table_once, word_table_build);
 	if (!p)
 		len = 0;
 	while (i < len) {
@@ -860,12 +960,10 @@ void classify_signals(const char *text, size_t len, struct classify_result *ret)
 			words++;
 			tokens += 1 + (wl - 1) / 5;
 			if (wl <= sizeof(w)) {
-				if (in_list(w, wl, code_words, ELEMENTSOF(code_words)))
-					code++;
-				if (in_list(w, wl, math_words, ELEMENTSOF(math_words)))
-					math++;
-				if (in_list(w, wl, multi_words, ELEMENTSOF(multi_words)))
-					multi++;
+				unsigned in = word_lists(w, wl);
+				code += (in & IN_CODE) != 0;
+				math += (in & IN_MATH) != 0;
+				multi += (in & IN_MULTI) != 0;
 			}
 			i = j;
 			continue;

@@ -33,6 +33,9 @@
 struct lora_adapter_meta;
 
 #define CLASSIFY_MAX_DOMAINS 64
+/* classify_run() takes the domain posterior from at most the first this many bytes of a
+ * text (cut back to a space); the signals read all of it. */
+#define CLASSIFY_TEXT_MAX 512
 #define CLASSIFY_DOMAIN_MAX 64 /* bytes of a domain name, NUL included */
 
 /* ---- the labelled examples a model is built from ---- */
@@ -112,7 +115,8 @@ struct classify_result {
 	uint32_t context_tokens;  /* estimated tokens of the prompt itself */
 };
 
-/* Classifies len bytes of text (any bytes; invalid UTF-8 is fine). Never fails on text: an
+/* Classifies len bytes of text (any bytes; invalid UTF-8 is fine): the domain posterior from
+ * its first CLASSIFY_TEXT_MAX bytes, the signals from all of it. Never fails on text: an
  * empty text is "unknown". Allocates nothing. */
 void classify_run(const struct classify_model *m, const char *text, size_t len,
 		  struct classify_result *ret);

@@ -322,6 +322,8 @@ struct remote_call {
 	bool got_done;           /* [DONE] or a finish_reason */
 	char finish[32];
 	uint32_t prompt_tokens, completion_tokens, chunks;
+	uint32_t n_logprobs;     /* token log-probabilities seen in the stream */
+	double logprob_sum;
 	bool stream_error;
 	char stream_message[256];
 	enum remote_error stream_kind;
@@ -646,6 +648,10 @@ static int build_body(const struct remote_target *t, const struct remote_request
 		json_object_object_add(o, "prompt",
 				       json_object_new_string(r->prompt ? r->prompt : ""));
 	json_object_object_add(o, "stream", json_object_new_boolean(true));
+	if (r->logprobs)
+		/* chat: a boolean; completions: how many alternatives (the sampled one) */
+		json_object_object_add(o, "logprobs", r->messages ? json_object_new_boolean(true)
+								  : json_object_new_int(1));
 	if (r->max_tokens > 0)
 		json_object_object_add(o, "max_tokens", json_object_new_int64(r->max_tokens));
 	json_object_object_add(o, "temperature", json_object_new_double(r->temperature));
@@ -722,6 +728,35 @@ static enum remote_error classify_error_json(json_object *err, long status, char
 	return REMOTE_ERR_SERVER;
 }
 
+/* A chunk's "logprobs": chat's {"content": [{"logprob": x}, ...]} or completions'
+ * {"token_logprobs": [x, ...]}; anything else is ignored. */
+static void add_logprobs(struct remote_call *c, json_object *lp)
+{
+	json_object *a, *x;
+
+	if (json_object_object_get_ex(lp, "content", &a) &&
+	    json_object_is_type(a, json_type_array)) {
+		for (size_t i = 0; i < json_object_array_length(a); i++)
+			if (json_object_object_get_ex(json_object_array_get_idx(a, i), "logprob",
+						      &x) &&
+			    (json_object_is_type(x, json_type_double) ||
+			     json_object_is_type(x, json_type_int))) {
+				c->logprob_sum += json_object_get_double(x);
+				c->n_logprobs++;
+			}
+	} else if (json_object_object_get_ex(lp, "token_logprobs", &a) &&
+		   json_object_is_type(a, json_type_array)) {
+		for (size_t i = 0; i < json_object_array_length(a); i++) {
+			x = json_object_array_get_idx(a, i);
+			if (json_object_is_type(x, json_type_double) ||
+			    json_object_is_type(x, json_type_int)) {
+				c->logprob_sum += json_object_get_double(x);
+				c->n_logprobs++;
+			}
+		}
+	}
+}
+
 static int on_sse_event(const char *data, size_t len, void *userdata)
 {
 	struct remote_call *c = userdata;
@@ -776,6 +811,9 @@ static int on_sse_event(const char *data, size_t len, void *userdata)
 		} else if (json_object_object_get_ex(ch, "text", &x) &&
 			   json_object_is_type(x, json_type_string))
 			s = json_object_get_string(x);
+		if (json_object_object_get_ex(ch, "logprobs", &x) &&
+		    json_object_is_type(x, json_type_object))
+			add_logprobs(c, x);
 		if (s && s[0]) {
 			c->chunks++;
 			emit_text(c, s, strlen(s));
@@ -1071,6 +1109,8 @@ static void *worker(void *userdata)
 								: "stop";
 		ev.prompt_tokens = c->prompt_tokens;
 		ev.completion_tokens = c->completion_tokens ? c->completion_tokens : c->chunks;
+		ev.n_logprobs = c->n_logprobs;
+		ev.logprob_sum = c->logprob_sum;
 	} else {
 		ev.type = REMOTE_EVENT_ERROR;
 		ev.error = kind;
@@ -1185,8 +1225,9 @@ int remote_health_check(struct remote_target *t, struct errmsg *e)
 
 	assert_return(t, -EINVAL);
 	if (t->tr)
-		return errmsg_set(e, -EOPNOTSUPP, "target %s: health checks run in its egress worker",
-				  t->name);
+		return t->tr->health_check ? t->tr->health_check(t->tr_ctx, e)
+					   : errmsg_set(e, -EOPNOTSUPP,
+							"target %s: no health checks here", t->name);
 	if (asprintf(&url, "%s/v1/models", t->url) < 0)
 		return -ENOMEM;
 	if (t->auth_header) {

@@ -109,6 +109,8 @@ struct remote_request {
 	 * transport ignores them. permitted_tiers 0: not given (refused by the egress client). */
 	uint32_t permitted_tiers;            /* POLICY_TIER() bits */
 	int sensitivity;                     /* enum policy_class */
+	bool logprobs;                       /* ask for the tokens' log-probabilities (the
+					      * DONE event sums what the answer carried) */
 };
 
 enum remote_event_type {
@@ -125,6 +127,9 @@ struct remote_event {
 	const char *finish_reason;    /* DONE: "stop", "length", "cancelled" */
 	uint32_t prompt_tokens;       /* DONE: from the answer's usage, when it has one */
 	uint32_t completion_tokens;   /* DONE: usage, else the number of chunks */
+	uint32_t n_logprobs;          /* DONE: token log-probabilities the answer carried (0:
+				       * none: the target does not report them) */
+	double logprob_sum;           /* DONE: their sum (natural log) */
 	enum remote_error error;      /* ERROR */
 	int http_status;              /* ERROR: 0 when none came */
 	const char *message;          /* ERROR: human-readable */
@@ -150,7 +155,8 @@ bool remote_target_idle(struct remote_target *t);
  * Another transport behind the same interface: the egress client (daemon/egress/client.h)
  * runs the calls in the tier's worker process instead of in this one. remote_submit(),
  * remote_cancel(), remote_target_available() and remote_target_latency_ms() go to these
- * hooks; remote_target_free() calls free_ctx. Same contract as above: events on another
+ * hooks (remote_health_check() to health_check: it asks for a check and answers from what is
+ * known now; the result arrives later); remote_target_free() calls free_ctx. Same contract as above: events on another
  * thread, exactly one final event per accepted call.
  */
 struct remote_transport {
@@ -159,6 +165,7 @@ struct remote_transport {
 	int (*cancel)(void *ctx, uint64_t id);
 	bool (*available)(void *ctx);
 	double (*latency_ms)(void *ctx);
+	int (*health_check)(void *ctx, struct errmsg *e);
 	void (*free_ctx)(void *ctx);
 };
 /* A target named name whose calls go through tr (ctx: taken; freed by free_ctx). */

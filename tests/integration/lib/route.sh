@@ -34,13 +34,58 @@ rt_fake() {
 	printf -v "${name}_PID" %s "$pid"
 }
 
-# The number of requests a fake target received.
+# The number of completion requests (POST) a fake target received; health checks (GET
+# /v1/models on the daemon's timer) are counted by rt_count_health.
 rt_count() {
-	grep -c -- '^--- end of request ---$' "$HT_TMP/$1.log" || true
+	grep -c -- '^POST ' "$HT_TMP/$1.log" || true
+}
+rt_count_health() {
+	grep -c -- '^GET /v1/models' "$HT_TMP/$1.log" || true
 }
 
 # rt_audit: the audit records as JSON lines in $HT_TMP/audit.jsonl (the daemon stopped).
 rt_audit() {
 	"$HT_BIN/molly" audit --state-dir "$HT_TMP/state" --json >"$HT_TMP/audit.jsonl" ||
 		ht_fail "molly audit"
+}
+
+# rt_mollyd NAME ADDR [EXTRA-INI]: a second mollyd (a real T1) with its own state, HTTP on
+# ADDR (a loopback address such as 127.0.0.2) and a free port; sets NAME_URL and NAME_PID;
+# its log is $HT_TMP/NAME.mollyd.log. Waits (up to 60 s) for /health.
+rt_mollyd() {
+	local name=$1 addr=$2 extra=${3:-} port dir i pid
+	port=$(python3 -c 'import socket, sys; s = socket.socket(); s.bind((sys.argv[1], 0)); print(s.getsockname()[1])' "$addr") ||
+		ht_skip "cannot bind $addr (loopback addresses beyond 127.0.0.1 unavailable)"
+	dir=$HT_TMP/$name
+	mkdir -p "$dir/state/adapters" "$dir/run"
+	cat >"$dir/mollyd.conf" <<CONF
+[Model]
+Path=$HT_MODEL
+Threads=1
+[HTTP]
+Listen=$addr:$port
+[DBus]
+Bus=none
+[Adapters]
+Directory=$dir/state/adapters
+[Paths]
+StateDirectory=$dir/state
+RuntimeDirectory=$dir/run
+$extra
+CONF
+	"$HT_MOLLYD" --config "$dir/mollyd.conf" >"$HT_TMP/$name.mollyd.log" 2>&1 &
+	pid=$!
+	RT_PIDS+=("$pid")
+	for ((i = 0; i < 600; i++)); do
+		kill -0 "$pid" 2>/dev/null || ht_fail "$name (a second mollyd) exited: $(tail -5 "$HT_TMP/$name.mollyd.log")"
+		[ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://$addr:$port/health")" = 200 ] && break
+		sleep 0.1
+	done
+	printf -v "${name}_URL" %s "http://$addr:$port"
+	printf -v "${name}_PID" %s "$pid"
+}
+
+# rt_metric URL NAME: a counter of a daemon's /metrics.
+rt_metric() {
+	curl -s --max-time 10 "$1/metrics" | awk -v p="$2" 'index($0, p) == 1 {print $NF; exit}'
 }
