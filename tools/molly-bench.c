@@ -484,19 +484,19 @@ static int run_serve(int argc, char **argv)
 		printf("{\"model\":\"%s\",\"threads\":%d,\"concurrency\":%u,\"sequential\":%s,"
 		       "\"adapters_loaded\":%u,\"adapters_resident\":%u,\"adapters_used\":%u,"
 		       "\"prompt_tokens\":%u,\"tokens\":%u,\"generated\":%llu,\"wall_s\":%.3f,"
-		       "\"steps\":%llu,\"aggregate_tok_s\":%.2f}\n",
+		       "\"steps\":%llu,\"aggregate_tok_s\":%.2f,\"cpu_util\":%.3f}\n",
 		       m->name, o.n_threads, o.concurrency, o.sequential ? "true" : "false",
 		       res.adapters_loaded, res.adapters_resident, res.adapters_used,
 		       o.prompt_tokens ? o.prompt_tokens : 16, o.gen_tokens ? o.gen_tokens : 64,
 		       (unsigned long long) res.generated, res.wall_s, (unsigned long long) res.steps,
-		       res.aggregate_tok_s);
+		       res.aggregate_tok_s, res.cpu_util);
 	else
 		printf("serve %s: %u sequences%s, %u adapters loaded (%u resident, %u in use): "
-		       "%llu tokens in %.2f s = %.1f tok/s aggregate (%llu steps)\n",
+		       "%llu tokens in %.2f s = %.1f tok/s aggregate (%llu steps; cpu_util %.2f)\n",
 		       m->name, o.concurrency, o.sequential ? " one after another" : " at once",
 		       res.adapters_loaded, res.adapters_resident, res.adapters_used,
 		       (unsigned long long) res.generated, res.wall_s, res.aggregate_tok_s,
-		       (unsigned long long) res.steps);
+		       (unsigned long long) res.steps, res.cpu_util);
 	return 0;
 }
 

@@ -9,6 +9,7 @@
  * the weight type's dot partner before every matrix product (matmul.h); LoRA deltas are added
  * to the product before the bias, as llama.cpp does.
  */
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
@@ -30,8 +31,8 @@ struct forward_ws {
 	float *rope_cos, *rope_sin; /* [max_rows][rope_dim/2] */
 	float *norm_rows;           /* [max_rows][n_embd] rows that need logits */
 	void *mm_scratch;
-	struct lora_pair *pairs;    /* [max_pairs] */
-	float *lora_tmp;            /* [max_pairs][max_rank] */
+	struct lora_pair *pairs;    /* [LORA_GROUP][max_pairs] */
+	float *lora_tmp;            /* [LORA_GROUP][max_pairs][max_rank] */
 	uint32_t lora_tmp_rank;
 };
 
@@ -59,6 +60,8 @@ static size_t max_scratch(const struct model *m, uint32_t n_rows)
 }
 
 #define LORA_MAX_RANK 512
+/* Projections computed in one job (Q, K, V): each needs its own pair list and shrink results. */
+#define LORA_GROUP 3
 
 int forward_ws_new(const struct model *m, uint32_t max_rows, uint32_t max_ctx, uint32_t max_pairs,
 		   int max_threads, struct forward_ws **ret)
@@ -91,7 +94,7 @@ int forward_ws_new(const struct model *m, uint32_t max_rows, uint32_t max_ctx, u
 	ws->rope_sin = malloc((size_t) max_rows * (hp->rope_dim / 2) * sizeof(float));
 	ws->norm_rows = malloc((size_t) max_rows * hp->n_embd * sizeof(float));
 	ws->mm_scratch = malloc(MAX(max_scratch(m, max_rows), (size_t) 64));
-	ws->pairs = malloc(MAX((size_t) max_pairs, (size_t) 1) * sizeof(*ws->pairs));
+	ws->pairs = malloc(LORA_GROUP * MAX((size_t) max_pairs, (size_t) 1) * sizeof(*ws->pairs));
 	if (!ws->x || !ws->h || !ws->q || !ws->k || !ws->v || !ws->attn || !ws->gate || !ws->up ||
 	    !ws->scores || !ws->rope_cos || !ws->rope_sin || !ws->norm_rows || !ws->mm_scratch ||
 	    !ws->pairs)
@@ -340,10 +343,11 @@ static int cmp_keyed_pair(const void *a, const void *b)
 	return (x->slot > y->slot) - (x->slot < y->slot);
 }
 
-/* Collects the (row, adapter matrix, scale) pairs of one projection into ws->pairs, grouped
- * by adapter (segments, in `order`) and by row within a segment. Returns the count. */
+/* Collects the (row, adapter matrix, scale) pairs of one projection into dst, grouped by
+ * adapter (segments, in `order`) and by row within a segment. Returns the count. */
 static size_t collect_pairs(struct forward_ws *ws, struct keyed_pair *keyed,
-			    const struct forward_batch *b, uint32_t layer, enum lora_target target)
+			    const struct forward_batch *b, uint32_t layer, enum lora_target target,
+			    struct lora_pair *dst)
 {
 	size_t n = 0;
 
@@ -369,7 +373,7 @@ static size_t collect_pairs(struct forward_ws *ws, struct keyed_pair *keyed,
 	}
 	qsort(keyed, n, sizeof(*keyed), cmp_keyed_pair);
 	for (size_t i = 0; i < n; i++)
-		ws->pairs[i] = keyed[i].pair;
+		dst[i] = keyed[i].pair;
 	return n;
 }
 
@@ -380,17 +384,61 @@ struct lora_ctx {
 	bool any;
 };
 
-/* y (already W·x) += the batch's LoRA deltas for (layer, target). */
-static void apply_lora(struct lora_ctx *lc, struct threadpool *pool, uint32_t layer,
-		       enum lora_target target, const float *x, float *y)
+/* Fills outs[i] for weights ws[i] (LoRA target targets[i]) of layer `layer`, writing to ys[i]. */
+static void fill_outs(struct lora_ctx *lc, uint32_t layer, const struct weight *const *ws,
+		      const enum lora_target *targets, float *const *ys, int n, struct matmul_out *outs)
 {
-	size_t n;
+	struct forward_ws *w = lc->ws;
 
-	if (!lc->any)
-		return;
-	n = collect_pairs(lc->ws, lc->keyed, lc->b, layer, target);
-	if (n)
-		lora_sgmv(pool, x, y, lc->ws->pairs, n, lc->ws->lora_tmp);
+	for (int i = 0; i < n; i++) {
+		outs[i] = (struct matmul_out){ .w = ws[i], .y = ys[i] };
+		if (!lc->any)
+			continue;
+		outs[i].pairs = w->pairs + (size_t) i * w->max_pairs;
+		outs[i].lora_tmp = w->lora_tmp + (size_t) i * w->max_pairs * w->lora_tmp_rank;
+		outs[i].n_pairs = collect_pairs(w, lc->keyed, lc->b, layer, targets[i],
+						(struct lora_pair *) outs[i].pairs);
+	}
+}
+
+/* ys[i] = ws[i]·x plus the batch's LoRA deltas, in one job when the weights allow it (then
+ * with the epilogue, if any, and true: the caller runs what the epilogue does otherwise). */
+static bool project(struct lora_ctx *lc, struct threadpool *pool, uint32_t layer,
+		    const struct weight *const *ws, const enum lora_target *targets,
+		    float *const *ys, int n, const float *x, uint32_t n_rows,
+		    matmul_epilogue_fn epilogue, void *epilogue_arg)
+{
+	struct matmul_out outs[LORA_GROUP];
+
+	assert(n <= LORA_GROUP);
+	fill_outs(lc, layer, ws, targets, ys, n, outs);
+	if (matmul_group_ok(ws, n) && (!epilogue || ws[0]->n_out == ws[n - 1]->n_out)) {
+		matmul_group(pool, outs, n, x, n_rows, lc->ws->mm_scratch, epilogue, epilogue_arg);
+		return true;
+	}
+	for (int i = 0; i < n; i++)
+		matmul_group(pool, &outs[i], 1, x, n_rows, lc->ws->mm_scratch, NULL, NULL);
+	return !epilogue;
+}
+
+/* gate = silu(gate) * up on columns [c0, c0 + nc) of every row (the gate/up epilogue). */
+struct silu_cols {
+	float *gate;
+	const float *up;
+	uint32_t n_rows, n_ff;
+};
+
+static void silu_cols(void *arg, int64_t c0, int64_t nc)
+{
+	struct silu_cols *s = arg;
+
+	for (uint32_t t = 0; t < s->n_rows; t++) {
+		float *g = s->gate + (size_t) t * s->n_ff + c0;
+		const float *u = s->up + (size_t) t * s->n_ff + c0;
+
+		for (int64_t i = 0; i < nc; i++)
+			g[i] = silu(g[i]) * u[i];
+	}
 }
 
 static int check_batch(const struct model *m, struct forward_ws *ws, const struct forward_batch *b,
@@ -444,7 +492,8 @@ int model_forward(const struct model *m, struct forward_ws *ws, struct threadpoo
 		return r;
 	if (lc.any) {
 		if (ws->lora_tmp_rank < max_rank) {
-			float *t = realloc(ws->lora_tmp, (size_t) ws->max_pairs * max_rank * sizeof(float));
+			float *t = realloc(ws->lora_tmp, (size_t) LORA_GROUP * ws->max_pairs * max_rank *
+							       sizeof(float));
 			if (!t)
 				return -ENOMEM;
 			ws->lora_tmp = t;
@@ -470,12 +519,13 @@ int model_forward(const struct model *m, struct forward_ws *ws, struct threadpoo
 				       .next_task = (long) n * hp->n_head };
 
 		rmsnorm_rows(pool, ws->h, ws->x, L->attn_norm, n, hp->n_embd, hp->rms_eps);
-		matmul(pool, &L->wq, ws->h, n, ws->q, ws->mm_scratch);
-		apply_lora(&lc, pool, il, LORA_TARGET_Q, ws->h, ws->q);
-		matmul(pool, &L->wk, ws->h, n, ws->k, ws->mm_scratch);
-		apply_lora(&lc, pool, il, LORA_TARGET_K, ws->h, ws->k);
-		matmul(pool, &L->wv, ws->h, n, ws->v, ws->mm_scratch);
-		apply_lora(&lc, pool, il, LORA_TARGET_V, ws->h, ws->v);
+		{
+			const struct weight *w3[] = { &L->wq, &L->wk, &L->wv };
+			static const enum lora_target t3[] = { LORA_TARGET_Q, LORA_TARGET_K, LORA_TARGET_V };
+			float *y3[] = { ws->q, ws->k, ws->v };
+
+			project(&lc, pool, il, w3, t3, y3, 3, ws->h, n, NULL, NULL);
+		}
 		for (uint32_t t = 0; t < n; t++) {
 			const struct forward_row *row = &b->rows[t];
 			const struct forward_seq *s = &b->seqs[row->seq];
@@ -497,19 +547,35 @@ int model_forward(const struct model *m, struct forward_ws *ws, struct threadpoo
 		threadpool_run(pool, attention, &aj);
 
 		/* x += Wo·attn */
-		matmul(pool, &L->wo, ws->attn, n, ws->h, ws->mm_scratch);
-		apply_lora(&lc, pool, il, LORA_TARGET_O, ws->attn, ws->h);
+		{
+			const struct weight *w1[] = { &L->wo };
+			static const enum lora_target t1[] = { LORA_TARGET_O };
+			float *y1[] = { ws->h };
+
+			project(&lc, pool, il, w1, t1, y1, 1, ws->attn, n, NULL, NULL);
+		}
 		for (size_t i = 0; i < (size_t) n * hp->n_embd; i++)
 			ws->x[i] += ws->h[i];
 
 		rmsnorm_rows(pool, ws->h, ws->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps);
-		matmul(pool, &L->ffn_gate, ws->h, n, ws->gate, ws->mm_scratch);
-		apply_lora(&lc, pool, il, LORA_TARGET_GATE, ws->h, ws->gate);
-		matmul(pool, &L->ffn_up, ws->h, n, ws->up, ws->mm_scratch);
-		apply_lora(&lc, pool, il, LORA_TARGET_UP, ws->h, ws->up);
-		silu_mul(pool, ws->gate, ws->up, (size_t) n * hp->n_ff);
-		matmul(pool, &L->ffn_down, ws->gate, n, ws->h, ws->mm_scratch);
-		apply_lora(&lc, pool, il, LORA_TARGET_DOWN, ws->gate, ws->h);
+		{
+			const struct weight *w2[] = { &L->ffn_gate, &L->ffn_up };
+			static const enum lora_target t2[] = { LORA_TARGET_GATE, LORA_TARGET_UP };
+			float *y2[] = { ws->gate, ws->up };
+			struct silu_cols sc = { .gate = ws->gate, .up = ws->up, .n_rows = n,
+						.n_ff = hp->n_ff };
+
+			/* SiLU(gate)·up as each chunk of columns is done, in the same job */
+			if (!project(&lc, pool, il, w2, t2, y2, 2, ws->h, n, silu_cols, &sc))
+				silu_mul(pool, ws->gate, ws->up, (size_t) n * hp->n_ff);
+		}
+		{
+			const struct weight *w1[] = { &L->ffn_down };
+			static const enum lora_target t1[] = { LORA_TARGET_DOWN };
+			float *y1[] = { ws->h };
+
+			project(&lc, pool, il, w1, t1, y1, 1, ws->gate, n, NULL, NULL);
+		}
 		for (size_t i = 0; i < (size_t) n * hp->n_embd; i++)
 			ws->x[i] += ws->h[i];
 	}

@@ -271,7 +271,46 @@ static bool have_avx2(void)
 	return cached;
 }
 
-#define SGMV_PARALLEL_MIN_MACS (1u << 20)
+void lora_shrink_pair(const float *x, uint32_t n_in, const struct lora_pair *p, float *tmp)
+{
+	const float *xr = x + (size_t) p->row * n_in;
+	bool avx2 = have_avx2();
+
+	for (uint32_t k = 0; k < p->mat->rank; k++)
+		tmp[k] = avx2 ? dot_avx2(xr, p->mat->a_rows[k], p->mat->dtype, n_in)
+			      : dot_scalar(xr, p->mat->a_rows[k], p->mat->dtype, n_in);
+}
+
+void lora_expand_range(float *y, uint32_t n_out, const struct lora_pair *pairs, size_t n_pairs,
+		       const float *tmp, uint32_t max_rank, size_t b, size_t e)
+{
+	bool avx2 = have_avx2();
+
+	/* within [b, e) every pair and k is applied in list order, so a row's result is the
+	 * same whatever the batch, the thread count and the column split */
+	for (size_t pi = 0; pi < n_pairs; pi++) {
+		const struct lora_pair *p = &pairs[pi];
+		float *yr = y + (size_t) p->row * n_out;
+
+		for (uint32_t k = 0; k < p->mat->rank; k++) {
+			float a = p->scale * tmp[pi * max_rank + k];
+
+			if (avx2)
+				axpy_avx2(yr, a, p->mat->bt_rows[k], p->mat->dtype, b, e);
+			else
+				axpy_scalar(yr, a, p->mat->bt_rows[k], p->mat->dtype, b, e);
+		}
+	}
+}
+
+uint32_t lora_pairs_max_rank(const struct lora_pair *pairs, size_t n_pairs)
+{
+	uint32_t r = 0;
+
+	for (size_t i = 0; i < n_pairs; i++)
+		r = MAX(r, pairs[i].mat->rank);
+	return r;
+}
 
 struct sgmv_job {
 	const float *x;
@@ -282,7 +321,6 @@ struct sgmv_job {
 	uint32_t max_rank;
 	uint32_t n_in;  /* of the projection: every pair shares it */
 	uint32_t n_out;
-	bool avx2;
 };
 
 static void sgmv_shrink(void *arg, int ith, int nth)
@@ -290,19 +328,9 @@ static void sgmv_shrink(void *arg, int ith, int nth)
 	struct sgmv_job *j = arg;
 	long b, e;
 
-	/* flat (pair, k) index: each tmp entry is one dot product, computed by one thread */
-	threadpool_split((long) (j->n_pairs * j->max_rank), 1, ith, nth, &b, &e);
-	for (long t = b; t < e; t++) {
-		size_t pi = (size_t) t / j->max_rank;
-		uint32_t k = (uint32_t) ((size_t) t % j->max_rank);
-		const struct lora_pair *p = &j->pairs[pi];
-		const float *x = j->x + (size_t) p->row * j->n_in;
-
-		if (k >= p->mat->rank)
-			continue;
-		j->tmp[t] = j->avx2 ? dot_avx2(x, p->mat->a_rows[k], p->mat->dtype, j->n_in)
-				    : dot_scalar(x, p->mat->a_rows[k], p->mat->dtype, j->n_in);
-	}
+	threadpool_split((long) j->n_pairs, 1, ith, nth, &b, &e);
+	for (long t = b; t < e; t++)
+		lora_shrink_pair(j->x, j->n_in, &j->pairs[t], j->tmp + (size_t) t * j->max_rank);
 }
 
 static void sgmv_expand(void *arg, int ith, int nth)
@@ -310,47 +338,22 @@ static void sgmv_expand(void *arg, int ith, int nth)
 	struct sgmv_job *j = arg;
 	long b, e;
 
-	/* Output columns are split; within a column range every pair and k is applied in list
-	 * order, so a row's result is the same whatever the batch and the thread count. */
 	threadpool_split(j->n_out, 16, ith, nth, &b, &e);
-	if (b >= e)
-		return;
-	for (size_t pi = 0; pi < j->n_pairs; pi++) {
-		const struct lora_pair *p = &j->pairs[pi];
-		float *y = j->y + (size_t) p->row * j->n_out;
-
-		for (uint32_t k = 0; k < p->mat->rank; k++) {
-			float a = p->scale * j->tmp[pi * j->max_rank + k];
-
-			if (j->avx2)
-				axpy_avx2(y, a, p->mat->bt_rows[k], p->mat->dtype, (size_t) b, (size_t) e);
-			else
-				axpy_scalar(y, a, p->mat->bt_rows[k], p->mat->dtype, (size_t) b, (size_t) e);
-		}
-	}
+	if (b < e)
+		lora_expand_range(j->y, j->n_out, j->pairs, j->n_pairs, j->tmp, j->max_rank,
+				  (size_t) b, (size_t) e);
 }
 
 void lora_sgmv(struct threadpool *pool, const float *x, float *y, const struct lora_pair *pairs,
 	       size_t n_pairs, float *tmp)
 {
-	struct sgmv_job j = { .x = x, .y = y, .pairs = pairs, .n_pairs = n_pairs, .tmp = tmp,
-			      .avx2 = have_avx2() };
+	struct sgmv_job j = { .x = x, .y = y, .pairs = pairs, .n_pairs = n_pairs, .tmp = tmp };
 
 	if (n_pairs == 0)
 		return;
 	j.n_in = pairs[0].mat->n_in;
 	j.n_out = pairs[0].mat->n_out;
-	for (size_t i = 0; i < n_pairs; i++)
-		j.max_rank = MAX(j.max_rank, pairs[i].mat->rank);
-	/* A decode step's deltas are small (a few pairs × rank 16 × ~1-2k columns: tens of µs);
-	 * handing them to the pool would cost more in wake-ups and joins than they take, so
-	 * only big ones (prefill chunks) are split. The split never changes a row's result. */
-	size_t macs = n_pairs * j.max_rank * ((size_t) j.n_in + j.n_out);
-	if (macs < SGMV_PARALLEL_MIN_MACS) {
-		sgmv_shrink(&j, 0, 1);
-		sgmv_expand(&j, 0, 1);
-		return;
-	}
+	j.max_rank = lora_pairs_max_rank(pairs, n_pairs);
 	threadpool_run(pool, sgmv_shrink, &j);
 	threadpool_run(pool, sgmv_expand, &j);
 }
