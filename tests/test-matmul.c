@@ -680,15 +680,36 @@ static int check_group(uint32_t type, bool packed, int64_t n_in, int64_t n_tok)
 										  .row = (uint32_t) t,
 										  .scale = a ? 1.5f : 0.5f };
 	}
-	/* reference: matmul, then lora_sgmv, then the epilogue */
+	/* reference: matmul, then every pair's delta as a scalar fmaf chain over (pair, k) in
+	 * list order (what the SIMD expand must reproduce bit for bit), then the epilogue; and
+	 * lora_sgmv() on top of matmul() must give the same bits too */
 	{
 		_cleanup_(threadpool_freep) struct threadpool *pool = NULL;
 		struct g_epi e = { .a = yref[0], .b = yref[1], .n_tok = n_tok, .n_out = n_out[0] };
 
-		ASSERT_OK(threadpool_new(1, &pool));
+		ASSERT_OK(threadpool_new(2, &pool));
 		for (int o = 0; o < NO; o++) {
 			matmul(pool, &w[o], x, n_tok, yref[o], scratch);
-			lora_sgmv(pool, x, yref[o], pairs[o], n_pairs, tmp);
+			memcpy(y[o], yref[o], sizeof(float) * (size_t) (n_out[o] * n_tok));
+			lora_sgmv(pool, x, y[o], pairs[o], n_pairs, tmp);
+			for (size_t pi = 0; pi < n_pairs; pi++) {
+				const struct lora_resident_mat *mt = pairs[o][pi].mat;
+				float t[8];
+
+				lora_shrink_pair(x, (uint32_t) n_in, &pairs[o][pi], t);
+				for (uint32_t k = 0; k < mt->rank; k++)
+					for (int64_t col = 0; col < n_out[o]; col++) {
+						float bv = mt->dtype == GGML_TYPE_F32
+								   ? ((const float *) mt->bt_rows[k])[col]
+								   : fp16_to_f32(((const uint16_t *) mt->bt_rows[k])[col]);
+						float *yv = &yref[o][pairs[o][pi].row * n_out[o] + col];
+
+						*yv = fmaf(pairs[o][pi].scale * t[k], bv, *yv);
+					}
+			}
+			if (memcmp(y[o], yref[o], sizeof(float) * (size_t) (n_out[o] * n_tok)))
+				TEST_FAIL_("%s: lora_sgmv differs from the scalar expand",
+					   quant_type_name(type));
 		}
 		g_epilogue(&e, 0, n_out[0]);
 	}

@@ -182,16 +182,25 @@ static void rope_apply(const struct model *m, const struct forward_ws *ws, float
 	}
 }
 
-/* Address of position pos's K (or V) vector in layer il of a sequence. */
+/* Address of KV head `head`'s K (or V) vector of position pos in layer il of a sequence; the
+ * block's next positions of that head follow at head_dim floats each. */
 static float *kv_at(const struct model *m, const struct kv_store *kv, const struct forward_seq *s,
-		    uint32_t il, bool value, uint32_t pos)
+		    uint32_t il, bool value, uint32_t pos, uint32_t head)
 {
 	const struct model_hparams *hp = &m->hp;
-	size_t kv_dim = (size_t) hp->n_head_kv * hp->head_dim;
 	char *page = kv->base + (size_t) s->blocks[pos / KV_BLOCK_TOKENS] * kv->page_bytes;
-	size_t off = (((size_t) il * 2 + value) * KV_BLOCK_TOKENS + pos % KV_BLOCK_TOKENS) * kv_dim;
+	size_t off = ((((size_t) il * 2 + value) * hp->n_head_kv + head) * KV_BLOCK_TOKENS +
+		      pos % KV_BLOCK_TOKENS) * hp->head_dim;
 
 	return (float *) page + off;
+}
+
+/* Asks for bytes at p to be brought into cache (a block of one head's keys or values: the
+ * next one is in another page, where the hardware prefetcher does not follow). */
+static void prefetch_bytes(const void *p, size_t bytes)
+{
+	for (size_t o = 0; o < bytes; o += 64)
+		__builtin_prefetch((const char *) p + o);
 }
 
 struct attn_job {
@@ -216,7 +225,8 @@ static void attention(void *arg, int ith, int nth)
 	const struct model *m = j->m;
 	const struct model_hparams *hp = &m->hp;
 	size_t q_dim = (size_t) hp->n_head * hp->head_dim;
-	size_t kv_stride = (size_t) hp->n_head_kv * hp->head_dim * sizeof(float);
+	size_t kv_stride = (size_t) hp->head_dim * sizeof(float);
+	size_t block_bytes = KV_BLOCK_TOKENS * kv_stride;
 	uint32_t group = hp->n_head / hp->n_head_kv, hdim = hp->head_dim;
 	float scale = 1.0f / sqrtf((float) hdim);
 	float *sc = j->ws->scores + (size_t) ith * j->ws->max_ctx;
@@ -235,9 +245,14 @@ static void attention(void *arg, int ith, int nth)
 		double sum = 0.0;
 
 		for (uint32_t p0 = 0; p0 < n_kv; p0 += KV_BLOCK_TOKENS) {
-			const float *k = kv_at(m, j->kv, s, j->layer, false, p0) + (size_t) kvh * hdim;
+			const float *k = kv_at(m, j->kv, s, j->layer, false, p0, kvh);
 			uint32_t np = MIN((uint32_t) KV_BLOCK_TOKENS, n_kv - p0);
 
+			if (p0 + KV_BLOCK_TOKENS < n_kv)
+				prefetch_bytes(kv_at(m, j->kv, s, j->layer, false, p0 + KV_BLOCK_TOKENS, kvh),
+					       block_bytes);
+			else
+				prefetch_bytes(kv_at(m, j->kv, s, j->layer, true, 0, kvh), block_bytes);
 			quant_gemm(GGML_TYPE_F32, hdim, k, kv_stride, np, q, 0, 1, sc + p0, 1);
 		}
 		for (uint32_t p = 0; p < n_kv; p++) {
@@ -254,8 +269,11 @@ static void attention(void *arg, int ith, int nth)
 			sc[p] *= inv;
 		memset(out, 0, hdim * sizeof(float));
 		for (uint32_t p0 = 0; p0 < n_kv; p0 += KV_BLOCK_TOKENS) {
-			const float *v = kv_at(m, j->kv, s, j->layer, true, p0) + (size_t) kvh * hdim;
+			const float *v = kv_at(m, j->kv, s, j->layer, true, p0, kvh);
 
+			if (p0 + KV_BLOCK_TOKENS < n_kv)
+				prefetch_bytes(kv_at(m, j->kv, s, j->layer, true, p0 + KV_BLOCK_TOKENS, kvh),
+					       block_bytes);
 			quant_axpy_f32(hdim, sc + p0, MIN((uint32_t) KV_BLOCK_TOKENS, n_kv - p0), v,
 				       kv_stride / sizeof(float), out);
 		}
@@ -541,8 +559,14 @@ int model_forward(const struct model *m, struct forward_ws *ws, struct threadpoo
 			}
 			rope_apply(m, ws, q, hp->n_head, t);
 			rope_apply(m, ws, k, hp->n_head_kv, t);
-			memcpy(kv_at(m, kv, s, il, false, row->pos), k, kv_dim * sizeof(float));
-			memcpy(kv_at(m, kv, s, il, true, row->pos), v, kv_dim * sizeof(float));
+			for (uint32_t hd = 0; hd < hp->n_head_kv; hd++) {
+				size_t o = (size_t) hd * hp->head_dim;
+
+				memcpy(kv_at(m, kv, s, il, false, row->pos, hd), k + o,
+				       hp->head_dim * sizeof(float));
+				memcpy(kv_at(m, kv, s, il, true, row->pos, hd), v + o,
+				       hp->head_dim * sizeof(float));
+			}
 		}
 		threadpool_run(pool, attention, &aj);
 

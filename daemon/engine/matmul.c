@@ -61,8 +61,19 @@ struct group_out {
 	int64_t n_chunks;
 	size_t group_bytes; /* packed: bytes of 8 rows */
 	int64_t tok_chunk;  /* tokens per pass over a chunk */
+	_Atomic int64_t chunks_done;
 };
 
+/*
+ * The items of a group job, claimed in this order from one counter (`next1`) after the
+ * conversion and LoRA shrink items (phase 0, which all later items wait for):
+ *   base chunks: output rows of one output (with an epilogue: the same rows of every output,
+ *     then the epilogue on them, unless LoRA deltas must come first);
+ *   expands: one per (output with pairs, token row): that row's deltas over ALL columns, so
+ *     every Bᵀ row streams whole; waits for that output's base chunks (claimed long before
+ *     when there are several outputs, so the wait is usually nil);
+ *   epilogue ranges (only when deltas deferred the epilogue): wait for everything before.
+ */
 struct group_job {
 	struct group_out out[GROUP_MAX];
 	int n_outs;
@@ -75,12 +86,13 @@ struct group_job {
 	uint32_t vec_type;
 	matmul_epilogue_fn epilogue;
 	void *epilogue_arg;
+	bool epilogue_deferred;
 	/* phase 0: conversion items (tokens tok_per_item at a time), then one item per LoRA pair */
 	int64_t n_conv_items, tok_per_item, n_items0;
 	_Atomic int64_t next0, done0;
-	/* phase 1: row chunks of every output (with an epilogue: one claim = a chunk of each) */
-	int64_t n_items1;
-	_Atomic int64_t next1;
+	/* phase 1 (see above) */
+	int64_t n_chunk_items, n_expand_items, n_epi_items, epi_cols;
+	_Atomic int64_t next1, expands_done;
 };
 
 static inline void cpu_relax(void)
@@ -90,6 +102,20 @@ static inline void cpu_relax(void)
 #elif defined(__aarch64__)
 	__asm__ __volatile__("yield");
 #endif
+}
+
+/* Waits until *counter >= target. The items counted are running on other threads (a thread
+ * only claims while it runs), so this is at most one item's time, unless the host
+ * deschedules that thread: then give the CPU up now and then. */
+static void wait_count(_Atomic int64_t *counter, int64_t target)
+{
+	unsigned spins = 0;
+
+	while (atomic_load_explicit(counter, memory_order_acquire) < target)
+		if (++spins % 256 == 0)
+			sched_yield();
+		else
+			cpu_relax();
 }
 
 static void convert_tokens(struct group_job *j, int64_t b, int64_t e)
@@ -124,7 +150,7 @@ static void phase0_item(struct group_job *j, int64_t i)
 	}
 }
 
-/* Rows [r0, r0 + nr) of one output: base product, then the LoRA expand of those columns. */
+/* Rows [r0, r0 + nr) of one output: the base product. */
 static void chunk_rows(struct group_job *j, const struct group_out *g, int64_t r0, int64_t nr)
 {
 	const struct weight *w = g->w;
@@ -145,16 +171,62 @@ static void chunk_rows(struct group_job *j, const struct group_out *g, int64_t r
 			quant_gemm(w->type, w->n_in, (const char *) w->data + (size_t) r0 * w->row_bytes,
 				   w->row_bytes, nr, xq, j->xq_row_bytes, nc, y, (size_t) w->n_out);
 	}
-	if (g->n_pairs)
-		lora_expand_range(g->y, (uint32_t) w->n_out, g->pairs, g->n_pairs, g->tmp, g->max_rank,
-				  (size_t) r0, (size_t) (r0 + nr));
+}
+
+static void chunk_item(struct group_job *j, int64_t i)
+{
+	if (j->epilogue) {
+		struct group_out *g0 = &j->out[0];
+		int64_t r0 = i * g0->chunk_rows, nr = MIN(g0->chunk_rows, g0->w->n_out - r0);
+
+		for (int o = 0; o < j->n_outs; o++)
+			chunk_rows(j, &j->out[o], r0, nr);
+		if (!j->epilogue_deferred)
+			j->epilogue(j->epilogue_arg, r0, nr);
+		for (int o = 0; o < j->n_outs; o++)
+			atomic_fetch_add_explicit(&j->out[o].chunks_done, 1, memory_order_release);
+		return;
+	}
+	for (int o = 0; o < j->n_outs; o++) {
+		struct group_out *g = &j->out[o];
+
+		if (i < g->n_chunks) {
+			int64_t r0 = i * g->chunk_rows;
+
+			chunk_rows(j, g, r0, MIN(g->chunk_rows, g->w->n_out - r0));
+			atomic_fetch_add_explicit(&g->chunks_done, 1, memory_order_release);
+			return;
+		}
+		i -= g->n_chunks;
+	}
+}
+
+/* Token row t's LoRA deltas of output o over all its columns, its pairs in list order. */
+static void expand_item(struct group_job *j, int64_t i)
+{
+	for (int o = 0; o < j->n_outs; o++) {
+		struct group_out *g = &j->out[o];
+
+		if (!g->n_pairs)
+			continue;
+		if (i < j->n_tokens) {
+			wait_count(&g->chunks_done, g->n_chunks);
+			for (size_t pi = 0; pi < g->n_pairs; pi++)
+				if (g->pairs[pi].row == (uint32_t) i)
+					lora_expand_range(g->y, (uint32_t) g->w->n_out, &g->pairs[pi], 1,
+							  g->tmp + pi * g->max_rank, g->max_rank, 0,
+							  (size_t) g->w->n_out);
+			break;
+		}
+		i -= j->n_tokens;
+	}
+	atomic_fetch_add_explicit(&j->expands_done, 1, memory_order_release);
 }
 
 static void group_run(void *arg, int ith, int nth)
 {
 	struct group_job *j = arg;
 	int64_t i;
-	unsigned spins = 0;
 
 	(void) ith;
 	(void) nth;
@@ -162,36 +234,26 @@ static void group_run(void *arg, int ith, int nth)
 		phase0_item(j, i);
 		atomic_fetch_add_explicit(&j->done0, 1, memory_order_release);
 	}
-	/* Phase 1 reads what phase 0 wrote (converted x, LoRA shrinks): wait for the items
-	 * other threads claimed. They are running (a thread only claims while it runs), so
-	 * this is at most one item's time, unless the host deschedules that thread: then give
-	 * the CPU up now and then. */
-	while (atomic_load_explicit(&j->done0, memory_order_acquire) < j->n_items0)
-		if (++spins % 256 == 0)
-			sched_yield();
-		else
-			cpu_relax();
-	while ((i = atomic_fetch_add_explicit(&j->next1, 1, memory_order_relaxed)) < j->n_items1) {
-		if (j->epilogue) {
-			const struct group_out *g0 = &j->out[0];
-			int64_t r0 = i * g0->chunk_rows, nr = MIN(g0->chunk_rows, g0->w->n_out - r0);
-
-			for (int o = 0; o < j->n_outs; o++)
-				chunk_rows(j, &j->out[o], r0, nr);
-			j->epilogue(j->epilogue_arg, r0, nr);
+	/* base chunks read the converted x, expands the shrinks */
+	wait_count(&j->done0, j->n_items0);
+	while ((i = atomic_fetch_add_explicit(&j->next1, 1, memory_order_relaxed)) <
+	       j->n_chunk_items + j->n_expand_items + j->n_epi_items) {
+		if (i < j->n_chunk_items) {
+			chunk_item(j, i);
 			continue;
 		}
-		for (int o = 0; o < j->n_outs; o++) {
-			const struct group_out *g = &j->out[o];
-
-			if (i < g->n_chunks) {
-				int64_t r0 = i * g->chunk_rows;
-
-				chunk_rows(j, g, r0, MIN(g->chunk_rows, g->w->n_out - r0));
-				break;
-			}
-			i -= g->n_chunks;
+		i -= j->n_chunk_items;
+		if (i < j->n_expand_items) {
+			expand_item(j, i);
+			continue;
 		}
+		i -= j->n_expand_items;
+		/* deferred epilogue: after every output's base and deltas */
+		for (int o = 0; o < j->n_outs; o++)
+			wait_count(&j->out[o].chunks_done, j->out[o].n_chunks);
+		wait_count(&j->expands_done, j->n_expand_items);
+		int64_t c0 = i * j->epi_cols;
+		j->epilogue(j->epilogue_arg, c0, MIN(j->epi_cols, j->out[0].w->n_out - c0));
 	}
 }
 
@@ -271,17 +333,28 @@ void matmul_group(struct threadpool *pool, const struct matmul_out *outs, int n_
 					 .tmp = outs[o].lora_tmp };
 		plan_out(g, nth, n_tokens, j.xq_row_bytes);
 		n_pairs += g->n_pairs;
-		j.n_items1 += g->n_chunks;
+		j.n_chunk_items += g->n_chunks;
+		if (g->n_pairs)
+			j.n_expand_items += n_tokens;
+		atomic_init(&g->chunks_done, 0);
 	}
 	if (epilogue) {
 		for (int o = 1; o < n_outs; o++)
 			assert(j.out[o].w->n_out == w0->n_out && j.out[o].chunk_rows == j.out[0].chunk_rows);
-		j.n_items1 = j.out[0].n_chunks;
+		j.n_chunk_items = j.out[0].n_chunks;
+		if (n_pairs) {
+			/* the deltas must be in before the epilogue: a few column ranges after them */
+			j.epilogue_deferred = true;
+			j.epi_cols = MAX((w0->n_out + (int64_t) nth * 2 - 1) / ((int64_t) nth * 2),
+					 (int64_t) 1);
+			j.n_epi_items = (w0->n_out + j.epi_cols - 1) / j.epi_cols;
+		}
 	}
 	j.n_items0 = j.n_conv_items + (int64_t) n_pairs;
 	atomic_init(&j.next0, 0);
 	atomic_init(&j.done0, 0);
 	atomic_init(&j.next1, 0);
+	atomic_init(&j.expands_done, 0);
 	threadpool_run(pool, group_run, &j);
 }
 

@@ -176,6 +176,8 @@ struct lora_resident *lora_resident_free(struct lora_resident *r)
 
 /* ---- kernels ---- */
 
+#define LORA_EXPAND_MAX_RANK 512
+
 static float load_elem(const void *row, uint32_t dtype, size_t i)
 {
 	switch (dtype) {
@@ -281,24 +283,105 @@ void lora_shrink_pair(const float *x, uint32_t n_in, const struct lora_pair *p, 
 			      : dot_scalar(xr, p->mat->a_rows[k], p->mat->dtype, n_in);
 }
 
+static inline __attribute__((always_inline, target("avx2,fma,f16c"))) __m256
+load8(const void *row, uint32_t dtype, size_t i)
+{
+	if (dtype == GGML_TYPE_F16)
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) ((const uint16_t *) row + i)));
+	if (dtype == GGML_TYPE_BF16)
+		return _mm256_castsi256_ps(_mm256_slli_epi32(
+			_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *) ((const uint16_t *) row + i))),
+			16));
+	return _mm256_loadu_ps((const float *) row + i);
+}
+
+/*
+ * y[b..e) = fma(a[k], Bᵀ_k[b..e), y) for k = 0..rank-1 in turn: each y value is the same
+ * chain of fmaf() as `rank` separate axpy passes, but stays in a register across the k, so
+ * a narrow column range (one matmul chunk) costs one load and store of y, not `rank`.
+ */
+static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
+expand_avx2_t(float *y, const void *const *rows, const float *a, uint32_t rank, uint32_t dtype,
+	      size_t b, size_t e)
+{
+	size_t i = b;
+
+	for (; i + 32 <= e; i += 32) {
+		__m256 y0 = _mm256_loadu_ps(y + i), y1 = _mm256_loadu_ps(y + i + 8);
+		__m256 y2 = _mm256_loadu_ps(y + i + 16), y3 = _mm256_loadu_ps(y + i + 24);
+
+		for (uint32_t k = 0; k < rank; k++) {
+			const __m256 va = _mm256_set1_ps(a[k]);
+
+			y0 = _mm256_fmadd_ps(va, load8(rows[k], dtype, i), y0);
+			y1 = _mm256_fmadd_ps(va, load8(rows[k], dtype, i + 8), y1);
+			y2 = _mm256_fmadd_ps(va, load8(rows[k], dtype, i + 16), y2);
+			y3 = _mm256_fmadd_ps(va, load8(rows[k], dtype, i + 24), y3);
+		}
+		_mm256_storeu_ps(y + i, y0);
+		_mm256_storeu_ps(y + i + 8, y1);
+		_mm256_storeu_ps(y + i + 16, y2);
+		_mm256_storeu_ps(y + i + 24, y3);
+	}
+	for (; i + 8 <= e; i += 8) {
+		__m256 y0 = _mm256_loadu_ps(y + i);
+
+		for (uint32_t k = 0; k < rank; k++)
+			y0 = _mm256_fmadd_ps(_mm256_set1_ps(a[k]), load8(rows[k], dtype, i), y0);
+		_mm256_storeu_ps(y + i, y0);
+	}
+	for (; i < e; i++) {
+		float v = y[i];
+
+		for (uint32_t k = 0; k < rank; k++)
+			v = fmaf(a[k], load_elem(rows[k], dtype, i), v);
+		y[i] = v;
+	}
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void expand_avx2(float *y, const void *const *rows,
+								 const float *a, uint32_t rank,
+								 uint32_t dtype, size_t b, size_t e)
+{
+	switch (dtype) {
+	case GGML_TYPE_F16:
+		expand_avx2_t(y, rows, a, rank, GGML_TYPE_F16, b, e);
+		break;
+	case GGML_TYPE_BF16:
+		expand_avx2_t(y, rows, a, rank, GGML_TYPE_BF16, b, e);
+		break;
+	default:
+		expand_avx2_t(y, rows, a, rank, GGML_TYPE_F32, b, e);
+		break;
+	}
+}
+
 void lora_expand_range(float *y, uint32_t n_out, const struct lora_pair *pairs, size_t n_pairs,
 		       const float *tmp, uint32_t max_rank, size_t b, size_t e)
 {
 	bool avx2 = have_avx2();
+	float a[LORA_EXPAND_MAX_RANK];
 
 	/* within [b, e) every pair and k is applied in list order, so a row's result is the
 	 * same whatever the batch, the thread count and the column split */
 	for (size_t pi = 0; pi < n_pairs; pi++) {
 		const struct lora_pair *p = &pairs[pi];
 		float *yr = y + (size_t) p->row * n_out;
+		uint32_t rank = p->mat->rank;
 
-		for (uint32_t k = 0; k < p->mat->rank; k++) {
-			float a = p->scale * tmp[pi * max_rank + k];
+		if (avx2 && rank <= LORA_EXPAND_MAX_RANK) {
+			for (uint32_t k = 0; k < rank; k++)
+				a[k] = p->scale * tmp[pi * max_rank + k];
+			expand_avx2(yr, p->mat->bt_rows, a, rank, p->mat->dtype, b, e);
+			continue;
+		}
+		for (uint32_t k = 0; k < rank; k++) {
+			float ak = p->scale * tmp[pi * max_rank + k];
 
 			if (avx2)
-				axpy_avx2(yr, a, p->mat->bt_rows[k], p->mat->dtype, b, e);
+				axpy_avx2(yr, ak, p->mat->bt_rows[k], p->mat->dtype, b, e);
 			else
-				axpy_scalar(yr, a, p->mat->bt_rows[k], p->mat->dtype, b, e);
+				axpy_scalar(yr, ak, p->mat->bt_rows[k], p->mat->dtype, b, e);
 		}
 	}
 }
