@@ -734,7 +734,8 @@ INLINE void ptile_q8_0(const int C, int64_t nb, const uint8_t *g, const char *x,
 				memcpy(&y4, bx->qs + 4 * k, 4);
 				const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(y4), w));
 				isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p, ones));
-				REG_BARRIER(isum[c]); /* as in ptile_q4_0: no reassociation, no spills */
+				if (C > 2)
+					REG_BARRIER(isum[c]); /* as in ptile_q4_0 */
 			}
 		}
 		for (int c = 0; c < C; c++) {
@@ -785,8 +786,10 @@ INLINE void ptile_q4_0(const int C, int64_t nb, const uint8_t *g, const char *x,
 				s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(ylo)));
 				s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(yhi)));
 				/* keep the sum in its register: without this gcc 12 reassociates the
-				 * block's 48 products into a tree and spills them to the stack */
-				REG_BARRIER(s16[c]);
+				 * block's 48 products (6 tokens) into a tree and spills them to the
+				 * stack; a 1-2 token tile fits and gains from the tree */
+				if (C > 2)
+					REG_BARRIER(s16[c]);
 			}
 		}
 		for (int c = 0; c < C; c++) {
