@@ -327,7 +327,8 @@ static float silu(float x)
 #if defined(__x86_64__)
 /*
  * SiLU(g)·u for 8 lanes: exp(-g) as 2^n · e^r (n = round(-g·log2 e), r = -g - n·ln 2 in two
- * parts, e^r by Cephes' degree-7 polynomial for expf: ~1 ulp), then g / (1 + exp(-g)) · u.
+ * parts, e^r by Cephes' polynomial for expf), then g / (1 + exp(-g)) · u: within 2.1e-7
+ * relative (~3.5 ulp) of the double-precision value over [-100, 100].
  * The argument is clamped to ±87 (e^87 still a normal float; SiLU is then g or 0 to float
  * precision anyway). ggml computes SiLU with its own vector exp too, not libm's.
  */
@@ -371,7 +372,6 @@ __attribute__((target("avx2,fma"))) static void silu_mul_avx2(float *g, const fl
 		memcpy(g + i, tg, (n - i) * sizeof(float));
 	}
 }
-#endif
 
 static bool simd_silu(void)
 {
@@ -382,6 +382,7 @@ static bool simd_silu(void)
 		cached = strcmp(quant_simd_level(), "scalar") != 0;
 	return cached;
 }
+#endif
 
 /* g[i] = SiLU(g[i])·u[i] for i < n */
 static void silu_mul_span(float *g, const float *u, size_t n)
