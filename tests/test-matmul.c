@@ -11,6 +11,9 @@
  * tiles; every (row, token) result bit-identical whatever tile computed it; packed results
  * bit-identical to the scalar packed reference; packed matmul() like unpacked. And the
  * thread pool's sleeping path (jobs after an idle gap longer than its spin).
+ *
+ * matmul_group() (several outputs, LoRA deltas and an epilogue in one job): the same bits
+ * as matmul() then lora_sgmv() then the epilogue, for every weight layout and 1..3 threads.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,6 +25,7 @@
 #include "engine/matmul.h"
 #include "engine/quant.h"
 #include "engine/threadpool.h"
+#include "lora/resident.h"
 
 static uint64_t rng_state;
 
@@ -563,5 +567,199 @@ TEST(axpy_all_levels)
 			}
 	}
 	ASSERT_OK(quant_force_simd_level(orig));
+	return 0;
+}
+
+/* ---- matmul_group() ---- */
+
+#define G_RANKS 2
+struct g_lora {
+	struct lora_resident_mat mat;
+	const void *a[8], *bt[8];
+	void *mem;
+};
+
+/* A random adapter matrix of rank r (<= 8) for [n_out][n_in], rows in dtype (F32 or F16). */
+static int g_lora_new(struct g_lora *l, uint32_t dtype, uint32_t rank, int64_t n_in, int64_t n_out)
+{
+	size_t eb = dtype == GGML_TYPE_F32 ? 4 : 2;
+	char *p;
+
+	l->mem = p = malloc(eb * rank * (size_t) (n_in + n_out));
+	ASSERT_TRUE(p && rank <= 8);
+	l->mat = (struct lora_resident_mat){ .rank = rank, .n_in = (uint32_t) n_in,
+					     .n_out = (uint32_t) n_out, .dtype = dtype,
+					     .scale = 0.75f, .a_rows = l->a, .bt_rows = l->bt };
+	for (uint32_t k = 0; k < rank; k++) {
+		l->a[k] = p;
+		p += eb * (size_t) n_in;
+		l->bt[k] = p;
+		p += eb * (size_t) n_out;
+	}
+	for (uint32_t k = 0; k < rank; k++)
+		for (int w = 0; w < 2; w++) {
+			int64_t n = w ? n_out : n_in;
+			void *row = (void *) (w ? l->bt[k] : l->a[k]);
+
+			for (int64_t i = 0; i < n; i++) {
+				float v = (float) (uniform() * 2 - 1) * 0.1f;
+
+				if (dtype == GGML_TYPE_F32)
+					((float *) row)[i] = v;
+				else
+					((uint16_t *) row)[i] = f32_to_fp16(v);
+			}
+		}
+	return 0;
+}
+
+struct g_epi {
+	float *a;
+	const float *b;
+	int64_t n_tok, n_out;
+};
+
+/* a = a * 0.5 + b * b on columns [c0, c0 + nc) of every token */
+static void g_epilogue(void *arg, int64_t c0, int64_t nc)
+{
+	struct g_epi *e = arg;
+
+	for (int64_t t = 0; t < e->n_tok; t++)
+		for (int64_t c = c0; c < c0 + nc; c++)
+			e->a[t * e->n_out + c] = e->a[t * e->n_out + c] * 0.5f +
+						 e->b[t * e->n_out + c] * e->b[t * e->n_out + c];
+}
+
+static int check_group(uint32_t type, bool packed, int64_t n_in, int64_t n_tok)
+{
+	enum { NO = 3 };
+	const int64_t n_out[NO] = { 45, 45, 24 };
+	struct tile_case c[NO];
+	struct weight w[NO];
+	struct g_lora l[NO][G_RANKS];
+	struct lora_pair pairs[NO][64];
+	size_t n_pairs = 0;
+	_cleanup_free_ float *x = malloc(sizeof(float) * (size_t) (n_in * n_tok));
+	_cleanup_free_ float *tmp = malloc(sizeof(float) * 64 * 8 * NO);
+	_cleanup_free_ void *scratch = NULL;
+	float *yref[NO], *y[NO];
+	void *wp[NO] = {};
+
+	ASSERT_TRUE(x && tmp);
+	for (int o = 0; o < NO; o++) {
+		if (tile_case_new(&c[o], type, n_in, n_out[o], 1))
+			return 1;
+		w[o] = (struct weight){ .data = c[o].w, .type = type, .n_in = n_in, .n_out = n_out[o],
+					.row_bytes = c[o].row_bytes };
+		if (packed) {
+			wp[o] = malloc(quant_packed_bytes(type, n_in, n_out[o]));
+			ASSERT_TRUE(wp[o]);
+			quant_pack_rows(type, n_in, c[o].w, c[o].row_bytes, n_out[o], wp[o]);
+			w[o].packed = wp[o];
+		}
+		yref[o] = malloc(sizeof(float) * (size_t) (n_out[o] * n_tok));
+		y[o] = malloc(sizeof(float) * (size_t) (n_out[o] * n_tok));
+		ASSERT_TRUE(yref[o] && y[o]);
+		/* odd ranks, one F32 and one F16 adapter */
+		if (g_lora_new(&l[o][0], GGML_TYPE_F32, 3, n_in, n_out[o]) ||
+		    g_lora_new(&l[o][1], GGML_TYPE_F16, 5, n_in, n_out[o]))
+			return 1;
+	}
+	scratch = malloc(matmul_scratch_bytes(&w[0], n_tok) + 1);
+	ASSERT_TRUE(scratch);
+	for (int64_t k = 0; k < n_in * n_tok; k++)
+		x[k] = (float) ((uniform() * 2 - 1) * 3);
+	/* segments by adapter; token t uses adapter 0 when t % 3 != 2 and adapter 1 when t % 2 == 0
+	 * (some tokens both, some neither) */
+	for (int o = 0; o < NO; o++) {
+		n_pairs = 0;
+		for (int a = 0; a < G_RANKS; a++)
+			for (int64_t t = 0; t < n_tok; t++)
+				if (a == 0 ? t % 3 != 2 : t % 2 == 0)
+					pairs[o][n_pairs++] = (struct lora_pair){ .mat = &l[o][a].mat,
+										  .row = (uint32_t) t,
+										  .scale = a ? 1.5f : 0.5f };
+	}
+	/* reference: matmul, then every pair's delta as a scalar fmaf chain over (pair, k) in
+	 * list order (what the SIMD expand must reproduce bit for bit), then the epilogue; and
+	 * lora_sgmv() on top of matmul() must give the same bits too */
+	{
+		_cleanup_(threadpool_freep) struct threadpool *pool = NULL;
+		struct g_epi e = { .a = yref[0], .b = yref[1], .n_tok = n_tok, .n_out = n_out[0] };
+
+		ASSERT_OK(threadpool_new(2, &pool));
+		for (int o = 0; o < NO; o++) {
+			matmul(pool, &w[o], x, n_tok, yref[o], scratch);
+			memcpy(y[o], yref[o], sizeof(float) * (size_t) (n_out[o] * n_tok));
+			lora_sgmv(pool, x, y[o], pairs[o], n_pairs, tmp);
+			for (size_t pi = 0; pi < n_pairs; pi++) {
+				const struct lora_resident_mat *mt = pairs[o][pi].mat;
+				float t[8];
+
+				lora_shrink_pair(x, (uint32_t) n_in, &pairs[o][pi], t);
+				for (uint32_t k = 0; k < mt->rank; k++)
+					for (int64_t col = 0; col < n_out[o]; col++) {
+						float bv = mt->dtype == GGML_TYPE_F32
+								   ? ((const float *) mt->bt_rows[k])[col]
+								   : fp16_to_f32(((const uint16_t *) mt->bt_rows[k])[col]);
+						float *yv = &yref[o][pairs[o][pi].row * n_out[o] + col];
+
+						*yv = fmaf(pairs[o][pi].scale * t[k], bv, *yv);
+					}
+			}
+			if (memcmp(y[o], yref[o], sizeof(float) * (size_t) (n_out[o] * n_tok)))
+				TEST_FAIL_("%s: lora_sgmv differs from the scalar expand",
+					   quant_type_name(type));
+		}
+		g_epilogue(&e, 0, n_out[0]);
+	}
+	for (int nth = 1; nth <= 3; nth++) {
+		_cleanup_(threadpool_freep) struct threadpool *pool = NULL;
+		struct matmul_out outs[NO];
+		struct g_epi e = { .a = y[0], .b = y[1], .n_tok = n_tok, .n_out = n_out[0] };
+		const struct weight *ws[NO] = { &w[0], &w[1], &w[2] };
+
+		ASSERT_OK(threadpool_new(nth, &pool));
+		ASSERT_TRUE(matmul_group_ok(ws, NO));
+		for (int o = 0; o < NO; o++)
+			outs[o] = (struct matmul_out){ .w = &w[o], .y = y[o], .pairs = pairs[o],
+						       .n_pairs = n_pairs, .lora_tmp = tmp + o * 64 * 8 };
+		/* all three outputs, no epilogue: outputs 1, 2 are final */
+		matmul_group(pool, outs, NO, x, n_tok, scratch, NULL, NULL);
+		for (int o = 1; o < NO; o++)
+			if (memcmp(y[o], yref[o], sizeof(float) * (size_t) (n_out[o] * n_tok)))
+				TEST_FAIL_("%s%s n_tok %lld nth %d: output %d differs from matmul + sgmv",
+					   quant_type_name(type), packed ? " packed" : "",
+					   (long long) n_tok, nth, o);
+		/* outputs 0 and 1 (same n_out) with the epilogue */
+		matmul_group(pool, outs, 2, x, n_tok, scratch, g_epilogue, &e);
+		for (int o = 0; o < 2; o++)
+			if (memcmp(y[o], yref[o], sizeof(float) * (size_t) (n_out[o] * n_tok)))
+				TEST_FAIL_("%s%s n_tok %lld nth %d: output %d (epilogue) differs",
+					   quant_type_name(type), packed ? " packed" : "",
+					   (long long) n_tok, nth, o);
+	}
+	for (int o = 0; o < NO; o++) {
+		tile_case_free(&c[o]);
+		free(wp[o]);
+		free(yref[o]);
+		free(y[o]);
+		for (int a = 0; a < G_RANKS; a++)
+			free(l[o][a].mem);
+	}
+	return 0;
+}
+
+TEST(matmul_group_same_bits_as_matmul_then_sgmv)
+{
+	seed_rng();
+	for (int64_t n_tok = 1; n_tok <= 13; n_tok += 12) {
+		if (check_group(GGML_TYPE_Q8_0, true, 320, n_tok) ||
+		    check_group(GGML_TYPE_Q4_0, true, 320, n_tok) ||
+		    check_group(GGML_TYPE_Q8_0, false, 320, n_tok) ||
+		    check_group(GGML_TYPE_F32, false, 200, n_tok) ||
+		    check_group(GGML_TYPE_Q4_K, false, 512, n_tok))
+			return 1;
+	}
 	return 0;
 }

@@ -31,6 +31,14 @@
  * on all seven projections, F16; all made resident first), through the real scheduler; the
  * aggregate generated tokens per second of wall time, prefill included. --sequential runs
  * the same C sequences one after another (max one running) for the unbatched comparison.
+ *
+ *   molly-bench --kernels [--reps R] [--json]
+ *
+ * --kernels: the packed Q8_0 and Q4_0 tile kernels (quant_gemm_packed()) and the F32 tile
+ * kernel (quant_gemm()) on one thread, from cache-sized random data: 256 rows × 2048 values
+ * against 64 tokens (prefill-like) and 1 token (decode-like); GMAC/s of thread CPU time
+ * (CLOCK_THREAD_CPUTIME_ID), best of R (default 5). Thread CPU time is what the kernel
+ * consumed whatever else the host ran, so it compares builds on a shared machine.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -484,26 +492,129 @@ static int run_serve(int argc, char **argv)
 		printf("{\"model\":\"%s\",\"threads\":%d,\"concurrency\":%u,\"sequential\":%s,"
 		       "\"adapters_loaded\":%u,\"adapters_resident\":%u,\"adapters_used\":%u,"
 		       "\"prompt_tokens\":%u,\"tokens\":%u,\"generated\":%llu,\"wall_s\":%.3f,"
-		       "\"steps\":%llu,\"aggregate_tok_s\":%.2f}\n",
+		       "\"steps\":%llu,\"aggregate_tok_s\":%.2f,\"cpu_util\":%.3f}\n",
 		       m->name, o.n_threads, o.concurrency, o.sequential ? "true" : "false",
 		       res.adapters_loaded, res.adapters_resident, res.adapters_used,
 		       o.prompt_tokens ? o.prompt_tokens : 16, o.gen_tokens ? o.gen_tokens : 64,
 		       (unsigned long long) res.generated, res.wall_s, (unsigned long long) res.steps,
-		       res.aggregate_tok_s);
+		       res.aggregate_tok_s, res.cpu_util);
 	else
 		printf("serve %s: %u sequences%s, %u adapters loaded (%u resident, %u in use): "
-		       "%llu tokens in %.2f s = %.1f tok/s aggregate (%llu steps)\n",
+		       "%llu tokens in %.2f s = %.1f tok/s aggregate (%llu steps; cpu_util %.2f)\n",
 		       m->name, o.concurrency, o.sequential ? " one after another" : " at once",
 		       res.adapters_loaded, res.adapters_resident, res.adapters_used,
 		       (unsigned long long) res.generated, res.wall_s, res.aggregate_tok_s,
-		       (unsigned long long) res.steps);
+		       (unsigned long long) res.steps, res.cpu_util);
+	return 0;
+}
+
+static double thread_cpu_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* molly-bench --kernels ... (see the top of the file) */
+static int run_kernels(int argc, char **argv)
+{
+	static const uint32_t types[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_F32 };
+	const int64_t n = 2048, nr = 256;
+	int reps = 5;
+	bool json = false;
+	uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+			reps = atoi(argv[++i]);
+		else if (strcmp(argv[i], "--json") == 0)
+			json = true;
+		else if (strcmp(argv[i], "--kernels") != 0) {
+			fprintf(stderr, "usage: molly-bench --kernels [--reps R] [--json]\n");
+			return -EINVAL;
+		}
+	}
+	if (reps < 1) {
+		fprintf(stderr, "molly-bench --kernels: --reps must be at least 1\n");
+		return -EINVAL;
+	}
+	if (json)
+		printf("[");
+	for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+		uint32_t type = types[ti], vt = quant_vec_dot_type(type);
+		bool packed = quant_packed_supported(type);
+		size_t row_bytes = (size_t) quant_row_bytes(type, n), xrb = (size_t) quant_row_bytes(vt, n);
+		int64_t toks[2] = { 64, 1 };
+		float *f = malloc(sizeof(float) * (size_t) n);
+		char *w = malloc(row_bytes * nr), *x = malloc(xrb * 64);
+		void *wp = packed ? malloc(quant_packed_bytes(type, n, nr)) : NULL;
+		int16_t *sums = malloc(sizeof(int16_t) * (size_t) (n / 32) * 64);
+		float *y = malloc(sizeof(float) * (size_t) (nr * 64));
+
+		if (!f || !w || !x || (packed && !wp) || !sums || !y) {
+			free(f), free(w), free(x), free(wp), free(sums), free(y);
+			return -ENOMEM;
+		}
+		for (int64_t r = 0; r < nr + 64; r++) {
+			for (int64_t i = 0; i < n; i++) {
+				rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+				f[i] = (float) ((double) (rng >> 11) / 9007199254740992.0 * 2 - 1);
+			}
+			if (r < nr)
+				quant_quantize_row(type, f, w + (size_t) r * row_bytes, n);
+			else
+				quant_quantize_row(vt, f, x + (size_t) (r - nr) * xrb, n);
+		}
+		if (packed)
+			quant_pack_rows(type, n, w, row_bytes, nr, wp);
+		for (int64_t t = 0; t < 64; t++)
+			if (type == GGML_TYPE_Q4_0)
+				quant_q8_0_block_sums(x + (size_t) t * xrb, n, sums + t * (n / 32));
+		for (int k = 0; k < 2; k++) {
+			int64_t nc = toks[k];
+			/* enough calls for ~50 ms at ~50 GMAC/s */
+			int calls = (int) (2.5e9 / ((double) n * nr * nc)) + 1;
+			double best = 1e30;
+
+			for (int rep = 0; rep < reps; rep++) {
+				double t0 = thread_cpu_s();
+
+				for (int c = 0; c < calls; c++) {
+					if (packed)
+						quant_gemm_packed(type, n, wp, nr, x, xrb, sums, nc, y, nr);
+					else
+						quant_gemm(type, n, w, row_bytes, nr, x, xrb, nc, y, nr);
+				}
+				best = MIN(best, thread_cpu_s() - t0);
+			}
+			double gmacs = (double) n * nr * nc * calls / best * 1e-9;
+
+			if (json)
+				printf("%s{\"type\":\"%s\",\"layout\":\"%s\",\"rows\":%lld,\"n\":%lld,"
+				       "\"tokens\":%lld,\"gmac_per_cpu_s\":%.2f}",
+				       ti || k ? "," : "", quant_type_name(type), packed ? "packed" : "gguf",
+				       (long long) nr, (long long) n, (long long) nc, gmacs);
+			else
+				printf("%-5s %-6s %lld rows x %lld x %2lld tokens: %6.2f GMAC per CPU-second "
+				       "(best of %d)\n",
+				       quant_type_name(type), packed ? "packed" : "gguf", (long long) nr,
+				       (long long) n, (long long) nc, gmacs, reps);
+		}
+		free(f), free(w), free(x), free(wp), free(sums), free(y);
+	}
+	if (json)
+		printf("]\n");
 	return 0;
 }
 
 int main(int argc, char **argv)
 {
-	for (int i = 1; i < argc; i++)
+	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--serve") == 0)
 			return run_serve(argc, argv) < 0 ? 1 : 0;
+		if (strcmp(argv[i], "--kernels") == 0)
+			return run_kernels(argc, argv) < 0 ? 1 : 0;
+	}
 	return run(argc, argv) < 0 ? 1 : 0;
 }

@@ -689,6 +689,10 @@ void quant_gemm_f16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const 
  */
 #define PTILE_C 6
 
+/* An empty asm that "changes" v: the compiler must materialise v here and cannot reorder
+ * the arithmetic across it. */
+#define REG_BARRIER(v) __asm__("" : "+x"(v))
+
 /*
  * Software prefetch PREFETCH_BYTES ahead of the weight stream. A group is one sequential
  * stream that the hardware prefetcher follows, but on the Zen 3 VM we measure, decode (one
@@ -718,6 +722,7 @@ INLINE void ptile_q8_0(const int C, int64_t nb, const uint8_t *g, const char *x,
 
 		for (int c = 0; c < C; c++)
 			isum[c] = _mm256_setzero_si256();
+#pragma GCC unroll 8
 		for (int k = 0; k < 8; k++) {
 			const __m256i w = _mm256_loadu_si256((const __m256i *) (g + 16 + 32 * k));
 			const __m256i aw = _mm256_sign_epi8(w, w);
@@ -729,6 +734,8 @@ INLINE void ptile_q8_0(const int C, int64_t nb, const uint8_t *g, const char *x,
 				memcpy(&y4, bx->qs + 4 * k, 4);
 				const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(y4), w));
 				isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p, ones));
+				if (C > 2)
+					REG_BARRIER(isum[c]); /* as in ptile_q4_0 */
 			}
 		}
 		for (int c = 0; c < C; c++) {
@@ -778,6 +785,11 @@ INLINE void ptile_q4_0(const int C, int64_t nb, const uint8_t *g, const char *x,
 				memcpy(&yhi, bx->qs + 16 + 4 * k, 4);
 				s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(ylo)));
 				s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(yhi)));
+				/* keep the sum in its register: without this gcc 12 reassociates the
+				 * block's 48 products (6 tokens) into a tree and spills them to the
+				 * stack; a 1-2 token tile fits and gains from the tree */
+				if (C > 2)
+					REG_BARRIER(s16[c]);
 			}
 		}
 		for (int c = 0; c < C; c++) {

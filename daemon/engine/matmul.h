@@ -15,6 +15,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,3 +43,36 @@ size_t matmul_scratch_bytes(const struct weight *w, int64_t n_tokens);
  */
 void matmul(struct threadpool *pool, const struct weight *w, const float *x, int64_t n_tokens,
 	    float *y, void *scratch);
+
+struct lora_pair;
+
+/* One output of matmul_group(): y = W·x, plus the LoRA deltas of `pairs` (sorted as
+ * lora_sgmv() wants; n_pairs may be 0), computed with lora_tmp (n_pairs × the pairs' largest
+ * rank floats) as lora_sgmv() computes them: the same bits. */
+struct matmul_out {
+	const struct weight *w;
+	float *y;
+	const struct lora_pair *pairs;
+	size_t n_pairs;
+	float *lora_tmp;
+};
+
+/* Runs after a claim's rows [r0, r0 + nr) of every output are final (base and deltas). */
+typedef void (*matmul_epilogue_fn)(void *arg, int64_t r0, int64_t nr);
+
+/* True when these weights can share one matmul_group() job: the same stored type, input
+ * width and layout (packed or not), so one conversion of x serves all. */
+bool matmul_group_ok(const struct weight *const *ws, int n);
+
+/*
+ * Several products of the same input in ONE pool job (the Q/K/V projections; gate and up):
+ * x is converted once and the LoRA shrinks run first, split over the threads; then the
+ * threads claim chunks of output rows across all outputs and add each chunk's LoRA expand
+ * right after its base rows (while they are in cache). With an epilogue, all outputs must
+ * have the same n_out: a claim covers the same rows of every output, and the epilogue runs
+ * on them. Every y value is the same bits as matmul() followed by lora_sgmv().
+ * scratch holds matmul_scratch_bytes() of the first weight.
+ */
+void matmul_group(struct threadpool *pool, const struct matmul_out *outs, int n_outs,
+		  const float *x, int64_t n_tokens, void *scratch, matmul_epilogue_fn epilogue,
+		  void *epilogue_arg);

@@ -82,3 +82,17 @@ struct lora_pair {
  */
 void lora_sgmv(struct threadpool *pool, const float *x, float *y, const struct lora_pair *pairs,
 	       size_t n_pairs, float *tmp);
+
+/*
+ * The two halves of SGMV, for callers that schedule them themselves (matmul_group() runs
+ * them inside its matrix product job):
+ * lora_shrink_pair(): tmp[k] = A_k · x[p->row] for k < rank (x rows n_in apart).
+ * lora_expand_range(): y[row][b..e) += scale · tmp[pi][k] · Bᵀ_k[b..e) for every pair pi
+ *   (tmp rows max_rank apart) and k, in list order: a row's result does not depend on the
+ *   column split nor on the other pairs' rows.
+ */
+void lora_shrink_pair(const float *x, uint32_t n_in, const struct lora_pair *p, float *tmp);
+void lora_expand_range(float *y, uint32_t n_out, const struct lora_pair *pairs, size_t n_pairs,
+		       const float *tmp, uint32_t max_rank, size_t b, size_t e);
+/* The largest rank among the pairs' matrices. */
+uint32_t lora_pairs_max_rank(const struct lora_pair *pairs, size_t n_pairs);

@@ -15,12 +15,17 @@
 #include "bench-serve.h"
 #include "sched.h"
 
-static double now_s(void)
+static double clock_s(clockid_t id)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(id, &ts);
 	return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double now_s(void)
+{
+	return clock_s(CLOCK_MONOTONIC);
 }
 
 struct counter {
@@ -134,7 +139,7 @@ int bench_serve_run(const struct bench_serve_opts *o, struct bench_serve_result 
 	struct sched_stats st;
 	uint32_t n_ad = 0;
 	int32_t *prompt;
-	double t0;
+	double t0, cpu0;
 	int r;
 
 	static struct opened op;
@@ -177,6 +182,7 @@ int bench_serve_run(const struct bench_serve_opts *o, struct bench_serve_result 
 		prompt[i] = (int32_t) ((i * 7919u + 17) % o->m->hp.n_vocab);
 
 	t0 = now_s();
+	cpu0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
 	for (uint32_t i = 0; i < conc; i++) {
 		struct sched_lora sl = { n_ad ? names[i % n_ad] : NULL, 1.0f };
 		struct sched_request req = {
@@ -205,6 +211,8 @@ int bench_serve_run(const struct bench_serve_opts *o, struct bench_serve_result 
 		if ((r = sched_step(s)) < 0)
 			return errmsg_set(e, r, "scheduler step failed");
 	ret->wall_s = now_s() - t0;
+	ret->cpu_util = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - cpu0) /
+			(ret->wall_s * MAX(o->n_threads, 1));
 	ret->generated = c.tokens;
 	ret->aggregate_tok_s = (double) c.tokens / ret->wall_s;
 	sched_get_stats(s, &st);

@@ -28,6 +28,9 @@ struct bench_serve_opts {
 struct bench_serve_result {
 	double wall_s;
 	double aggregate_tok_s;
+	/* CPU time the process got over wall × threads: near 1 when no other load took the
+	 * cores (the pool's threads spin between jobs), so a lower figure flags a busy host */
+	double cpu_util;
 	uint64_t generated;
 	uint32_t adapters_loaded;
 	uint32_t adapters_resident;
