@@ -182,6 +182,7 @@ struct mroute {
 	uint32_t escalations;
 	double spent;
 	unsigned budget_above;      /* the highest tier a target was left out of for the budget */
+	double budget;              /* request_budget(): 0 for none */
 
 	/* the request, copied: the caller's is gone once manager_submit() returned */
 	struct manager_request req;
@@ -1091,7 +1092,7 @@ static bool must_buffer(struct mroute *q, unsigned tier)
 		if (q->legs[i]->ok)
 			return true; /* an earlier answer may still be the best */
 	return router_plan_can_escalate(q->snap->router, q->plan, tier,
-					q->rt->budget > 0 ? q->rt->budget - q->spent : -1);
+					q->budget > 0 ? q->budget - q->spent : -1);
 }
 
 /*
@@ -1330,7 +1331,7 @@ static void decide(struct mroute *q)
 		return;
 	}
 	last = q->n_legs ? q->legs[q->n_legs - 1] : NULL;
-	budget_left = rt->budget > 0 ? rt->budget - q->spent : -1;
+	budget_left = q->budget > 0 ? q->budget - q->spent : -1;
 
 	if (q->mode == MODE_MIXTURE && q->mixture_round) {
 		double best_v = -1, wsum = 0;
@@ -1478,8 +1479,7 @@ static void decide(struct mroute *q)
 			 higher ? "a higher tier's target is unavailable" : "",
 			 higher && q->budget_above > best->t->tier ? " and " : "",
 			 q->budget_above > best->t->tier
-				 ? "the request's budget ([Router] Budget=) excludes the higher tiers' "
-				   "targets"
+				 ? "the request's budget excludes the higher tiers' targets"
 			 : higher ? ""
 				  : "no higher tier is permitted for this request");
 	}
@@ -1582,6 +1582,15 @@ static void classify_request(const struct rsnap *s, const struct manager_request
 	}
 }
 
+/* The budget a request is routed under: the tighter of [Router] Budget= and the request's
+ * own (a caller may spend less than the operator allows, never more); 0: no bound. */
+static double request_budget(const struct manager_routing *rt, const struct manager_request *r)
+{
+	if (r->budget > 0 && (rt->budget <= 0 || r->budget < rt->budget))
+		return r->budget;
+	return rt->budget > 0 ? rt->budget : 0;
+}
+
 static void query_for(struct manager_routing *rt, const struct manager_request *r,
 		      bool base_only, const struct classify_result *res, struct allow_ctx *ac,
 		      struct router_query *q)
@@ -1599,7 +1608,7 @@ static void query_for(struct manager_routing *rt, const struct manager_request *
 				    .max_tokens = r->max_tokens,
 				    .posterior_idx = res->n_domains > 0 ? res->posterior : NULL,
 				    .base_only = base_only,
-				    .budget = rt->budget,
+				    .budget = request_budget(rt, r),
 				    .allow = allow_target,
 				    .allow_userdata = ac };
 }
@@ -1640,6 +1649,7 @@ int manager_routing_submit(struct manager_routing *rt, uint64_t id,
 		goto oom;
 	pthread_mutex_init(&q->lock, NULL);
 	q->snap = snap_get(rt);
+	q->budget = request_budget(rt, r);
 	q->plan = calloc(1, sizeof(*q->plan));
 	if (!q->plan || !q->snap)
 		goto oom;
@@ -1656,7 +1666,7 @@ int manager_routing_submit(struct manager_routing *rt, uint64_t id,
 			 "configured target in them is available to it%s",
 			 policy_class_name(d->class),
 			 policy_tiers_format(d->permitted_tiers, tiers, sizeof(tiers)),
-			 rt->budget > 0 ? " within the budget ([Router] Budget=)" : "");
+			 request_budget(rt, r) > 0 ? " within the request's budget" : "");
 		return -EPERM;
 	}
 	/* Prefetch hints: the likely local adapters come into the pool while the request is
@@ -1672,7 +1682,7 @@ int manager_routing_submit(struct manager_routing *rt, uint64_t id,
 	c0 = &q->plan->c[0];
 	t = router_plan_current(q->snap->router, q->plan);
 	q->mode = mode_for(rt, &res, q->plan);
-	if (q->mode == MODE_CASCADE && rt->budget > 0) {
+	if (q->mode == MODE_CASCADE && q->budget > 0) {
 		/* For the note: which tiers the budget (and nothing else) kept out. */
 		size_t n = router_n_targets(q->snap->router);
 		_cleanup_free_ struct router_explained *x = calloc(MAX(n, (size_t) 1), sizeof(*x));

@@ -1147,6 +1147,9 @@ static int validate_request(struct manager *m, const struct manager_request *r,
 		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
 			       r->prompt ? "give either a prompt or messages, not both"
 					 : "a prompt or messages are required");
+	if (!isfinite(r->budget) || r->budget < 0)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+			       "budget must be a finite number >= 0, not %g", r->budget);
 	if (r->messages && r->n_messages == 0)
 		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL, "messages is empty");
 	if (!isfinite(r->temperature) || r->temperature < 0 || r->temperature > 100)

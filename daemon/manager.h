@@ -111,6 +111,10 @@ struct manager_request {
 	/* The caller's sensitivity class ("public", "personal", "secret"), or NULL: only a
 	 * stricter class than the detectors find counts. */
 	const char *declared_class;
+	/* The request's own cost ceiling for routing, in the [Target] CostPerMTok units (what the
+	 * candidates' estimated costs add up to), or 0: [Router] Budget= alone. It can only
+	 * tighten the operator's budget, never widen it. */
+	double budget;
 };
 
 /* Sets the defaults: temperature 1, top_p 1, everything else zero/NULL. */

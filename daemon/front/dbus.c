@@ -823,6 +823,11 @@ static int read_request(sd_bus_message *m, struct parsed_request *p, sd_bus_erro
 				return BAD_TYPE(key, "a boolean (b)");
 			r = sd_bus_message_read(m, "b", &b);
 			p->req.ignore_eos = b;
+		} else if (strcmp(key, "budget") == 0) {
+			/* The request's own routing budget (manager_request.budget). */
+			if (strcmp(contents, "d") != 0)
+				return BAD_TYPE(key, "a number (d)");
+			r = sd_bus_message_read(m, "d", &p->req.budget);
 		} else if (strcmp(key, "class") == 0) {
 			/* The caller's declared sensitivity class (the manager checks the name). */
 			if (strcmp(contents, "s") != 0)
@@ -833,7 +838,7 @@ static int read_request(sd_bus_message *m, struct parsed_request *p, sd_bus_erro
 				error, SD_BUS_ERROR_INVALID_ARGS,
 				"unknown key '%.64s' (known: prompt, messages, "
 				"max_tokens, temperature, top_p, seed, stop, adapter, "
-				"lora, logprobs, ignore_eos, class)",
+				"lora, logprobs, ignore_eos, class, budget)",
 				key);
 		if (sd_bus_error_is_set(error))
 			return -EINVAL;

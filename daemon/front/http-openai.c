@@ -643,6 +643,28 @@ static int parse_root(struct json_object *root, struct openai_request *r, struct
 		if (k < 0)
 			return k;
 	}
+	if ((v = get_field(root, "molly"))) {
+		/* Molly's own request options, in one object so that they never collide with a
+		 * future OpenAI field. */
+		struct json_object *u;
+
+		if (json_object_get_type(v) != json_type_object)
+			return openai_error_set(err, -EINVAL, 400, NULL, "molly",
+						"'molly' must be an object, not %s",
+						json_type_word(v));
+		json_object_object_foreach(v, key, val) {
+			(void) val;
+			if (strcmp(key, "budget") != 0)
+				return openai_error_set(err, -EINVAL, 400, NULL, "molly",
+							"unknown key 'molly.%.64s' (known: budget)",
+							key);
+		}
+		if ((u = get_field(v, "budget"))) {
+			k = get_number(u, "molly.budget", 0, 1e12, &r->budget, err);
+			if (k < 0)
+				return k;
+		}
+	}
 	if ((v = get_field(root, "stop"))) {
 		k = parse_stop(v, r, err);
 		if (k < 0)

@@ -67,6 +67,7 @@ struct openai_request {
 	bool has_seed;
 	uint64_t seed;   /* negative seeds are taken modulo 2^64 */
 	bool ignore_eos; /* vLLM extension */
+	float budget;    /* Molly extension "molly": {"budget": X}; 0: [Router] Budget= alone */
 
 	bool stream;
 	bool include_usage; /* stream_options.include_usage */

@@ -811,6 +811,7 @@ static enum MHD_Result start_generation(struct http_req *r, enum openai_endpoint
 	mr.n_stop = o->n_stop;
 	mr.logprobs = o->logprobs;
 	mr.ignore_eos = o->ignore_eos;
+	mr.budget = o->budget;
 	caller.member = r->member ? r->member->name : NULL;
 
 	r->model = strdup(o->model ? o->model : base);

@@ -121,6 +121,8 @@ expect_fail "key 'prompt': expected a string" call Inference1 Generate 'a{sv}' 1
 expect_fail "key 'stop': expected a string or an array" call Inference1 Generate 'a{sv}' 2 prompt s hi stop u 1
 expect_fail "key 'lora': expected" call Inference1 Generate 'a{sv}' 2 prompt s hi lora as 1 x
 expect_fail "unknown key 'promt'" call Inference1 Generate 'a{sv}' 1 promt s hi
+expect_fail "key 'budget': expected a number" call Inference1 Generate 'a{sv}' 2 prompt s hi budget s cheap
+expect_fail "budget must be a finite number" call Inference1 Generate 'a{sv}' 2 prompt s hi budget d -1
 expect_fail "needs 'prompt'" call Inference1 Generate 'a{sv}' 0
 expect_fail "key 'max_tokens': out of range" call Inference1 Generate 'a{sv}' 2 prompt s hi max_tokens x -1
 expect_fail "temperature must be" call Inference1 Generate 'a{sv}' 2 prompt s hi temperature d -1
@@ -148,6 +150,7 @@ pass "bad input is refused with clear errors"
 
 # The daemon is still healthy after all that.
 expect_out '"finish_reason" s "length"' call Inference1 Generate 'a{sv}' 2 prompt s "Once" max_tokens u 3
+expect_out '"finish_reason" s "length"' call Inference1 Generate 'a{sv}' 3 prompt s "Once" max_tokens u 3 budget d 0.5
 kill -0 "$MOLLYD_PID" || fail "mollyd died"
 mollyd_stop
 pass "clean shutdown"

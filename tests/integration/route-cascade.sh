@@ -11,6 +11,9 @@
 #     its confidence and an uncertainty note (HTTP "molly" object), T1 gets nothing.
 #  3. Budgets: a T3 whose cost is over [Router] Budget= is never called, not even by the
 #     cascade when T1 is down; the note says the budget allowed no higher tier.
+#  3b. The request's own budget ("molly": {"budget": X}): tighter than [Router] Budget= it
+#     keeps T1 (cost 0.008 for 8 tokens) out; looser, it changes nothing (T3 still not
+#     called); malformed, a 400 naming it.
 #  4. T1 killed mid-request (stopped with SIGSTOP after it accepted the connection, then
 #     SIGKILL) → the request falls back to T0 and is answered; the next one skips T1 (cooling
 #     down) without an attempt.
@@ -33,6 +36,7 @@ Tier=T1
 URL=$lan_URL
 Model=stories260K
 Quality.general=0.3
+CostPerMTokOut=1000
 Retries=0
 TimeoutSec=20
 [Target api]
@@ -70,6 +74,27 @@ conf=$(ht_json 'j["molly"]["confidence"]')
 python3 -c 'import sys; c = float(sys.argv[1]); assert 0 < c < 0.99, c' "$conf" || ht_fail "confidence $conf"
 [ "$(rt_metric "$lan_URL" molly_requests_finished_total)" = "$after" ] || ht_fail "T1 got a personal request"
 ht_ok "personal request: T0's answer with confidence $conf and the note '$note'"
+
+# --- 3b. the request's own budget ---
+before=$(rt_metric "$lan_URL" molly_requests_finished_total)
+ht_req POST /v1/completions '{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0, "molly": {"budget": 0.001}}'
+ht_expect_status 200 "request with a budget tighter than the operator's"
+target=$(ht_json 'j["molly"]["target"]')
+[[ "$target" == local:* ]] || ht_fail "a request with budget 0.001 went to $target (T1 costs 0.008)"
+note=$(ht_json 'j["molly"]["uncertainty"]')
+[[ "$note" == *"budget"* ]] || ht_fail "note without the request's budget: $note"
+[ "$(rt_metric "$lan_URL" molly_requests_finished_total)" = "$before" ] || ht_fail "T1 was called over the request's budget"
+ht_req POST /v1/completions '{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0, "molly": {"budget": 1000}}'
+ht_expect_status 200 "request with a budget looser than the operator's"
+ht_expect_json 'j["molly"]["target"]' lan "a looser budget: T1 as before"
+[ "$(rt_count api)" = 0 ] || ht_fail "a request's budget widened the operator's: T3 was called"
+for bad in '{"budget": -1}' '{"budget": "cheap"}' '{"bugdet": 1}' '[]'; do
+	ht_req POST /v1/completions '{"prompt": "Once upon a time", "max_tokens": 4, "molly": '"$bad"'}'
+	ht_expect_status 400 "molly: $bad"
+	msg=$(ht_json 'j["error"]["message"]')
+	[[ "$msg" == *molly* ]] || ht_fail "the error for molly: $bad does not name it: $msg"
+done
+ht_ok "the request's budget tightens [Router] Budget= (T1 kept out), never widens it; bad values get a 400"
 
 # --- 3. T1 down: the cascade may not buy T3 over the budget ---
 kill -STOP "$lan_PID"
