@@ -844,6 +844,9 @@ struct word_slot {
 };
 static struct word_slot word_table[WORDS_SLOTS];
 static pthread_once_t word_table_once = PTHREAD_ONCE_INIT;
+/* Bit n of word_len_mask[c]: some list holds a word of n bytes starting with c. Most words
+ * fail this test and are never hashed. */
+static uint32_t word_len_mask[256];
 
 static uint32_t word_hash(const unsigned char *w, size_t n)
 {
@@ -858,6 +861,7 @@ static void word_table_add(const char *const *list, size_t n, uint8_t bit)
 	for (size_t i = 0; i < n; i++) {
 		size_t l = strlen(list[i]);
 		uint32_t h = word_hash((const unsigned char *) list[i], l);
+		word_len_mask[(unsigned char) list[i][0]] |= 1u << l;
 		for (size_t k = h & (WORDS_SLOTS - 1);; k = (k + 1) & (WORDS_SLOTS - 1)) {
 			struct word_slot *sl = &word_table[k];
 			if (!sl->word) {
@@ -893,6 +897,22 @@ static unsigned word_lists(const unsigned char *w, size_t n)
 	}
 }
 
+/* What the signals pass needs to know of a byte, one table load instead of a chain of
+ * compares. S_WORD: starts a word (is_word_byte); S_RUN: continues one (a word byte or '_');
+ * S_CJK: lead byte >= 0xE3; S_SPACE: ' ', '\t', '\r'; S_NL: '\n'; 0: anything else, handled
+ * by the switch below. */
+#define S_WORD 1u
+#define S_RUN 2u
+#define S_CJK 4u
+#define S_SPACE 8u
+#define S_NL 16u
+static const uint8_t sig_class[256] = {
+	['\t'] = S_SPACE, ['\r'] = S_SPACE, [' '] = S_SPACE, ['\n'] = S_NL,
+	['0' ... '9'] = S_WORD | S_RUN, ['A' ... 'Z'] = S_WORD | S_RUN,
+	['a' ... 'z'] = S_WORD | S_RUN, ['_'] = S_RUN,
+	[0x80 ... 0xe2] = S_WORD | S_RUN, [0xe3 ... 0xff] = S_WORD | S_RUN | S_CJK,
+};
+
 /*
  * One pass over the bytes. Difficulty is a logistic of a few counted signals: the weights
  * make a one-line factual question about 0.1-0.2, a paragraph with several questions or a
@@ -913,8 +933,13 @@ void classify_signals(const char *text, size_t len, struct classify_result *ret)
 		len = 0;
 	while (i < len) {
 		unsigned char c = p[i];
+		unsigned cl = sig_class[c];
 
-		if (c == '\n') {
+		if (cl & S_SPACE) {
+			i++;
+			continue;
+		}
+		if (cl & S_NL) {
 			/* a line ending in ; { or } reads as code */
 			size_t j = i;
 			while (j > 0 && (p[j - 1] == ' ' || p[j - 1] == '\t' || p[j - 1] == '\r'))
@@ -923,10 +948,6 @@ void classify_signals(const char *text, size_t len, struct classify_result *ret)
 				code++;
 			lines++;
 			line_start = true;
-			i++;
-			continue;
-		}
-		if (c == ' ' || c == '\t' || c == '\r') {
 			i++;
 			continue;
 		}
@@ -939,7 +960,7 @@ void classify_signals(const char *text, size_t len, struct classify_result *ret)
 				 (p[i + 1] == '.' || p[i + 1] == ')'))
 				multi++;
 		}
-		if (c >= 0xe3) {
+		if (cl & S_CJK) {
 			/* CJK and beyond: about a token per code point */
 			tokens++;
 			i++;
@@ -947,19 +968,18 @@ void classify_signals(const char *text, size_t len, struct classify_result *ret)
 				i++;
 			continue;
 		}
-		if (is_word_byte(c)) {
-			size_t j = i;
-			unsigned char w[16];
-			size_t wl = 0;
-			while (j < len && (is_word_byte(p[j]) || p[j] == '_')) {
-				if (wl < sizeof(w))
-					w[wl] = lower(p[j]);
-				wl++;
+		if (cl & S_WORD) {
+			size_t j = i + 1;
+			while (j < len && (sig_class[p[j]] & S_RUN))
 				j++;
-			}
+			size_t wl = j - i;
 			words++;
 			tokens += 1 + (wl - 1) / 5;
-			if (wl <= sizeof(w)) {
+			/* only a word whose first byte and length fit some list entry is looked up */
+			if (wl <= 16 && (word_len_mask[lower(c)] >> wl & 1)) {
+				unsigned char w[16];
+				for (size_t k = 0; k < wl; k++)
+					w[k] = lower(p[i + k]);
 				unsigned in = word_lists(w, wl);
 				code += (in & IN_CODE) != 0;
 				math += (in & IN_MATH) != 0;
@@ -999,7 +1019,9 @@ void classify_signals(const char *text, size_t len, struct classify_result *ret)
 				code++;
 			break;
 		case '#':
-			if (line_start || (i == 0 || p[i - 1] == '\n'))
+			/* (line_start was cleared above for this byte: only the text's or a line's
+			 * very first byte counts) */
+			if (i == 0 || p[i - 1] == '\n')
 				code++;
 			break;
 		case '\\':
