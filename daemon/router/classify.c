@@ -179,6 +179,22 @@ static inline unsigned char lower(unsigned char c)
 	return (c >= 'A' && c <= 'Z') ? (unsigned char) (c + 32) : c;
 }
 
+/* What the feature hashing and the signals pass need to know of a byte, one table load
+ * instead of a chain of compares. S_WORD: is_word_byte(); S_RUN: continues a word in the
+ * signals pass (a word byte or '_'); S_CJK: lead byte >= 0xE3; S_SPACE: ' ', '\t', '\r';
+ * S_NL: '\n'; 0: anything else (classify_signals()' switch). */
+#define S_WORD 1u
+#define S_RUN 2u
+#define S_CJK 4u
+#define S_SPACE 8u
+#define S_NL 16u
+static const uint8_t sig_class[256] = {
+	['\t'] = S_SPACE, ['\r'] = S_SPACE, [' '] = S_SPACE, ['\n'] = S_NL,
+	['0' ... '9'] = S_WORD | S_RUN, ['A' ... 'Z'] = S_WORD | S_RUN,
+	['a' ... 'z'] = S_WORD | S_RUN, ['_'] = S_RUN,
+	[0x80 ... 0xe2] = S_WORD | S_RUN, [0xe3 ... 0xff] = S_WORD | S_RUN | S_CJK,
+};
+
 /* Character 4-grams per word are capped so a long token (base64, a hash) costs no more than
  * a long word. */
 #define MAX_GRAMS_PER_WORD 16
@@ -196,7 +212,7 @@ static inline unsigned char lower(unsigned char c)
 		uint32_t prev_ = 0;                                                                \
 		bool have_prev_ = false;                                                           \
 		while (i_ < n_) {                                                                  \
-			while (i_ < n_ && !is_word_byte(p_[i_]))                                   \
+			while (i_ < n_ && !(sig_class[p_[i_]] & S_WORD))                           \
 				i_++;                                                              \
 			if (i_ >= n_)                                                              \
 				break;                                                             \
@@ -204,7 +220,7 @@ static inline unsigned char lower(unsigned char c)
 			size_t wl_ = 0;                                                            \
 			uint32_t wh_ = 0x811c9dc5u;                                                \
 			w_[wl_++] = ' ';                                                           \
-			while (i_ < n_ && is_word_byte(p_[i_])) {                                  \
+			while (i_ < n_ && (sig_class[p_[i_]] & S_WORD)) {                          \
 				unsigned char c_ = lower(p_[i_++]);                                \
 				wh_ = (wh_ ^ c_) * 0x01000193u;                                    \
 				if (wl_ < MAX_WORD + 1)                                            \
@@ -289,8 +305,9 @@ const char *classify_modality_name(enum classify_modality m)
 
 typedef float v8f __attribute__((vector_size(32)));
 
-/* Raw (temperature 1) logits; returns the number of features and, in *n_seen, how many of
- * them were seen in training. */
+/* Raw (temperature 1) logits; returns the number of features and, in *n_seen, whether any
+ * of them was seen in training (1) or none (0): only that is used, so the seen bits stop
+ * being read once one is found. */
 static size_t model_logits(const struct classify_model *m, const char *text, size_t len,
 			   float *z, size_t *n_seen)
 {
@@ -316,14 +333,16 @@ static size_t model_logits(const struct classify_model *m, const char *text, siz
 				v8f r_;                                                            \
 				memcpy(&r_, w + (size_t) batch[b_] * K, sizeof(r_));               \
 				acc8 += r_;                                                        \
-				ns += (seen[batch[b_] >> 6] >> (batch[b_] & 63)) & 1;              \
+				if (!ns)                                                           \
+					ns = (seen[batch[b_] >> 6] >> (batch[b_] & 63)) & 1;       \
 			}                                                                          \
 		} else                                                                             \
 			for (size_t b_ = 0; b_ < nb; b_++) {                                       \
 				const float *row_ = w + (size_t) batch[b_] * K;                    \
 				for (size_t k = 0; k < K; k++)                                     \
 					acc[k] += row_[k];                                         \
-				ns += (seen[batch[b_] >> 6] >> (batch[b_] & 63)) & 1;              \
+				if (!ns)                                                           \
+					ns = (seen[batch[b_] >> 6] >> (batch[b_] & 63)) & 1;       \
 			}                                                                          \
 		nb = 0;                                                                            \
 	} while (0)
@@ -844,9 +863,23 @@ struct word_slot {
 };
 static struct word_slot word_table[WORDS_SLOTS];
 static pthread_once_t word_table_once = PTHREAD_ONCE_INIT;
-/* Bit n of word_len_mask[c]: some list holds a word of n bytes starting with c. Most words
- * fail this test and are never hashed. */
-static uint32_t word_len_mask[256];
+/* Bit n of word_len_mask[a][b]: some list holds a word of n bytes starting with the letters
+ * a b (letter_index(): 1..26, either case; 0 for anything else, where no bit is set as the
+ * lists are lower-case letters only). Most words fail this test and are never hashed. */
+static uint32_t word_len_mask[27][27];
+
+#define L26(a) [a] = 1, [a + 1] = 2, [a + 2] = 3, [a + 3] = 4, [a + 4] = 5, [a + 5] = 6,     \
+	[a + 6] = 7, [a + 7] = 8, [a + 8] = 9, [a + 9] = 10, [a + 10] = 11, [a + 11] = 12,         \
+	[a + 12] = 13, [a + 13] = 14, [a + 14] = 15, [a + 15] = 16, [a + 16] = 17, [a + 17] = 18,  \
+	[a + 18] = 19, [a + 19] = 20, [a + 20] = 21, [a + 21] = 22, [a + 22] = 23, [a + 23] = 24,  \
+	[a + 24] = 25, [a + 25] = 26
+static const uint8_t letter_idx[256] = { L26('A'), L26('a') };
+#undef L26
+
+static inline unsigned letter_index(unsigned char c)
+{
+	return letter_idx[c];
+}
 
 static uint32_t word_hash(const unsigned char *w, size_t n)
 {
@@ -861,7 +894,8 @@ static void word_table_add(const char *const *list, size_t n, uint8_t bit)
 	for (size_t i = 0; i < n; i++) {
 		size_t l = strlen(list[i]);
 		uint32_t h = word_hash((const unsigned char *) list[i], l);
-		word_len_mask[(unsigned char) list[i][0]] |= 1u << l;
+		word_len_mask[letter_index((unsigned char) list[i][0])]
+			     [letter_index((unsigned char) list[i][1])] |= 1u << l;
 		for (size_t k = h & (WORDS_SLOTS - 1);; k = (k + 1) & (WORDS_SLOTS - 1)) {
 			struct word_slot *sl = &word_table[k];
 			if (!sl->word) {
@@ -896,22 +930,6 @@ static unsigned word_lists(const unsigned char *w, size_t n)
 			return sl->lists;
 	}
 }
-
-/* What the signals pass needs to know of a byte, one table load instead of a chain of
- * compares. S_WORD: starts a word (is_word_byte); S_RUN: continues one (a word byte or '_');
- * S_CJK: lead byte >= 0xE3; S_SPACE: ' ', '\t', '\r'; S_NL: '\n'; 0: anything else, handled
- * by the switch below. */
-#define S_WORD 1u
-#define S_RUN 2u
-#define S_CJK 4u
-#define S_SPACE 8u
-#define S_NL 16u
-static const uint8_t sig_class[256] = {
-	['\t'] = S_SPACE, ['\r'] = S_SPACE, [' '] = S_SPACE, ['\n'] = S_NL,
-	['0' ... '9'] = S_WORD | S_RUN, ['A' ... 'Z'] = S_WORD | S_RUN,
-	['a' ... 'z'] = S_WORD | S_RUN, ['_'] = S_RUN,
-	[0x80 ... 0xe2] = S_WORD | S_RUN, [0xe3 ... 0xff] = S_WORD | S_RUN | S_CJK,
-};
 
 /*
  * One pass over the bytes. Difficulty is a logistic of a few counted signals: the weights
@@ -975,8 +993,10 @@ void classify_signals(const char *text, size_t len, struct classify_result *ret)
 			size_t wl = j - i;
 			words++;
 			tokens += 1 + (wl - 1) / 5;
-			/* only a word whose first byte and length fit some list entry is looked up */
-			if (wl <= 16 && (word_len_mask[lower(c)] >> wl & 1)) {
+			/* only a word whose first two letters and length fit some list entry is
+			 * looked up (every entry has two bytes or more) */
+			if (wl >= 2 && wl <= 16 &&
+			    (word_len_mask[letter_index(c)][letter_index(p[i + 1])] >> wl & 1)) {
 				unsigned char w[16];
 				for (size_t k = 0; k < wl; k++)
 					w[k] = lower(p[i + k]);
