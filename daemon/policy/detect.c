@@ -107,6 +107,22 @@ static inline bool is_b64url(int c)
 
 #define AT(i) ((i) < len ? (unsigned char) t[i] : 0)
 
+/* The walk's byte classes, one table load each (the walk tests every byte of the text):
+ * DC_WORD is_word(), DC_ALPHA is_alpha(), DC_LOWER is_lower(), DC_START a byte a detector may
+ * start at (is_alnum() or one of + ( - :). */
+#define DC_WORD 1u
+#define DC_ALPHA 2u
+#define DC_LOWER 4u
+#define DC_START 8u
+static const uint8_t dclass[256] = {
+	['0' ... '9'] = DC_WORD | DC_START,
+	['A' ... 'Z'] = DC_WORD | DC_ALPHA | DC_START,
+	['a' ... 'z'] = DC_WORD | DC_ALPHA | DC_LOWER | DC_START,
+	['_'] = DC_WORD,
+	[0x80 ... 0xff] = DC_WORD,
+	['+'] = DC_START, ['('] = DC_START, ['-'] = DC_START, [':'] = DC_START,
+};
+
 /* The match ends at a word end: what follows is not a letter or digit. */
 static bool right_ok(const char *t, size_t len, size_t e)
 {
@@ -1582,6 +1598,7 @@ static struct word_set ws_ctx_filler = WORD_SET(ctx_filler),
 		       ws_name_particles = WORD_SET(name_particles),
 		       ws_en_suffix = WORD_SET(en_suffix);
 static pthread_once_t word_sets_once = PTHREAD_ONCE_INIT;
+static uint32_t cand2_len[26][26];
 
 static void word_sets_init(void)
 {
@@ -1591,6 +1608,20 @@ static void word_sets_init(void)
 
 	for (size_t i = 0; i < ELEMENTSOF(all); i++)
 		word_set_init(all[i]);
+	/* plain_word_end()'s second filter: bit n of cand2_len[a][b] when some key, password or
+	 * street word of n bytes starts with the letters a b (a street word's final '.' not
+	 * counted, as the caller tries the word with and without it) */
+	const struct word_set *cand[] = { &ws_key_words, &ws_password_words, &ws_it_es_street };
+	for (size_t i = 0; i < ELEMENTSOF(cand); i++)
+		for (size_t j = 0; j < cand[i]->n; j++) {
+			const char *w = cand[i]->list[j];
+			size_t n = strlen(w);
+			if (n < 2 || !is_lower((unsigned char) w[0]) || !is_lower((unsigned char) w[1]))
+				continue;
+			cand2_len[w[0] - 'a'][w[1] - 'a'] |= 1u << n;
+			if (w[n - 1] == '.')
+				cand2_len[w[0] - 'a'][w[1] - 'a'] |= 1u << (n - 1);
+		}
 }
 
 /*
@@ -1609,7 +1640,7 @@ static size_t plain_word_end(const char *t, size_t len, size_t i)
 	size_t q = i + 1, n;
 	int c, f = to_lower((unsigned char) t[i]);
 
-	while (q < len && is_lower((unsigned char) t[q]))
+	while (q < len && (dclass[(unsigned char) t[q]] & DC_LOWER))
 		q++;
 	n = q - i;
 	c = AT(q);
@@ -1629,6 +1660,10 @@ static size_t plain_word_end(const char *t, size_t len, size_t i)
 	static const uint16_t cand_len[26] = { 0x22d4, 0x40, 0xe64, 0x0, 0x0, 0x0, 0x100, 0x0, 0x0, 0x0, 0x8, 0x220, 0x0, 0x0, 0x0, 0x578, 0x0, 0x60, 0xe0, 0x220, 0x0, 0x68, 0x0, 0x0, 0x0, 0x0 };
 
 	if (!is_lower(f) || n >= 16 || !(cand_len[f - 'a'] >> n & 1))
+		return q;
+	/* the same by the first two letters (built from the lists by word_sets_init()): most
+	 * words that get past the first letter fail here, before any list is walked */
+	if (n >= 2 && !(cand2_len[f - 'a'][t[i + 1] - 'a'] >> n & 1))
 		return q;
 	if (n >= 3 && n <= 13 && (word_is(t, len, i, q, &ws_key_words) ||
 				  word_is(t, len, i, q, &ws_password_words)))
@@ -1653,12 +1688,12 @@ int detect_scan(const char *t, size_t len, struct detect_matches *m)
 		int r;
 
 		/* only word starts (and the punctuation some values start with) are tried */
-		if ((i > 0 && is_word((unsigned char) t[i - 1]) && c != '-') ||
-		    !(is_alnum(c) || c == '+' || c == '(' || c == '-' || c == ':')) {
+		if ((i > 0 && (dclass[(unsigned char) t[i - 1]] & DC_WORD) && c != '-') ||
+		    !(dclass[c] & DC_START)) {
 			i++;
 			continue;
 		}
-		if (is_alpha(c) && (e = plain_word_end(t, len, i))) {
+		if ((dclass[c] & DC_ALPHA) && (e = plain_word_end(t, len, i))) {
 			i = e;
 			continue;
 		}

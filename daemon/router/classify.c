@@ -179,6 +179,22 @@ static inline unsigned char lower(unsigned char c)
 	return (c >= 'A' && c <= 'Z') ? (unsigned char) (c + 32) : c;
 }
 
+/* What the feature hashing and the signals pass need to know of a byte, one table load
+ * instead of a chain of compares. S_WORD: is_word_byte(); S_RUN: continues a word in the
+ * signals pass (a word byte or '_'); S_CJK: lead byte >= 0xE3; S_SPACE: ' ', '\t', '\r';
+ * S_NL: '\n'; 0: anything else (classify_signals()' switch). */
+#define S_WORD 1u
+#define S_RUN 2u
+#define S_CJK 4u
+#define S_SPACE 8u
+#define S_NL 16u
+static const uint8_t sig_class[256] = {
+	['\t'] = S_SPACE, ['\r'] = S_SPACE, [' '] = S_SPACE, ['\n'] = S_NL,
+	['0' ... '9'] = S_WORD | S_RUN, ['A' ... 'Z'] = S_WORD | S_RUN,
+	['a' ... 'z'] = S_WORD | S_RUN, ['_'] = S_RUN,
+	[0x80 ... 0xe2] = S_WORD | S_RUN, [0xe3 ... 0xff] = S_WORD | S_RUN | S_CJK,
+};
+
 /* Character 4-grams per word are capped so a long token (base64, a hash) costs no more than
  * a long word. */
 #define MAX_GRAMS_PER_WORD 16
@@ -196,7 +212,7 @@ static inline unsigned char lower(unsigned char c)
 		uint32_t prev_ = 0;                                                                \
 		bool have_prev_ = false;                                                           \
 		while (i_ < n_) {                                                                  \
-			while (i_ < n_ && !is_word_byte(p_[i_]))                                   \
+			while (i_ < n_ && !(sig_class[p_[i_]] & S_WORD))                           \
 				i_++;                                                              \
 			if (i_ >= n_)                                                              \
 				break;                                                             \
@@ -204,7 +220,7 @@ static inline unsigned char lower(unsigned char c)
 			size_t wl_ = 0;                                                            \
 			uint32_t wh_ = 0x811c9dc5u;                                                \
 			w_[wl_++] = ' ';                                                           \
-			while (i_ < n_ && is_word_byte(p_[i_])) {                                  \
+			while (i_ < n_ && (sig_class[p_[i_]] & S_WORD)) {                          \
 				unsigned char c_ = lower(p_[i_++]);                                \
 				wh_ = (wh_ ^ c_) * 0x01000193u;                                    \
 				if (wl_ < MAX_WORD + 1)                                            \
@@ -289,8 +305,9 @@ const char *classify_modality_name(enum classify_modality m)
 
 typedef float v8f __attribute__((vector_size(32)));
 
-/* Raw (temperature 1) logits; returns the number of features and, in *n_seen, how many of
- * them were seen in training. */
+/* Raw (temperature 1) logits; returns the number of features and, in *n_seen, whether any
+ * of them was seen in training (1) or none (0): only that is used, so the seen bits stop
+ * being read once one is found. */
 static size_t model_logits(const struct classify_model *m, const char *text, size_t len,
 			   float *z, size_t *n_seen)
 {
@@ -316,14 +333,16 @@ static size_t model_logits(const struct classify_model *m, const char *text, siz
 				v8f r_;                                                            \
 				memcpy(&r_, w + (size_t) batch[b_] * K, sizeof(r_));               \
 				acc8 += r_;                                                        \
-				ns += (seen[batch[b_] >> 6] >> (batch[b_] & 63)) & 1;              \
+				if (!ns)                                                           \
+					ns = (seen[batch[b_] >> 6] >> (batch[b_] & 63)) & 1;       \
 			}                                                                          \
 		} else                                                                             \
 			for (size_t b_ = 0; b_ < nb; b_++) {                                       \
 				const float *row_ = w + (size_t) batch[b_] * K;                    \
 				for (size_t k = 0; k < K; k++)                                     \
 					acc[k] += row_[k];                                         \
-				ns += (seen[batch[b_] >> 6] >> (batch[b_] & 63)) & 1;              \
+				if (!ns)                                                           \
+					ns = (seen[batch[b_] >> 6] >> (batch[b_] & 63)) & 1;       \
 			}                                                                          \
 		nb = 0;                                                                            \
 	} while (0)
@@ -844,6 +863,23 @@ struct word_slot {
 };
 static struct word_slot word_table[WORDS_SLOTS];
 static pthread_once_t word_table_once = PTHREAD_ONCE_INIT;
+/* Bit n of word_len_mask[a][b]: some list holds a word of n bytes starting with the letters
+ * a b (letter_index(): 1..26, either case; 0 for anything else, where no bit is set as the
+ * lists are lower-case letters only). Most words fail this test and are never hashed. */
+static uint32_t word_len_mask[27][27];
+
+#define L26(a) [a] = 1, [a + 1] = 2, [a + 2] = 3, [a + 3] = 4, [a + 4] = 5, [a + 5] = 6,     \
+	[a + 6] = 7, [a + 7] = 8, [a + 8] = 9, [a + 9] = 10, [a + 10] = 11, [a + 11] = 12,         \
+	[a + 12] = 13, [a + 13] = 14, [a + 14] = 15, [a + 15] = 16, [a + 16] = 17, [a + 17] = 18,  \
+	[a + 18] = 19, [a + 19] = 20, [a + 20] = 21, [a + 21] = 22, [a + 22] = 23, [a + 23] = 24,  \
+	[a + 24] = 25, [a + 25] = 26
+static const uint8_t letter_idx[256] = { L26('A'), L26('a') };
+#undef L26
+
+static inline unsigned letter_index(unsigned char c)
+{
+	return letter_idx[c];
+}
 
 static uint32_t word_hash(const unsigned char *w, size_t n)
 {
@@ -858,6 +894,8 @@ static void word_table_add(const char *const *list, size_t n, uint8_t bit)
 	for (size_t i = 0; i < n; i++) {
 		size_t l = strlen(list[i]);
 		uint32_t h = word_hash((const unsigned char *) list[i], l);
+		word_len_mask[letter_index((unsigned char) list[i][0])]
+			     [letter_index((unsigned char) list[i][1])] |= 1u << l;
 		for (size_t k = h & (WORDS_SLOTS - 1);; k = (k + 1) & (WORDS_SLOTS - 1)) {
 			struct word_slot *sl = &word_table[k];
 			if (!sl->word) {
@@ -913,8 +951,13 @@ void classify_signals(const char *text, size_t len, struct classify_result *ret)
 		len = 0;
 	while (i < len) {
 		unsigned char c = p[i];
+		unsigned cl = sig_class[c];
 
-		if (c == '\n') {
+		if (cl & S_SPACE) {
+			i++;
+			continue;
+		}
+		if (cl & S_NL) {
 			/* a line ending in ; { or } reads as code */
 			size_t j = i;
 			while (j > 0 && (p[j - 1] == ' ' || p[j - 1] == '\t' || p[j - 1] == '\r'))
@@ -923,10 +966,6 @@ void classify_signals(const char *text, size_t len, struct classify_result *ret)
 				code++;
 			lines++;
 			line_start = true;
-			i++;
-			continue;
-		}
-		if (c == ' ' || c == '\t' || c == '\r') {
 			i++;
 			continue;
 		}
@@ -939,7 +978,7 @@ void classify_signals(const char *text, size_t len, struct classify_result *ret)
 				 (p[i + 1] == '.' || p[i + 1] == ')'))
 				multi++;
 		}
-		if (c >= 0xe3) {
+		if (cl & S_CJK) {
 			/* CJK and beyond: about a token per code point */
 			tokens++;
 			i++;
@@ -947,19 +986,20 @@ void classify_signals(const char *text, size_t len, struct classify_result *ret)
 				i++;
 			continue;
 		}
-		if (is_word_byte(c)) {
-			size_t j = i;
-			unsigned char w[16];
-			size_t wl = 0;
-			while (j < len && (is_word_byte(p[j]) || p[j] == '_')) {
-				if (wl < sizeof(w))
-					w[wl] = lower(p[j]);
-				wl++;
+		if (cl & S_WORD) {
+			size_t j = i + 1;
+			while (j < len && (sig_class[p[j]] & S_RUN))
 				j++;
-			}
+			size_t wl = j - i;
 			words++;
 			tokens += 1 + (wl - 1) / 5;
-			if (wl <= sizeof(w)) {
+			/* only a word whose first two letters and length fit some list entry is
+			 * looked up (every entry has two bytes or more) */
+			if (wl >= 2 && wl <= 16 &&
+			    (word_len_mask[letter_index(c)][letter_index(p[i + 1])] >> wl & 1)) {
+				unsigned char w[16];
+				for (size_t k = 0; k < wl; k++)
+					w[k] = lower(p[i + k]);
 				unsigned in = word_lists(w, wl);
 				code += (in & IN_CODE) != 0;
 				math += (in & IN_MATH) != 0;
@@ -999,7 +1039,9 @@ void classify_signals(const char *text, size_t len, struct classify_result *ret)
 				code++;
 			break;
 		case '#':
-			if (line_start || (i == 0 || p[i - 1] == '\n'))
+			/* (line_start was cleared above for this byte: only the text's or a line's
+			 * very first byte counts) */
+			if (i == 0 || p[i - 1] == '\n')
 				code++;
 			break;
 		case '\\':
