@@ -18,7 +18,10 @@ source "$(dirname "$0")/lib/route.sh"
 
 # A sanitizer build (the dev preset) is 20-50 times slower: it sends 400 unless told
 # otherwise, the release build the full 10,000 (about 2 minutes on 2 cores).
-if [ -z "${ROUTE_POLICY_N:-}" ] && ldd "$HT_MOLLYD" 2>/dev/null | grep -q libasan; then
+# (ldd's whole output is read first: `ldd | grep -q` under pipefail fails whenever grep's early
+# exit kills ldd with SIGPIPE, and a dev build would then send all 10,000.)
+libs=$(ldd "$HT_MOLLYD" 2>/dev/null || true)
+if [ -z "${ROUTE_POLICY_N:-}" ] && [[ "$libs" == *libasan* ]]; then
 	ROUTE_POLICY_N=400
 	echo "sanitizer build: $ROUTE_POLICY_N requests (set ROUTE_POLICY_N for more)"
 fi
