@@ -857,18 +857,18 @@ static void start_checks(struct worker *w)
 	pthread_attr_t attr;
 	pthread_t th;
 	size_t n = 0;
+	int k;
 
-	if (atomic_exchange(&w->check_running, true))
-		return; /* a round is under way: its answer serves this request too */
 	for (struct wtarget *t = w->targets; t; t = t->next)
 		n++;
+	if (n == 0 || atomic_exchange(&w->check_running, true))
+		return; /* nothing to check, or a round under way whose answer serves this too */
 	r = calloc(1, sizeof(*r));
-	if (r)
-		r->targets = calloc(MAX(n, (size_t) 1), sizeof(*r->targets));
-	if (!r || !r->targets || n == 0) {
-		if (r)
-			free(r->targets);
+	if (r && !(r->targets = calloc(n, sizeof(*r->targets)))) {
 		free(r);
+		r = NULL;
+	}
+	if (!r) {
 		atomic_store(&w->check_running, false);
 		return;
 	}
@@ -879,14 +879,16 @@ static void start_checks(struct worker *w)
 	}
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&th, &attr, check_main, r) != 0) {
+	k = pthread_create(&th, &attr, check_main, r);
+	pthread_attr_destroy(&attr);
+	if (k != 0) {
+		/* As if the round had run and found nothing new. */
 		for (size_t i = 0; i < r->n; i++)
 			atomic_fetch_sub(&r->targets[i]->checking, 1);
 		free(r->targets);
 		free(r);
 		atomic_store(&w->check_running, false);
 	}
-	pthread_attr_destroy(&attr);
 }
 
 static void report_health(struct worker *w)

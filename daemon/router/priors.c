@@ -118,6 +118,20 @@ int priors_check_name(const char *what, const char *name, struct errmsg *e)
 	return 0;
 }
 
+/* A write transaction, or -EROFS for a store opened read-only. */
+static int write_txn_begin(struct priors *p, MDB_txn **ret, struct errmsg *e)
+{
+	int rc;
+
+	if (p->read_only)
+		return errmsg_set(e, -EROFS, "the priors store %s is open read-only", p->dir);
+	rc = mdb_txn_begin(p->env, NULL, 0, ret);
+	if (rc != MDB_SUCCESS)
+		return errmsg_set(e, lmdb_errno(rc), "priors store %s: %s", p->dir,
+				  mdb_strerror(rc));
+	return 0;
+}
+
 static int make_key(const char *domain, const char *target, char *buf, MDB_val *k,
 		    struct errmsg *e)
 {
@@ -230,12 +244,9 @@ static int update(struct priors *p, const char *domain, const char *target,
 	r = make_key(domain, target, kbuf, &k, e);
 	if (r < 0)
 		return r;
-	if (p->read_only)
-		return errmsg_set(e, -EROFS, "the priors store %s is open read-only", p->dir);
-	rc = mdb_txn_begin(p->env, NULL, 0, &txn);
-	if (rc != MDB_SUCCESS)
-		return errmsg_set(e, lmdb_errno(rc), "priors store %s: %s", p->dir,
-				  mdb_strerror(rc));
+	r = write_txn_begin(p, &txn, e);
+	if (r < 0)
+		return r;
 	rc = mdb_get(txn, p->dbi, &k, &d);
 	exists = rc == MDB_SUCCESS;
 	if (exists && decode(&d, &v) < 0) {
@@ -419,12 +430,9 @@ int priors_forget(struct priors *p, const char *domain, const char *target, stru
 	r = make_key(domain, target, kbuf, &k, e);
 	if (r < 0)
 		return r;
-	if (p->read_only)
-		return errmsg_set(e, -EROFS, "the priors store %s is open read-only", p->dir);
-	rc = mdb_txn_begin(p->env, NULL, 0, &txn);
-	if (rc != MDB_SUCCESS)
-		return errmsg_set(e, lmdb_errno(rc), "priors store %s: %s", p->dir,
-				  mdb_strerror(rc));
+	r = write_txn_begin(p, &txn, e);
+	if (r < 0)
+		return r;
 	rc = mdb_del(txn, p->dbi, &k, NULL);
 	if (rc != MDB_SUCCESS) {
 		mdb_txn_abort(txn);
