@@ -2,11 +2,17 @@
 /*
  * test-sampler.c: greedy ties, seeded determinism (against a reference xoshiro256** stream),
  * sampled frequencies against the softmax (chi-square), and each filter's exclusions,
- * compared with a naive full-sort implementation of the same chain.
+ * compared with a naive full-sort implementation of the same chain; argmax and
+ * log-probabilities at every SIMD level against plain references.
  */
+#include <float.h>
+#include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
+#include "engine/quant.h"
 #include "engine/sampler.h"
 #include "test.h"
 
@@ -634,5 +640,85 @@ TEST(penalty_moves_top_k)
 	best = sampler_argmax(l, N);
 	l[654] = 10.0f;
 	ASSERT_EQ(sampler_sample(s, l), best);
+	return 0;
+}
+
+/* log softmax in long double over the non-NaN logits: the reference for sampler_logprob(). */
+static double logprob_ref(const float *l, uint32_t n, int32_t id)
+{
+	long double m = -INFINITY, sum = 0.0L;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (!isnan(l[i]) && l[i] > m)
+			m = l[i];
+	for (uint32_t i = 0; i < n; i++)
+		if (!isnan(l[i]))
+			sum += expl((long double) l[i] - m);
+	return (double) ((long double) l[id] - m - logl(sum));
+}
+
+/* The first index of the largest non-NaN value: sampler_argmax()'s rule, written plainly. */
+static int32_t argmax_ref(const float *l, uint32_t n)
+{
+	int32_t best = -1;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (!isnan(l[i]) && (best < 0 || l[i] > l[best]))
+			best = (int32_t) i;
+	return best < 0 ? 0 : best;
+}
+
+/* argmax and log-probabilities at every SIMD level against plain references: sizes around the
+ * 8-wide steps, ties, NaN, ±inf and values far below the maximum (e^x under the floats). */
+TEST(argmax_logprob_all_levels)
+{
+	static const char *const levels[] = { "avx512vnni", "avx512", "avx2", "scalar" };
+	static const uint32_t sizes[] = { 1, 7, 8, 9, 15, 16, 17, 31, 1000, 32000, 32003 };
+	const char *orig = quant_simd_level();
+	_cleanup_free_ float *l = malloc(32003 * sizeof(float));
+
+	ASSERT_TRUE(l != NULL);
+	for (size_t lv = 0; lv < ELEMENTSOF(levels); lv++) {
+		if (quant_force_simd_level(levels[lv]) < 0)
+			continue;
+		for (size_t si = 0; si < ELEMENTSOF(sizes); si++)
+			for (int variant = 0; variant < 5; variant++) {
+				uint32_t n = sizes[si];
+
+				random_logits(l, n, variant == 4 ? 200.0 : 8.0, 17 * si + (uint64_t) variant);
+				if (variant == 1 && n > 2) { /* a tie for the maximum, late */
+					l[n - 1] = 50.0f;
+					l[n / 2] = 50.0f;
+				}
+				if (variant == 2) /* NaN and -inf scattered */
+					for (uint32_t i = 0; i < n; i += 3)
+						l[i] = i % 2 ? NAN : -INFINITY;
+				if (variant == 3 && n > 1)
+					l[0] = NAN;
+				ASSERT_EQ(sampler_argmax(l, n), argmax_ref(l, n));
+				for (uint32_t id = 0; id < n; id += n / 7 + 1) {
+					float got = sampler_logprob(l, n, id);
+					double want = logprob_ref(l, n, id);
+
+					if (isnan(l[id]) || l[id] == -INFINITY || isnan(want) || isinf(want) ||
+					    want < -FLT_MAX) {
+						ASSERT_TRUE(got == -FLT_MAX);
+						continue;
+					}
+					if (fabs(got - want) > 1e-5 * fmax(1.0, fabs(want))) {
+						fprintf(stderr, "level %s n %u variant %d id %u: %.9g want %.9g\n",
+							levels[lv], n, variant, id, got, want);
+						return 1;
+					}
+				}
+			}
+	}
+	/* an infinite logit takes all the mass */
+	l[0] = 1.0f;
+	l[1] = INFINITY;
+	l[2] = 3.0f;
+	ASSERT_TRUE(sampler_logprob(l, 3, 1) == 0.0f);
+	ASSERT_TRUE(sampler_logprob(l, 3, 2) == -FLT_MAX);
+	ASSERT_OK(quant_force_simd_level(orig));
 	return 0;
 }

@@ -23,7 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant.h"
 #include "sampler.h"
+#include "simd-exp.h"
 
 /* A window longer than this is refused: it costs 4 bytes a token for nothing measurable. */
 #define REPEAT_LAST_N_MAX (1 << 20)
@@ -159,25 +161,148 @@ void sampler_accept(struct sampler *s, int32_t id)
 		s->ring_len++;
 }
 
+/* The largest non-NaN logit, or -inf when there is none. */
+static float logits_max_scalar(const float *logits, uint32_t n)
+{
+	float m = -INFINITY;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (logits[i] > m) /* NaN fails the test */
+			m = logits[i];
+	return m;
+}
+
+/* Σ e^(l - m) over the non-NaN logits, in double. */
+static double logits_expsum_scalar(const float *logits, uint32_t n, float m)
+{
+	double sum = 0.0;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (!isnan(logits[i]))
+			sum += exp((double) logits[i] - (double) m);
+	return sum;
+}
+
+#if defined(__x86_64__)
+/*
+ * The scheduler asks for the argmax and the log-probability of every token it generates:
+ * two passes over a 32k-150k vocabulary per sequence per step, on the scheduler's thread
+ * while the pool waits, so they are vectorized. max_ps(v, acc) returns acc when v is NaN,
+ * so NaN never wins, as in the scalar test.
+ */
+__attribute__((target("avx2,fma"))) static float logits_max_avx2(const float *logits, uint32_t n)
+{
+	__m256 acc = _mm256_set1_ps(-INFINITY);
+	float lanes[8], m;
+	uint32_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		acc = _mm256_max_ps(_mm256_loadu_ps(logits + i), acc);
+	_mm256_storeu_ps(lanes, acc);
+	m = logits_max_scalar(lanes, 8);
+	for (; i < n; i++)
+		if (logits[i] > m)
+			m = logits[i];
+	return m;
+}
+
+/* The first i with logits[i] == m, or -1. */
+__attribute__((target("avx2,fma"))) static int32_t logits_find_avx2(const float *logits,
+								       uint32_t n, float m)
+{
+	const __m256 mv = _mm256_set1_ps(m);
+	uint32_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(logits + i), mv, _CMP_EQ_OQ));
+
+		if (hit)
+			return (int32_t) (i + (uint32_t) __builtin_ctz((unsigned) hit));
+	}
+	for (; i < n; i++)
+		if (logits[i] == m)
+			return (int32_t) i;
+	return -1;
+}
+
+/* Lanes summed in double (8 floats a step into two 4-double accumulators), so 150k terms
+ * lose nothing to float rounding; e^x from simd-exp.h (NaN and far-below terms are 0). */
+__attribute__((target("avx2,fma"))) static double logits_expsum_avx2(const float *logits,
+								       uint32_t n, float m)
+{
+	const __m256 mv = _mm256_set1_ps(m);
+	__m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+	double lanes[4];
+	uint32_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		__m256 e = exp8_avx2_or_zero(_mm256_sub_ps(_mm256_loadu_ps(logits + i), mv));
+
+		lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+		hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+	}
+	_mm256_storeu_pd(lanes, _mm256_add_pd(lo, hi));
+	return lanes[0] + lanes[1] + lanes[2] + lanes[3] + logits_expsum_scalar(logits + i, n - i, m);
+}
+
+static bool logits_simd(void)
+{
+	return strcmp(quant_simd_level(), "scalar") != 0;
+}
+#endif
+
+static float logits_max(const float *logits, uint32_t n)
+{
+#if defined(__x86_64__)
+	if (logits_simd())
+		return logits_max_avx2(logits, n);
+#endif
+	return logits_max_scalar(logits, n);
+}
+
 int32_t sampler_argmax(const float *logits, uint32_t n)
 {
-	int32_t best = -1;
-	float best_v = 0.0f;
+	float m;
 
 	assert_return(logits && n > 0 && n <= INT32_MAX, -EINVAL);
 
-	for (uint32_t i = 0; i < n; i++) {
-		float v = logits[i];
+	/* The lowest id among those equal to the maximum, NaN skipped: the scalar rule "strictly
+	 * greater wins", in two passes. All NaN: 0. */
+	m = logits_max(logits, n);
+#if defined(__x86_64__)
+	if (logits_simd()) {
+		int32_t id = logits_find_avx2(logits, n, m);
 
-		if (isnan(v))
-			continue;
-		/* Strictly greater: the lowest id wins a tie. */
-		if (best < 0 || v > best_v) {
-			best = (int32_t) i;
-			best_v = v;
-		}
+		return id < 0 ? 0 : id;
 	}
-	return best < 0 ? 0 : best;
+#endif
+	for (uint32_t i = 0; i < n; i++)
+		if (logits[i] == m)
+			return (int32_t) i;
+	return 0;
+}
+
+float sampler_logprob(const float *logits, uint32_t n, int32_t id)
+{
+	float m, v;
+	double sum, lp;
+
+	assert_return(logits && n > 0 && id >= 0 && (uint32_t) id < n, NAN);
+
+	v = logits[id];
+	m = logits_max(logits, n);
+	if (isnan(v) || v == -INFINITY || m == -INFINITY)
+		return -FLT_MAX; /* impossible; finite so it survives JSON */
+	if (m == INFINITY)
+		return v == INFINITY ? 0.0f : -FLT_MAX;
+#if defined(__x86_64__)
+	if (logits_simd())
+		sum = logits_expsum_avx2(logits, n, m);
+	else
+#endif
+		sum = logits_expsum_scalar(logits, n, m);
+	lp = (double) v - (double) m - log(sum);
+	return lp < -FLT_MAX ? -FLT_MAX : (float) lp;
 }
 
 /* ---- candidate ordering ---- */

@@ -44,5 +44,8 @@ int32_t sampler_sample(struct sampler *s, const float *logits);
 /* Records a token (prompt or generated) for the repetition penalty. */
 void sampler_accept(struct sampler *s, int32_t id);
 
-/* argmax with the lowest id winning ties. */
+/* argmax with the lowest id winning ties; NaN never wins (all NaN: 0). */
 int32_t sampler_argmax(const float *logits, uint32_t n);
+/* log softmax(logits)[id] at temperature 1, NaN logits weighing nothing; an impossible token
+ * (-inf or NaN logit) gives -FLT_MAX, not -inf, so it can be printed as JSON. */
+float sampler_logprob(const float *logits, uint32_t n, int32_t id);

@@ -505,18 +505,6 @@ static void add_rows(struct sched *s, struct seq *q, uint32_t count, uint32_t *n
 		};
 }
 
-static float logprob_of(const float *logits, uint32_t n, int32_t id)
-{
-	float maxv = -INFINITY;
-	double sum = 0;
-
-	for (uint32_t i = 0; i < n; i++)
-		maxv = MAX(maxv, logits[i]);
-	for (uint32_t i = 0; i < n; i++)
-		sum += exp((double) (logits[i] - maxv));
-	return (float) ((double) (logits[id] - maxv) - log(sum));
-}
-
 static int step_locked_build(struct sched *s, uint32_t *ret_rows, uint32_t *ret_logits)
 {
 	uint32_t n_rows = 0, budget = s->p.step_tokens, n_logits = 0, n_loras = 0;
@@ -637,7 +625,7 @@ static void step_locked_finish(struct sched *s)
 		pe = event_new(s, q, SCHED_EVENT_TOKEN);
 		if (pe) {
 			pe->ev.token = id;
-			pe->ev.logprob = logprob_of(logits, n_vocab, id);
+			pe->ev.logprob = sampler_logprob(logits, n_vocab, id);
 			len = eog ? 0 : detok_push(&q->detok, id, pe->text, sizeof(pe->text) - 1);
 			pe->ev.text_len = len > 0 ? (size_t) len : 0;
 		}
