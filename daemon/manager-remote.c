@@ -128,6 +128,12 @@ struct manager_routing {
 	bool worker_started, health_started;
 };
 
+struct held_token {
+	int32_t id;
+	float logprob;
+	size_t off, len;
+};
+
 struct mleg {
 	struct mroute *q;
 	size_t pos;                 /* in the plan */
@@ -141,6 +147,11 @@ struct mleg {
 	bool passed;                /* text forwarded to the client */
 	char *buf;
 	size_t n_buf, cap_buf;
+	/* a held-back local answer's tokens, for a client that asked for log-probabilities;
+	 * their text is in buf (off, len) */
+	struct held_token *toks;
+	size_t n_toks, cap_toks;
+	bool toks_lost;
 	double lp_sum;
 	uint32_t n_lp;
 	bool ok, failed;
@@ -717,6 +728,7 @@ static void leg_free(struct mleg *l)
 	if (l->buf)
 		explicit_bzero(l->buf, l->n_buf);
 	free(l->buf);
+	free(l->toks);
 	vault_stream_free(l->vs);
 	free(l);
 }
@@ -932,6 +944,39 @@ static int buf_append(struct mleg *l, const char *s, size_t n)
 	return 0;
 }
 
+/* Holds back toks[0..n_toks) with their text, the n bytes that buf_append() is about to add
+ * at the end of buf. Tokens that do not spell exactly that text are not kept, and the
+ * answer then goes without any (toks_lost): no offset can point past the text. */
+static int hold_tokens(struct mleg *l, const struct manager_token *toks, size_t n_toks, size_t n)
+{
+	size_t off = l->n_buf, total = 0;
+
+	for (size_t i = 0; i < n_toks; i++)
+		total += toks[i].text_len;
+	if (total != n || l->toks_lost) {
+		l->toks_lost = true;
+		return 0;
+	}
+
+	if (l->n_toks + n_toks > l->cap_toks) {
+		size_t cap = MAX(l->cap_toks * 2, l->n_toks + n_toks + 16);
+		struct held_token *t = reallocarray(l->toks, cap, sizeof(*t));
+
+		if (!t)
+			return -ENOMEM;
+		l->toks = t;
+		l->cap_toks = cap;
+	}
+	for (size_t i = 0; i < n_toks; i++) {
+		l->toks[l->n_toks++] = (struct held_token){ .id = toks[i].id,
+							    .logprob = toks[i].logprob,
+							    .off = off,
+							    .len = toks[i].text_len };
+		off += toks[i].text_len;
+	}
+	return 0;
+}
+
 /* Text of a leg (restored already): held back or sent on. Called without q->lock. */
 static void leg_text(struct mleg *l, const char *s, size_t n, const struct manager_token *toks,
 		     size_t n_toks)
@@ -946,6 +991,10 @@ static void leg_text(struct mleg *l, const char *s, size_t n, const struct manag
 			l->n_lp++;
 		}
 	forward = !l->buffered && !q->done && !q->cancelled;
+	if (l->buffered && q->client_logprobs && n_toks > 0 && hold_tokens(l, toks, n_toks, n) < 0) {
+		l->failed = true;
+		snprintf(l->error, sizeof(l->error), "out of memory");
+	}
 	if (l->buffered && n > 0 && buf_append(l, s, n) < 0) {
 		l->failed = true;
 		snprintf(l->error, sizeof(l->error), "out of memory");
@@ -1226,10 +1275,22 @@ static void deliver(struct mroute *q, struct mleg *l, const char *note)
 	double conf = leg_confidence(l, &known);
 
 	if (l->buffered && l->n_buf > 0) {
+		_cleanup_free_ struct manager_token *toks = NULL;
 		struct manager_event tev = { .type = MANAGER_EVENT_TEXT,
 					     .id = q->id,
 					     .text = l->buf,
 					     .text_len = l->n_buf };
+
+		/* the held tokens with the text they spell, as a streamed answer has them */
+		if (l->n_toks > 0 && !l->toks_lost && (toks = calloc(l->n_toks, sizeof(*toks)))) {
+			for (size_t i = 0; i < l->n_toks; i++)
+				toks[i] = (struct manager_token){ .id = l->toks[i].id,
+								  .text = l->buf + l->toks[i].off,
+								  .text_len = l->toks[i].len,
+								  .logprob = l->toks[i].logprob };
+			tev.tokens = toks;
+			tev.n_tokens = l->n_toks;
+		}
 		q->fn(&tev, q->userdata);
 	}
 	ev.has_confidence = known;

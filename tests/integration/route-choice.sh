@@ -13,7 +13,8 @@
 #    matches the prompt's domain in at least 90% of them;
 #  - molly explain --daemon lists the candidates with their scores and why one is excluded;
 #  - a request naming the base model runs on the base (no adapter chosen);
-#  - with [Router] MixtureEntropy=0 every request is a mixture of the top 2: the audit says
+#  - with [Router] MixtureEntropy=0 every request is a mixture of the top 2 (the winner's
+#    log-probabilities come with its held-back answer): the audit says
 #    which of the two won and why, and the answer comes from one of them.
 source "$(dirname "$0")/lib/common.sh"
 need curl python3
@@ -103,9 +104,16 @@ HTTP_LISTEN=127.0.0.1:$PORT write_config "[Adapters]" "Directory=$T/state/adapte
 	"Load=cooking law medicine code finance" "[Router]" "MixtureEntropy=0" "MixtureTopK=2"
 mollyd_start
 code=$(curl -s -o "$T/body" -w '%{http_code}' "$URL/v1/completions" -H 'Content-Type: application/json' \
-	-d '{"prompt": "Is my landlord allowed to raise the rent while I am sick in hospital?", "max_tokens": 6}')
+	-d '{"prompt": "Is my landlord allowed to raise the rent while I am sick in hospital?", "max_tokens": 6, "logprobs": 1}')
 [ "$code" = 200 ] || fail "mixture: HTTP $code: $(cat "$T/body")"
-winner=$(python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); assert j["choices"][0]["text"]; assert 0 < j["molly"]["confidence"] <= 1; print(j["molly"]["target"])' "$T/body") ||
+# the answers are held back until one is chosen; the winner's log-probabilities come with it
+winner=$(python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1])); c = j["choices"][0]
+assert c["text"] and 0 < j["molly"]["confidence"] <= 1
+assert len(c["logprobs"]["tokens"]) == j["usage"]["completion_tokens"] > 0, c
+assert "".join(c["logprobs"]["tokens"]) == c["text"], c
+print(j["molly"]["target"])' "$T/body") ||
 	fail "mixture: $(cat "$T/body")"
 mollyd_stop
 "$MOLLY" audit --state-dir "$T/state" --json >"$T/audit.jsonl" || fail "molly audit"
