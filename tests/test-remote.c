@@ -220,6 +220,7 @@ enum script {
 	S_CLOSE,       /* closes without answering */
 	S_CONTEXT,     /* 400 context_length_exceeded */
 	S_MIDDROP,     /* a chunk of text, then the connection drops */
+	S_KEEP,        /* S_OK's answer with a length, then the next request on the same connection */
 };
 
 struct server {
@@ -229,11 +230,13 @@ struct server {
 	enum script scripts[16]; /* per connection; the last repeats */
 	int n_scripts;
 	atomic_int connections;
+	atomic_int requests;
 	atomic_bool stop;
 	char last_request[8192];
 };
 
-static void read_request(int c, struct server *s)
+/* Reads one request; false when the peer closed before sending any. */
+static bool read_request(int c, struct server *s)
 {
 	char buf[8192];
 	size_t n = 0;
@@ -254,6 +257,9 @@ static void read_request(int c, struct server *s)
 			break;
 	}
 	snprintf(s->last_request, sizeof(s->last_request), "%s", buf);
+	if (n > 0)
+		atomic_fetch_add(&s->requests, 1);
+	return n > 0;
 }
 
 static void write_all(int c, const char *s)
@@ -311,6 +317,22 @@ static void *server_main(void *userdata)
 			break;
 		case S_CLOSE:
 			break;
+		case S_KEEP: {
+			static const char body[] =
+				"data: {\"choices\":[{\"delta\":{\"content\":\"Hello\"}}]}\n\n"
+				"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"
+				"data: [DONE]\n\n";
+			char head[160];
+
+			snprintf(head, sizeof(head),
+				 "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+				 "Content-Length: %zu\r\n\r\n", sizeof(body) - 1);
+			do {
+				write_all(c, head);
+				write_all(c, body);
+			} while (!atomic_load(&s->stop) && read_request(c, s));
+			break;
+		}
 		case S_MIDDROP:
 			write_all(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
 				     "Connection: close\r\n\r\n"
@@ -542,6 +564,47 @@ TEST(call_dropped_midstream_not_retried)
 	ASSERT_TRUE(c.final.text_sent);
 	ASSERT_STREQ(c.text, "par");
 	ASSERT_EQ(atomic_load(&s.connections), 1);
+	remote_target_free(t);
+	server_stop(&s);
+	return 0;
+}
+
+/* One call after another: through the connection the first left open; new pins (an address
+ * the filter may no longer allow) mean a new connection; the health check shares it too. */
+TEST(calls_reuse_the_connection)
+{
+	struct server s = { .scripts = { S_KEEP }, .n_scripts = 1 };
+	struct remote_target *t = NULL;
+	struct errmsg e = { { 0 } };
+	struct chat_message msg = { .role = "user", .content = "hi" };
+	struct remote_request r = { .messages = &msg, .n_messages = 1, .temperature = 1, .top_p = 1 };
+	char url[64], pin[64];
+	const char *pins[1] = { pin };
+	uint64_t id;
+
+	ASSERT_OK(server_start(&s));
+	snprintf(url, sizeof(url), "http://localhost:%u", s.port);
+	snprintf(pin, sizeof(pin), "localhost:%u:127.0.0.1", s.port);
+	struct remote_target_config cfg = { .name = "k", .url = url, .timeout_ns = 5000000000ull,
+					    .resolve = pins, .n_resolve = 1 };
+	ASSERT_OK(remote_target_new(&cfg, &t, &e));
+	for (int i = 0; i < 6; i++) {
+		struct collect c = { 0 };
+
+		pthread_mutex_init(&c.lock, NULL);
+		pthread_cond_init(&c.cond, NULL);
+		if (i == 3)
+			ASSERT_OK(remote_target_set_resolve(t, pins, 1));
+		ASSERT_OK(remote_submit(t, &r, on_event, &c, &id));
+		collect_wait(&c);
+		ASSERT_EQ(c.final.type, REMOTE_EVENT_DONE);
+		ASSERT_STREQ(c.text, "Hello");
+		ASSERT_EQ(atomic_load(&s.requests), i + 1);
+		ASSERT_EQ(atomic_load(&s.connections), i < 3 ? 1 : 2);
+	}
+	ASSERT_OK(remote_health_check(t, &e));
+	ASSERT_EQ(atomic_load(&s.requests), 7);
+	ASSERT_EQ(atomic_load(&s.connections), 2);
 	remote_target_free(t);
 	server_stop(&s);
 	return 0;

@@ -270,6 +270,82 @@ int remote_sse_finish(struct remote_sse *s)
 	return r;
 }
 
+/* ---- kept-alive connections ----
+ *
+ * Each target has a libcurl connection cache shared by its calls (a share object), so a call
+ * reuses the connection an earlier one left open instead of paying a TCP (and TLS) handshake:
+ * on loopback that handshake and the new connection's first round trips were most of what
+ * routing through mollyd added to a T1's answer time. The cache is replaced whenever the
+ * target's pins change: the egress filter judges connect(), so a connection opened to an
+ * address that is no longer pinned (and may no longer be allowed) must not carry another
+ * request. A call holds a reference on the cache it started with; the last one frees it.
+ */
+struct conn_cache {
+	atomic_uint refs;
+	CURLSH *share;
+	pthread_mutex_t locks[CURL_LOCK_DATA_LAST];
+};
+
+static void conn_cache_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *userptr)
+{
+	struct conn_cache *c = userptr;
+
+	(void) h;
+	(void) access;
+	pthread_mutex_lock(&c->locks[data]);
+}
+
+static void conn_cache_unlock(CURL *h, curl_lock_data data, void *userptr)
+{
+	struct conn_cache *c = userptr;
+
+	(void) h;
+	pthread_mutex_unlock(&c->locks[data]);
+}
+
+/* NULL when libcurl cannot share connections or memory is short: calls then connect anew. */
+static struct conn_cache *conn_cache_new(void)
+{
+#if LIBCURL_VERSION_NUM >= 0x073900 /* 7.57: CURL_LOCK_DATA_CONNECT */
+	struct conn_cache *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->share = curl_share_init();
+	if (!c->share) {
+		free(c);
+		return NULL;
+	}
+	atomic_init(&c->refs, 1);
+	for (size_t i = 0; i < ELEMENTSOF(c->locks); i++)
+		pthread_mutex_init(&c->locks[i], NULL);
+	curl_share_setopt(c->share, CURLSHOPT_LOCKFUNC, conn_cache_lock);
+	curl_share_setopt(c->share, CURLSHOPT_UNLOCKFUNC, conn_cache_unlock);
+	curl_share_setopt(c->share, CURLSHOPT_USERDATA, c);
+	if (curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT) != CURLSHE_OK) {
+		curl_share_cleanup(c->share);
+		free(c);
+		return NULL;
+	}
+	return c;
+#else
+	return NULL;
+#endif
+}
+
+/* Drops a reference; the last closes the cached connections. Every easy handle that used the
+ * cache must be cleaned up before. */
+static struct conn_cache *conn_cache_unref(struct conn_cache *c)
+{
+	if (c && atomic_fetch_sub(&c->refs, 1) == 1) {
+		curl_share_cleanup(c->share);
+		for (size_t i = 0; i < ELEMENTSOF(c->locks); i++)
+			pthread_mutex_destroy(&c->locks[i]);
+		free(c);
+	}
+	return NULL;
+}
+
 /* ---- targets and calls ---- */
 
 struct remote_call;
@@ -281,6 +357,7 @@ struct remote_target {
 	void *tr_ctx;
 	char **resolve;     /* CURLOPT_RESOLVE pins, n_resolve; under lock */
 	size_t n_resolve;
+	struct conn_cache *conns; /* replaced with the pins; under lock; NULL: no reuse */
 	char *url;          /* without a trailing '/' */
 	char *model;
 	char *auth_header;  /* "Authorization: Bearer …" or NULL; zeroed on free */
@@ -466,6 +543,7 @@ int remote_target_new(const struct remote_target_config *cfg, struct remote_targ
 	pthread_mutex_init(&t->lock, NULL);
 	pthread_cond_init(&t->idle, NULL);
 	t->next_id = 1;
+	t->conns = conn_cache_new();
 	t->name = strdup(cfg->name);
 	t->url = strdup(cfg->url);
 	t->model = strdup(cfg->model ? cfg->model : cfg->name);
@@ -526,12 +604,37 @@ int remote_target_set_resolve(struct remote_target *t, const char *const *resolv
 			free_resolve(v, i);
 			return -ENOMEM;
 		}
+	struct conn_cache *fresh = conn_cache_new(), *old;
+
 	pthread_mutex_lock(&t->lock);
 	free_resolve(t->resolve, t->n_resolve);
 	t->resolve = v;
 	t->n_resolve = n;
+	old = t->conns;
+	t->conns = fresh; /* connections to the old pins are not reused */
 	pthread_mutex_unlock(&t->lock);
+	conn_cache_unref(old);
 	return 0;
+}
+
+/* The target's connection cache with a reference taken, or NULL. */
+static struct conn_cache *conns_get(struct remote_target *t)
+{
+	struct conn_cache *c;
+
+	pthread_mutex_lock(&t->lock);
+	c = t->conns;
+	if (c)
+		atomic_fetch_add(&c->refs, 1);
+	pthread_mutex_unlock(&t->lock);
+	return c;
+}
+
+/* Has h use the cache c (which may be NULL). */
+static void use_conns(CURL *h, struct conn_cache *c)
+{
+	if (c)
+		curl_easy_setopt(h, CURLOPT_SHARE, c->share);
 }
 
 /* The pins as a list for curl (NULL when none), copied under the lock. */
@@ -606,6 +709,7 @@ struct remote_target *remote_target_free(struct remote_target *t)
 	free(t->url);
 	free(t->model);
 	free_resolve(t->resolve, t->n_resolve);
+	conn_cache_unref(t->conns);
 	if (t->auth_header) {
 		explicit_bzero(t->auth_header, strlen(t->auth_header));
 		free(t->auth_header);
@@ -917,6 +1021,7 @@ static enum remote_error attempt(struct remote_call *c, char *msg, size_t size, 
 	struct remote_target *t = c->t;
 	struct curl_slist *headers = NULL, *hh, *pins;
 	_cleanup_free_ char *url = NULL;
+	struct conn_cache *conns;
 	enum remote_error kind = REMOTE_ERR_NONE;
 	long os_errno = 0;
 	bool oom;
@@ -968,6 +1073,8 @@ static enum remote_error attempt(struct remote_call *c, char *msg, size_t size, 
 	}
 	if (pins)
 		curl_easy_setopt(h, CURLOPT_RESOLVE, pins);
+	conns = conns_get(t);
+	use_conns(h, conns);
 	curl_easy_setopt(h, CURLOPT_POSTFIELDS, c->body);
 	cc = curl_easy_perform(h);
 	*ret_status = c->status;
@@ -1021,6 +1128,7 @@ static enum remote_error attempt(struct remote_call *c, char *msg, size_t size, 
 		snprintf(msg, size, "%s: the stream ended without a finish", t->url);
 	}
 	curl_easy_cleanup(h);
+	conn_cache_unref(conns);
 	curl_slist_free_all(headers);
 	curl_slist_free_all(pins);
 	return kind;
@@ -1250,11 +1358,16 @@ int remote_health_check(struct remote_target *t, struct errmsg *e)
 	{
 		bool oom;
 		struct curl_slist *pins = resolve_list(t, &oom);
+		/* through the calls' cache: the check also keeps a connection warm for them */
+		struct conn_cache *conns = conns_get(t);
+
 		if (pins)
 			curl_easy_setopt(h, CURLOPT_RESOLVE, pins);
+		use_conns(h, conns);
 		cc = oom ? CURLE_OUT_OF_MEMORY : curl_easy_perform(h);
 		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
 		curl_easy_cleanup(h);
+		conn_cache_unref(conns);
 		curl_slist_free_all(pins);
 	}
 	curl_slist_free_all(headers);
