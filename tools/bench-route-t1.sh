@@ -2,7 +2,10 @@
 # SPDX-License-Identifier: MIT
 # What routing through mollyd adds to a T1 server: starts a T1 mollyd on 127.0.0.2 and a
 # routing mollyd on 127.0.0.1 whose [Target lan] (Tier=T1) is that T1, then runs
-# molly-bench-gateway --url T1 --via ROUTER (1-token completions, alternating).
+# molly-bench-gateway --url T1 --via ROUTER (1-token completions, alternating). The T1 serves
+# stories260K under that name (Model=): with another name it refuses the request and every
+# answer would come from the router's fallback to its own engine, which the benchmark now
+# refuses to measure.
 #   tools/bench-route-t1.sh [BIN_DIR (default build/release/bin)] [N (default 2000)]
 set -euo pipefail
 BIN=${1:-build/release/bin}
@@ -21,7 +24,7 @@ wait_up() { for _ in $(seq 300); do curl -sf -o /dev/null "$1/health" && return 
 P1=$(port 127.0.0.2)
 P0=$(port 127.0.0.1)
 conf t1 "127.0.0.2:$P1"
-conf router "127.0.0.1:$P0" "[Target lan]\nTier=T1\nURL=http://127.0.0.2:$P1\nQuality.general=0.9\n[Router]\nHealthCheckSec=0"
+conf router "127.0.0.1:$P0" "[Target lan]\nTier=T1\nURL=http://127.0.0.2:$P1\nModel=stories260K\nQuality.general=0.9\n[Router]\nHealthCheckSec=0"
 "$BIN/mollyd" --config "$T/t1.conf" >"$T/t1.log" 2>&1 & PIDS+=($!)
 "$BIN/mollyd" --config "$T/router.conf" >"$T/router.log" 2>&1 & PIDS+=($!)
 wait_up "http://127.0.0.2:$P1"

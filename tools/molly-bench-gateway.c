@@ -23,7 +23,9 @@
  *           what routing through a mollyd adds to a remote target. The same request goes
  *           alternately straight to the T1 server (--url) and to a mollyd (--via) whose router
  *           sends it to that T1 ([Target] with the T1's URL), each over its own keep-alive
- *           connection; p50/p99 of each and of the difference. --model is not needed.
+ *           connection; p50/p99 of each and of the difference. --model is not needed. Every
+ *           routed answer must come through the target: one from the router's own engine
+ *           (a fallback) stops the run with an error.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -463,6 +465,16 @@ static int bench_route(const struct options *o, uint64_t *direct, uint64_t *rout
 			if (status != 200) {
 				fprintf(stderr, "molly-bench-gateway: %s: HTTP %d\n",
 					w ? o->via : o->url, status);
+				return -EPROTO;
+			}
+			/* A routed answer that came from the router's own engine (the target
+			 * refused, or the router preferred T0) would measure the wrong path. */
+			if (w && strstr(resp, "\"target\":\"local:")) {
+				fprintf(stderr,
+					"molly-bench-gateway: %s answered with its local engine, not "
+					"through the target: check its [Target] (Model=, policy) and its "
+					"audit record\n",
+					o->via);
 				return -EPROTO;
 			}
 			if (i >= 0)
