@@ -211,7 +211,6 @@ struct worker {
 	struct outmsg *out_head, *out_tail;
 	size_t out_bytes;
 	bool out_closed;
-	bool out_sending;              /* a frame is being sent (by the writer or a call thread) */
 	pthread_t writer;
 	struct wcall *calls;
 
@@ -256,43 +255,12 @@ static void log_line(const struct worker *w, const char *fmt, ...)
 
 /* ---- the out queue ---- */
 
-/* Sends one frame (taking text) after w->out_sending was set; clears it. */
-static void send_frame(struct worker *w, char *text, size_t len)
-{
-	int k = proto_conn_send(&w->conn, text, len);
-
-	explicit_bzero(text, len);
-	free(text);
-	pthread_mutex_lock(&w->lock);
-	w->out_sending = false;
-	if (k < 0)
-		w->out_closed = true; /* the core is gone: drop the rest; the main loop sees it too */
-	pthread_cond_broadcast(&w->out_cond);
-	pthread_mutex_unlock(&w->lock);
-}
-
-/*
- * Takes text. wait: a libcurl call thread, which may block: while the queue is over its
- * bound, or on the socket itself. With nothing queued and nothing being sent, such a thread
- * sends its frame at once rather than handing it to the writer: the order is kept (nothing
- * is ahead of it) and an answer's events skip a thread wake-up each on their way to the
- * core. The main loop (wait false) never blocks: it always queues.
- */
+/* Takes text. wait: block while the queue is over its bound (libcurl threads); the main
+ * loop never waits. */
 static void queue_push(struct worker *w, char *text, size_t len, bool wait)
 {
-	struct outmsg *o;
+	struct outmsg *o = calloc(1, sizeof(*o));
 
-	if (wait) {
-		pthread_mutex_lock(&w->lock);
-		if (!w->out_closed && !w->out_head && !w->out_sending) {
-			w->out_sending = true;
-			pthread_mutex_unlock(&w->lock);
-			send_frame(w, text, len);
-			return;
-		}
-		pthread_mutex_unlock(&w->lock);
-	}
-	o = calloc(1, sizeof(*o));
 	if (!o) {
 		explicit_bzero(text, len);
 		free(text);
@@ -341,9 +309,9 @@ static void *writer_main(void *arg)
 		struct outmsg *o;
 
 		pthread_mutex_lock(&w->lock);
-		while ((!w->out_head || w->out_sending) && !w->out_closed)
+		while (!w->out_head && !w->out_closed)
 			pthread_cond_wait(&w->out_cond, &w->lock);
-		o = w->out_head; /* closed: what is left is still sent (or fails at once) */
+		o = w->out_head;
 		if (!o) {
 			pthread_mutex_unlock(&w->lock);
 			return NULL;
@@ -352,11 +320,18 @@ static void *writer_main(void *arg)
 		if (!w->out_head)
 			w->out_tail = NULL;
 		w->out_bytes -= o->len;
-		w->out_sending = true;
 		pthread_cond_broadcast(&w->out_cond);
 		pthread_mutex_unlock(&w->lock);
 
-		send_frame(w, o->text, o->len);
+		if (proto_conn_send(&w->conn, o->text, o->len) < 0) {
+			/* The core is gone: drop the rest; the main loop sees the end too. */
+			pthread_mutex_lock(&w->lock);
+			w->out_closed = true;
+			pthread_cond_broadcast(&w->out_cond);
+			pthread_mutex_unlock(&w->lock);
+		}
+		explicit_bzero(o->text, o->len);
+		free(o->text);
 		free(o);
 	}
 }
