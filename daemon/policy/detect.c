@@ -109,18 +109,23 @@ static inline bool is_b64url(int c)
 
 /* The walk's byte classes, one table load each (the walk tests every byte of the text):
  * DC_WORD is_word(), DC_ALPHA is_alpha(), DC_LOWER is_lower(), DC_START a byte a detector may
- * start at (is_alnum() or one of + ( - :). */
+ * start at (is_alnum() or one of + ( - :), DC_GOES_ON a byte after a word that some detector
+ * reads on over (plain_word_end(): a word byte, - @ % + : / ' or a 0 byte in the text). */
 #define DC_WORD 1u
 #define DC_ALPHA 2u
 #define DC_LOWER 4u
 #define DC_START 8u
+#define DC_GOES_ON 16u
 static const uint8_t dclass[256] = {
-	['0' ... '9'] = DC_WORD | DC_START,
-	['A' ... 'Z'] = DC_WORD | DC_ALPHA | DC_START,
-	['a' ... 'z'] = DC_WORD | DC_ALPHA | DC_LOWER | DC_START,
-	['_'] = DC_WORD,
-	[0x80 ... 0xff] = DC_WORD,
-	['+'] = DC_START, ['('] = DC_START, ['-'] = DC_START, [':'] = DC_START,
+	['0' ... '9'] = DC_WORD | DC_START | DC_GOES_ON,
+	['A' ... 'Z'] = DC_WORD | DC_ALPHA | DC_START | DC_GOES_ON,
+	['a' ... 'z'] = DC_WORD | DC_ALPHA | DC_LOWER | DC_START | DC_GOES_ON,
+	['_'] = DC_WORD | DC_GOES_ON,
+	[0x80 ... 0xff] = DC_WORD | DC_GOES_ON,
+	['+'] = DC_START | DC_GOES_ON, ['('] = DC_START, ['-'] = DC_START | DC_GOES_ON,
+	[':'] = DC_START | DC_GOES_ON,
+	['@'] = DC_GOES_ON, ['%'] = DC_GOES_ON, ['/'] = DC_GOES_ON, ['\''] = DC_GOES_ON,
+	[0] = DC_GOES_ON,
 };
 
 /* The match ends at a word end: what follows is not a letter or digit. */
@@ -1643,34 +1648,44 @@ static size_t plain_word_end(const char *t, size_t len, size_t i)
 	while (q < len && (dclass[(unsigned char) t[q]] & DC_LOWER))
 		q++;
 	n = q - i;
-	c = AT(q);
-	if (is_word(c) || c == '-' || c == '@' || c == '%' || c == '+' || c == ':' || c == '/' ||
-	    c == '\'' || (c == 0 && q < len))
+	if (q < len && (dclass[(unsigned char) t[q]] & DC_GOES_ON))
 		return 0;
+	c = AT(q);
 	if (c == '.') {
 		/* end of a sentence: ". " or the end; "a.b" may be an e-mail or a host */
 		int d = AT(q + 1);
 		if (q + 1 < len && d != ' ' && d != '\n' && d != '\r' && d != '\t')
 			return 0;
 	}
-	if (n == 16 || (n == 1 && (f == 'x' || f == 'y' || f == 'z')))
-		return 0;
-	/* by first letter, the lengths of the key, password and street words (bit n: n bytes,
-	 * a street word's '.' not counted); derived from the lists above */
+	/* by first letter (the caller saw a letter: f is lower case), the lengths of the key,
+	 * password and street words (bit n: n bytes, a street word's '.' not counted); derived
+	 * from the lists above */
 	static const uint16_t cand_len[26] = { 0x22d4, 0x40, 0xe64, 0x0, 0x0, 0x0, 0x100, 0x0, 0x0, 0x0, 0x8, 0x220, 0x0, 0x0, 0x0, 0x578, 0x0, 0x60, 0xe0, 0x220, 0x0, 0x68, 0x0, 0x0, 0x0, 0x0 };
-
-	if (!is_lower(f) || n >= 16 || !(cand_len[f - 'a'] >> n & 1))
+	/* the lengths that go the slow way whatever the letters: 16 (a codice fiscale), and 1
+	 * for X, Y, Z (a NIE) */
+	uint32_t bit = n < 32 ? 1u << n : 0;
+	if ((bit & (1u << 16 | (f >= 'x' ? 1u << 1 : 0))) != 0)
+		return 0;
+	if (!(cand_len[f - 'a'] & bit))
 		return q;
 	/* the same by the first two letters (built from the lists by word_sets_init()): most
 	 * words that get past the first letter fail here, before any list is walked */
-	if (n >= 2 && !(cand2_len[f - 'a'][t[i + 1] - 'a'] >> n & 1))
+	if (n >= 2 && !(cand2_len[f - 'a'][t[i + 1] - 'a'] & bit))
 		return q;
-	if (n >= 3 && n <= 13 && (word_is(t, len, i, q, &ws_key_words) ||
-				  word_is(t, len, i, q, &ws_password_words)))
+	/* the word lower-cased once for the lists (n < 16: the bits above stop longer ones) */
+	char w[16];
+	for (size_t k = 0; k < n; k++)
+		w[k] = (char) to_lower((unsigned char) t[i + k]);
+	if (n >= 3 && n <= 13 &&
+	    (word_in(w, n, &ws_key_words) || word_in(w, n, &ws_password_words)))
 		return 0;
-	if (n <= 10 && (word_is(t, len, i, q, &ws_it_es_street) ||
-			(c == '.' && word_is(t, len, i, q + 1, &ws_it_es_street))))
+	if (n <= 10 && word_in(w, n, &ws_it_es_street))
 		return 0;
+	if (n <= 10 && c == '.') {
+		w[n] = '.';
+		if (word_in(w, n + 1, &ws_it_es_street))
+			return 0;
+	}
 	return q;
 }
 
@@ -1694,7 +1709,9 @@ int detect_scan(const char *t, size_t len, struct detect_matches *m)
 			continue;
 		}
 		if ((dclass[c] & DC_ALPHA) && (e = plain_word_end(t, len, i))) {
-			i = e;
+			/* the byte after a plain word, when no detector starts there, is passed
+			 * here rather than by the test above */
+			i = e < len && !(dclass[(unsigned char) t[e]] & DC_START) ? e + 1 : e;
 			continue;
 		}
 		e = scan_at(t, len, i, &k, &s, 0);

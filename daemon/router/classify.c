@@ -3,6 +3,7 @@
  * classify.c: hashed n-gram multinomial logistic regression with temperature scaling, and
  * the cheap text signals (difficulty, modality, context need). See classify.h.
  */
+#include <endian.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -174,9 +175,22 @@ static inline bool is_word_byte(unsigned char c)
 	       c >= 0x80;
 }
 
+/* ASCII lower case as a table: one load a byte where the feature hashing lowers every byte of
+ * a word (a compare and a conditional move otherwise). */
+#define LOWER1(c) ((c) >= 'A' && (c) <= 'Z' ? (c) + 32 : (c))
+#define LOWER4(c) LOWER1(c), LOWER1((c) + 1), LOWER1((c) + 2), LOWER1((c) + 3)
+#define LOWER16(c) LOWER4(c), LOWER4((c) + 4), LOWER4((c) + 8), LOWER4((c) + 12)
+#define LOWER64(c) LOWER16(c), LOWER16((c) + 16), LOWER16((c) + 32), LOWER16((c) + 48)
+static const unsigned char lower_table[256] = { LOWER64(0), LOWER64(64), LOWER64(128),
+						LOWER64(192) };
+#undef LOWER64
+#undef LOWER16
+#undef LOWER4
+#undef LOWER1
+
 static inline unsigned char lower(unsigned char c)
 {
-	return (c >= 'A' && c <= 'Z') ? (unsigned char) (c + 32) : c;
+	return lower_table[c];
 }
 
 /* What the feature hashing and the signals pass need to know of a byte, one table load
@@ -241,10 +255,10 @@ static const uint8_t sig_class[256] = {
 			} else {                                                                   \
 				size_t ng_ = MIN(wl_ - 3, (size_t) MAX_GRAMS_PER_WORD);            \
 				for (size_t k_ = 0; k_ < ng_; k_++) {                              \
-					uint32_t g_ = (uint32_t) w_[k_] | (uint32_t) w_[k_ + 1] << 8 | \
-						      (uint32_t) w_[k_ + 2] << 16 |                \
-						      (uint32_t) w_[k_ + 3] << 24;                 \
-					EMIT(mix32(g_ ^ 0xa54ff53au));                             \
+					/* w_[k_] | w_[k_ + 1] << 8 | ... << 24: one load */        \
+					uint32_t g_;                                               \
+					memcpy(&g_, w_ + k_, sizeof(g_));                          \
+					EMIT(mix32(le32toh(g_) ^ 0xa54ff53au));                    \
 				}                                                                  \
 			}                                                                          \
 		}                                                                                  \
@@ -303,7 +317,10 @@ const char *classify_modality_name(enum classify_modality m)
 	return m == CLASSIFY_MODALITY_CODE ? "code" : "text";
 }
 
-typedef float v8f __attribute__((vector_size(32)));
+/* Four floats, one SSE register (or NEON's): the accumulator below is two of these, not one
+ * 8-float vector, which a build without AVX splits and keeps in memory, every add then
+ * waiting on a store and a load. */
+typedef float v4f __attribute__((vector_size(16)));
 
 /* Raw (temperature 1) logits; returns the number of features and, in *n_seen, whether any
  * of them was seen in training (1) or none (0): only that is used, so the seen bits stop
@@ -322,17 +339,19 @@ static size_t model_logits(const struct classify_model *m, const char *text, siz
 	 * behind the hashing. */
 	uint32_t batch[64];
 	size_t nb = 0;
-	v8f acc8 = { 0 };
+	v4f acc_lo = { 0 }, acc_hi = { 0 };
 
 #define FLUSH_BATCH()                                                                              \
 	do {                                                                                       \
 		if (K <= 8) {                                                                      \
-			/* One 8-wide add a feature in a register, not K adds through memory; \
+			/* One 8-wide add a feature in registers, not K adds through memory;  \
 			 * the lanes past K read the next row (or the slack) and are dropped. */  \
 			for (size_t b_ = 0; b_ < nb; b_++) {                                       \
-				v8f r_;                                                            \
-				memcpy(&r_, w + (size_t) batch[b_] * K, sizeof(r_));               \
-				acc8 += r_;                                                        \
+				v4f lo_, hi_;                                                      \
+				memcpy(&lo_, w + (size_t) batch[b_] * K, sizeof(lo_));             \
+				memcpy(&hi_, w + (size_t) batch[b_] * K + 4, sizeof(hi_));         \
+				acc_lo += lo_;                                                     \
+				acc_hi += hi_;                                                     \
 				if (!ns)                                                           \
 					ns = (seen[batch[b_] >> 6] >> (batch[b_] & 63)) & 1;       \
 			}                                                                          \
@@ -361,7 +380,7 @@ static size_t model_logits(const struct classify_model *m, const char *text, siz
 #undef FLUSH_BATCH
 	if (K <= 8)
 		for (size_t k = 0; k < K; k++)
-			acc[k] = acc8[k];
+			acc[k] = k < 4 ? acc_lo[k] : acc_hi[k - 4];
 
 	float s = nf ? 1.0f / sqrtf((float) nf) : 0.0f;
 	for (size_t k = 0; k < K; k++)
