@@ -1024,7 +1024,8 @@ void classify_signals(const char *text, size_t len, struct classify_result *ret)
 				math += (in & IN_MATH) != 0;
 				multi += (in & IN_MULTI) != 0;
 			}
-			i = j;
+			/* the space after a word is passed here, not by another turn of the loop */
+			i = j < len && p[j] == ' ' ? j + 1 : j;
 			continue;
 		}
 		tokens++;
