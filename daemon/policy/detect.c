@@ -1689,6 +1689,13 @@ static size_t plain_word_end(const char *t, size_t len, size_t i)
 	return q;
 }
 
+static bool plain_words_off; /* detect_use_plain_words() */
+
+void detect_use_plain_words(bool on)
+{
+	plain_words_off = !on;
+}
+
 int detect_scan(const char *t, size_t len, struct detect_matches *m)
 {
 	size_t i = 0;
@@ -1708,7 +1715,7 @@ int detect_scan(const char *t, size_t len, struct detect_matches *m)
 			i++;
 			continue;
 		}
-		if ((dclass[c] & DC_ALPHA) && (e = plain_word_end(t, len, i))) {
+		if ((dclass[c] & DC_ALPHA) && !plain_words_off && (e = plain_word_end(t, len, i))) {
 			/* the byte after a plain word, when no detector starts there, is passed
 			 * here rather than by the test above */
 			i = e < len && !(dclass[(unsigned char) t[e]] & DC_START) ? e + 1 : e;
