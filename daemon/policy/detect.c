@@ -639,6 +639,11 @@ static const char *const password_words[] = {
 	"password", "passwd", "pwd", "passphrase", "pass", "pin", "contraseña",
 	"passwort", "parola", "senha",
 };
+/* By last letter ('a'..'z'), the key words (bit k: key_words[k]) and password words (bit
+ * 16 + k) that end in it; built by word_sets_init(). */
+static uint32_t key_word_by_last[26];
+_Static_assert(ELEMENTSOF(key_words) <= 16 && ELEMENTSOF(password_words) <= 16,
+	       "key_word_by_last holds 16 words of each kind");
 
 static size_t scan_at(const char *t, size_t len, size_t i, enum detect_kind *kind,
 		      size_t *ret_start, int depth);
@@ -664,9 +669,11 @@ static size_t scan_key_context(const char *t, size_t len, size_t i, size_t *ret_
 	n = e - i;
 	if (n < 3 || n >= sizeof(w) || (e < len && is_word((unsigned char) t[e])))
 		return 0;
-	/* the last letters of every key word: most words end elsewhere */
-	if (!strchr("yntlshreoda", to_lower((unsigned char) t[e - 1])) &&
-	    (unsigned char) t[e - 1] < 0x80)
+	/* the key words that end in the identifier's last letter (key_word_by_last, bit k: key
+	 * word k, bit 16 + k: password word k): most words end elsewhere */
+	int last = to_lower((unsigned char) t[e - 1]);
+	uint32_t cands = is_lower(last) ? key_word_by_last[last - 'a'] : 0;
+	if (!cands)
 		return 0;
 	for (size_t k = 0; k < n; k++) {
 		w[k] = (char) to_lower((unsigned char) t[i + k]);
@@ -677,9 +684,8 @@ static size_t scan_key_context(const char *t, size_t len, size_t i, size_t *ret_
 	/* the identifier ends in a key word that starts at a part boundary */
 	for (int list = 0; list < 2 && !matched; list++) {
 		const char *const *l = list ? password_words : key_words;
-		size_t nl = list ? ELEMENTSOF(password_words) : ELEMENTSOF(key_words);
-		for (size_t k = 0; k < nl; k++) {
-			size_t kl, s;
+		for (uint32_t b = list ? cands >> 16 : cands & 0xffff; b; b &= b - 1) {
+			size_t k = (size_t) __builtin_ctz(b), kl, s;
 			/* every key word starts with a lower-case ASCII letter */
 			if (l[k][0] != w[0] && !(letters & 1u << (l[k][0] - 'a')))
 				continue; /* the key word's first letter is nowhere in w */
@@ -1613,6 +1619,13 @@ static void word_sets_init(void)
 
 	for (size_t i = 0; i < ELEMENTSOF(all); i++)
 		word_set_init(all[i]);
+	/* scan_key_context()'s first filter (every entry ends in an ASCII letter; at most 16 of
+	 * each kind) */
+	for (size_t k = 0; k < ELEMENTSOF(key_words); k++)
+		key_word_by_last[key_words[k][strlen(key_words[k]) - 1] - 'a'] |= 1u << k;
+	for (size_t k = 0; k < ELEMENTSOF(password_words); k++)
+		key_word_by_last[password_words[k][strlen(password_words[k]) - 1] - 'a'] |=
+			1u << (16 + k);
 	/* plain_word_end()'s second filter: bit n of cand2_len[a][b] when some key, password or
 	 * street word of n bytes starts with the letters a b (a street word's final '.' not
 	 * counted, as the caller tries the word with and without it) */

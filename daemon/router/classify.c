@@ -177,7 +177,7 @@ static inline bool is_word_byte(unsigned char c)
 
 /* ASCII lower case as a table: one load a byte where the feature hashing lowers every byte of
  * a word (a compare and a conditional move otherwise). */
-#define LOWER1(c) ((c) >= 'A' && (c) <= 'Z' ? (c) + 32 : (c))
+#define LOWER1(c) ((unsigned char) ((c) >= 'A' && (c) <= 'Z' ? (c) + 32 : (c)))
 #define LOWER4(c) LOWER1(c), LOWER1((c) + 1), LOWER1((c) + 2), LOWER1((c) + 3)
 #define LOWER16(c) LOWER4(c), LOWER4((c) + 4), LOWER4((c) + 8), LOWER4((c) + 12)
 #define LOWER64(c) LOWER16(c), LOWER16((c) + 16), LOWER16((c) + 32), LOWER16((c) + 48)
