@@ -972,40 +972,16 @@ void classify_signals(const char *text, size_t len, struct classify_result *ret)
 		unsigned char c = p[i];
 		unsigned cl = sig_class[c];
 
-		if (cl & S_SPACE) {
-			i++;
-			continue;
-		}
-		if (cl & S_NL) {
-			/* a line ending in ; { or } reads as code */
-			size_t j = i;
-			while (j > 0 && (p[j - 1] == ' ' || p[j - 1] == '\t' || p[j - 1] == '\r'))
-				j--;
-			if (j > 0 && (p[j - 1] == ';' || p[j - 1] == '{' || p[j - 1] == '}'))
-				code++;
-			lines++;
-			line_start = true;
-			i++;
-			continue;
-		}
-		if (line_start) {
-			line_start = false;
-			/* numbered or bulleted items: a multi-part ask */
-			if ((c == '-' || c == '*') && i + 1 < len && p[i + 1] == ' ')
-				multi++;
-			else if (c >= '0' && c <= '9' && i + 1 < len &&
-				 (p[i + 1] == '.' || p[i + 1] == ')'))
-				multi++;
-		}
-		if (cl & S_CJK) {
-			/* CJK and beyond: about a token per code point */
-			tokens++;
-			i++;
-			while (i < len && (p[i] & 0xc0) == 0x80)
-				i++;
-			continue;
-		}
-		if (cl & S_WORD) {
+		/* a word first, the commonest case (a CJK lead byte is S_WORD too but counts
+		 * as a character, below) */
+		if ((cl & (S_WORD | S_CJK)) == S_WORD) {
+			/* a numbered item: a multi-part ask */
+			if (line_start) {
+				line_start = false;
+				if (c >= '0' && c <= '9' && i + 1 < len &&
+				    (p[i + 1] == '.' || p[i + 1] == ')'))
+					multi++;
+			}
 			size_t j = i + 1;
 			while (j < len && (sig_class[p[j]] & S_RUN))
 				j++;
@@ -1026,6 +1002,36 @@ void classify_signals(const char *text, size_t len, struct classify_result *ret)
 			}
 			/* the space after a word is passed here, not by another turn of the loop */
 			i = j < len && p[j] == ' ' ? j + 1 : j;
+			continue;
+		}
+		if (cl & S_SPACE) {
+			i++;
+			continue;
+		}
+		if (cl & S_NL) {
+			/* a line ending in ; { or } reads as code */
+			size_t j = i;
+			while (j > 0 && (p[j - 1] == ' ' || p[j - 1] == '\t' || p[j - 1] == '\r'))
+				j--;
+			if (j > 0 && (p[j - 1] == ';' || p[j - 1] == '{' || p[j - 1] == '}'))
+				code++;
+			lines++;
+			line_start = true;
+			i++;
+			continue;
+		}
+		if (line_start) {
+			line_start = false;
+			/* a bulleted item: a multi-part ask */
+			if ((c == '-' || c == '*') && i + 1 < len && p[i + 1] == ' ')
+				multi++;
+		}
+		if (cl & S_CJK) {
+			/* CJK and beyond: about a token per code point */
+			tokens++;
+			i++;
+			while (i < len && (p[i] & 0xc0) == 0x80)
+				i++;
 			continue;
 		}
 		tokens++;
