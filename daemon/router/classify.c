@@ -336,7 +336,7 @@ static size_t model_logits(const struct classify_model *m, const char *text, siz
 	size_t nf = 0, ns = 0;
 	/* The weight table is larger than L2: the features are hashed in batches and their rows
 	 * prefetched before they are added, so the cache misses overlap instead of queueing
-	 * behind the hashing. */
+	 * behind the hashing. A batch holds the rows' offsets in w (under 2^26: bits <= 20, K <= 64). */
 	uint32_t batch[64];
 	size_t nb = 0;
 	v4f acc_lo = { 0 }, acc_hi = { 0 };
@@ -348,30 +348,28 @@ static size_t model_logits(const struct classify_model *m, const char *text, siz
 			 * the lanes past K read the next row (or the slack) and are dropped. */  \
 			for (size_t b_ = 0; b_ < nb; b_++) {                                       \
 				v4f lo_, hi_;                                                      \
-				memcpy(&lo_, w + (size_t) batch[b_] * K, sizeof(lo_));             \
-				memcpy(&hi_, w + (size_t) batch[b_] * K + 4, sizeof(hi_));         \
+				memcpy(&lo_, w + batch[b_], sizeof(lo_));                          \
+				memcpy(&hi_, w + batch[b_] + 4, sizeof(hi_));                      \
 				acc_lo += lo_;                                                     \
 				acc_hi += hi_;                                                     \
-				if (!ns)                                                           \
-					ns = (seen[batch[b_] >> 6] >> (batch[b_] & 63)) & 1;       \
 			}                                                                          \
 		} else                                                                             \
 			for (size_t b_ = 0; b_ < nb; b_++) {                                       \
-				const float *row_ = w + (size_t) batch[b_] * K;                    \
+				const float *row_ = w + batch[b_];                                 \
 				for (size_t k = 0; k < K; k++)                                     \
 					acc[k] += row_[k];                                         \
-				if (!ns)                                                           \
-					ns = (seen[batch[b_] >> 6] >> (batch[b_] & 63)) & 1;       \
 			}                                                                          \
+		nf += nb;                                                                          \
 		nb = 0;                                                                            \
 	} while (0)
 #define EMIT_RUN(h)                                                                                \
 	do {                                                                                       \
 		uint32_t f_ = (h) & mask;                                                          \
-		__builtin_prefetch(w + (size_t) f_ * K);                                           \
-		batch[nb++] = f_;                                                                  \
-		nf++;                                                                              \
-		if (nb == ELEMENTSOF(batch))                                                       \
+		batch[nb] = f_ * (uint32_t) K;                                                     \
+		__builtin_prefetch(w + batch[nb]);                                                 \
+		if (!ns)                                                                           \
+			ns = (seen[f_ >> 6] >> (f_ & 63)) & 1;                                     \
+		if (++nb == ELEMENTSOF(batch))                                                     \
 			FLUSH_BATCH();                                                             \
 	} while (0)
 	FOREACH_FEATURE(text, len, EMIT_RUN);
