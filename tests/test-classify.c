@@ -337,7 +337,8 @@ TEST(signals_spacing)
 		/* the words: runs of [a-z0-9] */
 		for (size_t i = 0; i < n1;) {
 			size_t j = i;
-			while (j < n1 && ((one[j] >= 'a' && one[j] <= 'z') || (one[j] >= '0' && one[j] <= '9')))
+			while (j < n1 && ((one[j] >= 'a' && one[j] <= 'z') ||
+					  (one[j] >= '0' && one[j] <= '9')))
 				j++;
 			if (j > i)
 				tokens += (j - i + 4) / 5;

@@ -250,7 +250,8 @@ TEST(plain_word_followers)
 	char t[64];
 
 	for (int c = 0; c < 256; c++) {
-		int n = snprintf(t, sizeof(t), "call%c+1 415 555 2671 or mail a@b.co", c == 0 ? 1 : c);
+		int n = snprintf(t, sizeof(t), "call%c+1 415 555 2671 or mail a@b.co",
+				 c == 0 ? 1 : c);
 		t[4] = (char) c;
 		ASSERT_EQ(same_matches_both_ways(t, (size_t) n), 0);
 		n = snprintf(t, sizeof(t), "Ring%c 4111 1111 1111 1111.", c == 0 ? 1 : c);

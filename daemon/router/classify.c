@@ -255,7 +255,7 @@ static const uint8_t sig_class[256] = {
 			} else {                                                                   \
 				size_t ng_ = MIN(wl_ - 3, (size_t) MAX_GRAMS_PER_WORD);            \
 				for (size_t k_ = 0; k_ < ng_; k_++) {                              \
-					/* w_[k_] | w_[k_ + 1] << 8 | ... << 24: one load */        \
+					/* w_[k_] | w_[k_ + 1] << 8 | ... << 24: one load */       \
 					uint32_t g_;                                               \
 					memcpy(&g_, w_ + k_, sizeof(g_));                          \
 					EMIT(mix32(le32toh(g_) ^ 0xa54ff53au));                    \
@@ -336,7 +336,8 @@ static size_t model_logits(const struct classify_model *m, const char *text, siz
 	size_t nf = 0, ns = 0;
 	/* The weight table is larger than L2: the features are hashed in batches and their rows
 	 * prefetched before they are added, so the cache misses overlap instead of queueing
-	 * behind the hashing. A batch holds the rows' offsets in w (under 2^26: bits <= 20, K <= 64). */
+	 * behind the hashing. A batch holds the rows' offsets in w (under 2^26: bits <= 20,
+	 * K <= 64). */
 	uint32_t batch[64];
 	size_t nb = 0;
 	v4f acc_lo = { 0 }, acc_hi = { 0 };
