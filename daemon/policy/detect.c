@@ -1642,6 +1642,27 @@ static void word_sets_init(void)
 		}
 }
 
+/* The end of the run of lower-case ASCII letters from q: four bytes a step with one bounds
+ * test, then byte by byte within four bytes of len. */
+static inline size_t lower_run_end(const char *t, size_t len, size_t q)
+{
+	const unsigned char *p = (const unsigned char *) t;
+
+	for (; q + 4 <= len; q += 4) {
+		if (!(dclass[p[q]] & DC_LOWER))
+			return q;
+		if (!(dclass[p[q + 1]] & DC_LOWER))
+			return q + 1;
+		if (!(dclass[p[q + 2]] & DC_LOWER))
+			return q + 2;
+		if (!(dclass[p[q + 3]] & DC_LOWER))
+			return q + 3;
+	}
+	while (q < len && (dclass[p[q]] & DC_LOWER))
+		q++;
+	return q;
+}
+
 /*
  * Most word starts begin a plain word: ASCII letters, lower case after the first, followed by
  * a space or punctuation that no detector continues over. Returns the word's end when no
@@ -1658,8 +1679,7 @@ static size_t plain_word_end(const char *t, size_t len, size_t i)
 	size_t q = i + 1, n;
 	int c, f = to_lower((unsigned char) t[i]);
 
-	while (q < len && (dclass[(unsigned char) t[q]] & DC_LOWER))
-		q++;
+	q = lower_run_end(t, len, q);
 	n = q - i;
 	if (q < len && (dclass[(unsigned char) t[q]] & DC_GOES_ON))
 		return 0;

@@ -949,6 +949,25 @@ static unsigned word_lists(const unsigned char *w, size_t n)
 	}
 }
 
+/* The end of the run of S_RUN bytes from j: four bytes a step with one bounds test, then
+ * byte by byte within four bytes of len. */
+static inline size_t run_end(const unsigned char *p, size_t len, size_t j)
+{
+	for (; j + 4 <= len; j += 4) {
+		if (!(sig_class[p[j]] & S_RUN))
+			return j;
+		if (!(sig_class[p[j + 1]] & S_RUN))
+			return j + 1;
+		if (!(sig_class[p[j + 2]] & S_RUN))
+			return j + 2;
+		if (!(sig_class[p[j + 3]] & S_RUN))
+			return j + 3;
+	}
+	while (j < len && (sig_class[p[j]] & S_RUN))
+		j++;
+	return j;
+}
+
 /*
  * One pass over the bytes. Difficulty is a logistic of a few counted signals: the weights
  * make a one-line factual question about 0.1-0.2, a paragraph with several questions or a
@@ -981,9 +1000,7 @@ void classify_signals(const char *text, size_t len, struct classify_result *ret)
 				    (p[i + 1] == '.' || p[i + 1] == ')'))
 					multi++;
 			}
-			size_t j = i + 1;
-			while (j < len && (sig_class[p[j]] & S_RUN))
-				j++;
+			size_t j = run_end(p, len, i + 1);
 			size_t wl = j - i;
 			words++;
 			tokens += 1 + (wl - 1) / 5;
