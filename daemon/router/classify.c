@@ -183,6 +183,16 @@ static inline bool is_word_byte(unsigned char c)
 #define LOWER64(c) LOWER16(c), LOWER16((c) + 16), LOWER16((c) + 32), LOWER16((c) + 48)
 static const unsigned char lower_table[256] = { LOWER64(0), LOWER64(64), LOWER64(128),
 						LOWER64(192) };
+#undef LOWER1
+/* The feature hashing's view of a byte, also one load: a word byte (is_word_byte()) lower-cased,
+ * 0 for any other (no word byte lowers to 0). */
+#define LOWER1(c)                                                                                  \
+	((unsigned char) ((c) >= 'A' && (c) <= 'Z'                          ? (c) + 32           \
+			  : ((c) >= 'a' && (c) <= 'z') || ((c) >= '0' && (c) <= '9') || (c) >= 0x80 \
+				  ? (c)                                                              \
+				  : 0))
+static const unsigned char feature_byte[256] = { LOWER64(0), LOWER64(64), LOWER64(128),
+						 LOWER64(192) };
 #undef LOWER64
 #undef LOWER16
 #undef LOWER4
@@ -226,7 +236,7 @@ static const uint8_t sig_class[256] = {
 		uint32_t prev_ = 0;                                                                \
 		bool have_prev_ = false;                                                           \
 		while (i_ < n_) {                                                                  \
-			while (i_ < n_ && !(sig_class[p_[i_]] & S_WORD))                           \
+			while (i_ < n_ && !feature_byte[p_[i_]])                                   \
 				i_++;                                                              \
 			if (i_ >= n_)                                                              \
 				break;                                                             \
@@ -234,8 +244,9 @@ static const uint8_t sig_class[256] = {
 			size_t wl_ = 0;                                                            \
 			uint32_t wh_ = 0x811c9dc5u;                                                \
 			w_[wl_++] = ' ';                                                           \
-			while (i_ < n_ && (sig_class[p_[i_]] & S_WORD)) {                          \
-				unsigned char c_ = lower(p_[i_++]);                                \
+			unsigned char c_;                                                          \
+			while (i_ < n_ && (c_ = feature_byte[p_[i_]]) != 0) {                      \
+				i_++;                                                              \
 				wh_ = (wh_ ^ c_) * 0x01000193u;                                    \
 				if (wl_ < MAX_WORD + 1)                                            \
 					w_[wl_++] = c_;                                            \
