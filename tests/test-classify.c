@@ -263,3 +263,96 @@ TEST(signals)
 	ASSERT_EQ(a.context_tokens, 6);
 	return 0;
 }
+
+static uint64_t rng_next(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+/* The feature hashing lowers ASCII letters (by table) and nothing else: a prompt and its
+ * ASCII-lower-cased copy get the same posterior, bit for bit; a byte >= 0x80 is no letter. */
+TEST(case_folding)
+{
+	_cleanup_(classify_model_freep) struct classify_model *m = NULL;
+	struct rows ex = { 0 };
+	struct classify_result a, b;
+	uint64_t x = 0x2545f4914f6cdd1dull;
+	char up[4096], low[4096];
+
+	ASSERT_OK(build_from_adapters(NULL, &m));
+	ASSERT_OK(read_rows("heldout.tsv", &ex));
+	for (size_t i = 0; i < ex.n; i++) {
+		size_t n = strlen(ex.text[i]);
+		for (size_t k = 0; k < n; k++) {
+			char c = ex.text[i][k];
+			bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+			low[k] = letter ? (char) (c | 0x20) : c;
+			up[k] = letter && rng_next(&x) % 2 ? (char) (c & ~0x20) : low[k];
+		}
+		classify_run(m, up, n, &a);
+		classify_run(m, low, n, &b);
+		ASSERT_EQ(memcmp(a.posterior, b.posterior, sizeof(a.posterior)), 0);
+	}
+	rows_free(&ex);
+	/* "caf\xc3\xa9" and "caf\xc3\x89" (é, É) differ in a byte >= 0x80: not folded */
+	classify_run(m, "un caf\xc3\xa9 au lait", 17, &a);
+	classify_run(m, "un caf\xc3\x89 au lait", 17, &b);
+	ASSERT_TRUE(memcmp(a.posterior, b.posterior, sizeof(a.posterior)) != 0 || a.unknown);
+	return 0;
+}
+
+/* The signals pass steps over a word and the space after it at once: how the words are
+ * spaced (' ', '\t', '\r', one or several) changes no signal, and the token count is one per
+ * started 5 bytes of a word plus one per punctuation byte. */
+TEST(signals_spacing)
+{
+	static const char *const pieces[] = { "a", "to", "the", "then", "solve", "return",
+					      "integral", "explanation", "internationalisation",
+					      "x1", "42", "def", "why", "?", ",", ".", "!" };
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+	char one[2048], many[8192];
+
+	for (int it = 0; it < 3000; it++) {
+		size_t n1 = 0, n2 = 0, tokens = 0;
+		int words = (int) (rng_next(&x) % 200);
+		for (int w = 0; w < words; w++) {
+			const char *p = pieces[rng_next(&x) % ELEMENTSOF(pieces)];
+			size_t l = strlen(p);
+			if (n1 + l + 1 >= sizeof(one))
+				break;
+			memcpy(one + n1, p, l);
+			memcpy(many + n2, p, l);
+			n1 += l;
+			n2 += l;
+			/* a piece glued to the one before it, or spaced */
+			if (rng_next(&x) % 4) {
+				one[n1++] = ' ';
+				for (int k = (int) (rng_next(&x) % 3); k >= 0; k--)
+					many[n2++] = " \t\r"[rng_next(&x) % 3];
+			}
+		}
+		/* the words: runs of [a-z0-9] */
+		for (size_t i = 0; i < n1;) {
+			size_t j = i;
+			while (j < n1 && ((one[j] >= 'a' && one[j] <= 'z') ||
+					  (one[j] >= '0' && one[j] <= '9')))
+				j++;
+			if (j > i)
+				tokens += (j - i + 4) / 5;
+			else
+				tokens += one[j++] != ' ';
+			i = j;
+		}
+		struct classify_result a, b;
+		classify_signals(one, n1, &a);
+		classify_signals(many, n2, &b);
+		ASSERT_EQ(a.context_tokens, tokens);
+		ASSERT_EQ(b.context_tokens, tokens);
+		ASSERT_EQ(memcmp(&a.difficulty, &b.difficulty, sizeof(a.difficulty)), 0);
+		ASSERT_EQ(a.modality, b.modality);
+	}
+	return 0;
+}

@@ -155,6 +155,115 @@ TEST(bounds)
 	return 0;
 }
 
+/* The walk passes over a plain word (lower-case letters after the first, then a space or
+ * punctuation no detector reads on over) without trying the detectors there, and over the
+ * byte after it when no detector starts at that byte: the matches must be the ones the
+ * detectors find when every word start is tried. On the corpus and on random text made of
+ * the bytes and words those shortcuts look at. */
+static const char *const plain_pieces[] = {
+	"via", "Via", "viale", "avda.", "av.", "c/", "calle", "x", "X", "y", "Z", "key", "token",
+	"apikey", "password", "pwd", "pin", "secret", "Bearer", "word", "Word", "WORD", "is",
+	"abcdefghijklmnop", "Abcdefghijklmnop", "abcdefghijklmno", "abcdefghijklmnopq", "sk-",
+	"eyJ", "AKIA", "IT60", "1234567L", "12", "00184", "+39", "(555)", "555-1234", "@", "a@b.co",
+	".", ". ", ".x", ",", ":", "::", "/", "'", "%", "+", "-", "(", ")", "_", "=", "\t", "\n",
+	" ", " ", " ", "  ", "\xc3\xa8", "\xe2\x80\x99", "#", "4111 1111 1111 1111", "Roma",
+	"Street", "St.", "192.168.1.1", "fe80::1",
+};
+
+static uint64_t rng_next(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+static int same_matches_both_ways(const char *t, size_t len)
+{
+	struct detect_matches a = { 0 }, b = { 0 };
+	int r = 0;
+
+	detect_use_plain_words(true);
+	ASSERT_OK(detect_scan(t, len, &a));
+	detect_use_plain_words(false);
+	ASSERT_OK(detect_scan(t, len, &b));
+	detect_use_plain_words(true);
+	if (a.n != b.n)
+		r = 1;
+	for (size_t i = 0; !r && i < a.n; i++)
+		r = a.v[i].kind != b.v[i].kind || a.v[i].start != b.v[i].start ||
+		    a.v[i].end != b.v[i].end;
+	if (r)
+		fprintf(stderr, "  %zu vs %zu matches in \"%.*s\"\n", a.n, b.n, (int) MIN(len, 200),
+			t);
+	detect_matches_done(&a);
+	detect_matches_done(&b);
+	return r;
+}
+
+TEST(plain_word_shortcut_changes_nothing)
+{
+	static const char *const files[] = { "/tests/data/policy-corpus/handwritten.txt",
+					     "/tests/data/policy-corpus/generated.txt",
+					     "/tests/data/router/exemplars.tsv" };
+	char path[512], line[4096], buf[600];
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+	unsigned texts = 0;
+
+	for (size_t f = 0; f < ELEMENTSOF(files); f++) {
+		snprintf(path, sizeof(path), "%s%s", MOLLY_SOURCE_DIR, files[f]);
+		FILE *fp = fopen(path, "re");
+		ASSERT_TRUE(fp != NULL);
+		while (fgets(line, sizeof(line), fp)) {
+			texts++;
+			if (same_matches_both_ways(line, strlen(line))) {
+				fclose(fp);
+				return 1;
+			}
+		}
+		fclose(fp);
+	}
+	for (int it = 0; it < 20000; it++) {
+		size_t n = 0;
+		while (n < sizeof(buf) - 40 && rng_next(&x) % 64) {
+			const char *p = plain_pieces[rng_next(&x) % ELEMENTSOF(plain_pieces)];
+			size_t l = strlen(p);
+			memcpy(buf + n, p, l);
+			n += l;
+			if (rng_next(&x) % 3)
+				buf[n++] = ' ';
+		}
+		/* a few bytes of anything, 0 included */
+		for (int k = (int) (rng_next(&x) % 4); k > 0 && n; k--)
+			buf[rng_next(&x) % n] = (char) rng_next(&x);
+		texts++;
+		ASSERT_EQ(same_matches_both_ways(buf, n), 0);
+	}
+	printf("  %u texts: the same matches with and without the plain-word shortcut\n", texts);
+	return 0;
+}
+
+/* Every byte after a plain word: the detectors see the same as with the shortcut off, and
+ * a value right after "word " and "word" + that byte is still found. */
+TEST(plain_word_followers)
+{
+	char t[64];
+
+	for (int c = 0; c < 256; c++) {
+		int n = snprintf(t, sizeof(t), "call%c+1 415 555 2671 or mail a@b.co",
+				 c == 0 ? 1 : c);
+		t[4] = (char) c;
+		ASSERT_EQ(same_matches_both_ways(t, (size_t) n), 0);
+		n = snprintf(t, sizeof(t), "Ring%c 4111 1111 1111 1111.", c == 0 ? 1 : c);
+		t[4] = (char) c;
+		ASSERT_EQ(same_matches_both_ways(t, (size_t) n), 0);
+	}
+	EXPECT("ring (415) 555-2671", "phone=[(415) 555-2671]");
+	EXPECT("ring\t+1 415 555 2671", "phone=[+1 415 555 2671]");
+	EXPECT("mail,a@b.co", "email=[a@b.co]");
+	return 0;
+}
+
 /* ---- the corpus ---- */
 
 struct span {

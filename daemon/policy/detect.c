@@ -109,18 +109,23 @@ static inline bool is_b64url(int c)
 
 /* The walk's byte classes, one table load each (the walk tests every byte of the text):
  * DC_WORD is_word(), DC_ALPHA is_alpha(), DC_LOWER is_lower(), DC_START a byte a detector may
- * start at (is_alnum() or one of + ( - :). */
+ * start at (is_alnum() or one of + ( - :), DC_GOES_ON a byte after a word that some detector
+ * reads on over (plain_word_end(): a word byte, - @ % + : / ' or a 0 byte in the text). */
 #define DC_WORD 1u
 #define DC_ALPHA 2u
 #define DC_LOWER 4u
 #define DC_START 8u
+#define DC_GOES_ON 16u
 static const uint8_t dclass[256] = {
-	['0' ... '9'] = DC_WORD | DC_START,
-	['A' ... 'Z'] = DC_WORD | DC_ALPHA | DC_START,
-	['a' ... 'z'] = DC_WORD | DC_ALPHA | DC_LOWER | DC_START,
-	['_'] = DC_WORD,
-	[0x80 ... 0xff] = DC_WORD,
-	['+'] = DC_START, ['('] = DC_START, ['-'] = DC_START, [':'] = DC_START,
+	['0' ... '9'] = DC_WORD | DC_START | DC_GOES_ON,
+	['A' ... 'Z'] = DC_WORD | DC_ALPHA | DC_START | DC_GOES_ON,
+	['a' ... 'z'] = DC_WORD | DC_ALPHA | DC_LOWER | DC_START | DC_GOES_ON,
+	['_'] = DC_WORD | DC_GOES_ON,
+	[0x80 ... 0xff] = DC_WORD | DC_GOES_ON,
+	['+'] = DC_START | DC_GOES_ON, ['('] = DC_START, ['-'] = DC_START | DC_GOES_ON,
+	[':'] = DC_START | DC_GOES_ON,
+	['@'] = DC_GOES_ON, ['%'] = DC_GOES_ON, ['/'] = DC_GOES_ON, ['\''] = DC_GOES_ON,
+	[0] = DC_GOES_ON,
 };
 
 /* The match ends at a word end: what follows is not a letter or digit. */
@@ -634,6 +639,11 @@ static const char *const password_words[] = {
 	"password", "passwd", "pwd", "passphrase", "pass", "pin", "contraseña",
 	"passwort", "parola", "senha",
 };
+/* By last letter ('a'..'z'), the key words (bit k: key_words[k]) and password words (bit
+ * 16 + k) that end in it; built by word_sets_init(). */
+static uint32_t key_word_by_last[26];
+_Static_assert(ELEMENTSOF(key_words) <= 16 && ELEMENTSOF(password_words) <= 16,
+	       "key_word_by_last holds 16 words of each kind");
 
 static size_t scan_at(const char *t, size_t len, size_t i, enum detect_kind *kind,
 		      size_t *ret_start, int depth);
@@ -659,9 +669,11 @@ static size_t scan_key_context(const char *t, size_t len, size_t i, size_t *ret_
 	n = e - i;
 	if (n < 3 || n >= sizeof(w) || (e < len && is_word((unsigned char) t[e])))
 		return 0;
-	/* the last letters of every key word: most words end elsewhere */
-	if (!strchr("yntlshreoda", to_lower((unsigned char) t[e - 1])) &&
-	    (unsigned char) t[e - 1] < 0x80)
+	/* the key words that end in the identifier's last letter (key_word_by_last, bit k: key
+	 * word k, bit 16 + k: password word k): most words end elsewhere */
+	int last = to_lower((unsigned char) t[e - 1]);
+	uint32_t cands = is_lower(last) ? key_word_by_last[last - 'a'] : 0;
+	if (!cands)
 		return 0;
 	for (size_t k = 0; k < n; k++) {
 		w[k] = (char) to_lower((unsigned char) t[i + k]);
@@ -672,9 +684,8 @@ static size_t scan_key_context(const char *t, size_t len, size_t i, size_t *ret_
 	/* the identifier ends in a key word that starts at a part boundary */
 	for (int list = 0; list < 2 && !matched; list++) {
 		const char *const *l = list ? password_words : key_words;
-		size_t nl = list ? ELEMENTSOF(password_words) : ELEMENTSOF(key_words);
-		for (size_t k = 0; k < nl; k++) {
-			size_t kl, s;
+		for (uint32_t b = list ? cands >> 16 : cands & 0xffff; b; b &= b - 1) {
+			size_t k = (size_t) __builtin_ctz(b), kl, s;
 			/* every key word starts with a lower-case ASCII letter */
 			if (l[k][0] != w[0] && !(letters & 1u << (l[k][0] - 'a')))
 				continue; /* the key word's first letter is nowhere in w */
@@ -1608,6 +1619,13 @@ static void word_sets_init(void)
 
 	for (size_t i = 0; i < ELEMENTSOF(all); i++)
 		word_set_init(all[i]);
+	/* scan_key_context()'s first filter (every entry ends in an ASCII letter; at most 16 of
+	 * each kind) */
+	for (size_t k = 0; k < ELEMENTSOF(key_words); k++)
+		key_word_by_last[key_words[k][strlen(key_words[k]) - 1] - 'a'] |= 1u << k;
+	for (size_t k = 0; k < ELEMENTSOF(password_words); k++)
+		key_word_by_last[password_words[k][strlen(password_words[k]) - 1] - 'a'] |=
+			1u << (16 + k);
 	/* plain_word_end()'s second filter: bit n of cand2_len[a][b] when some key, password or
 	 * street word of n bytes starts with the letters a b (a street word's final '.' not
 	 * counted, as the caller tries the word with and without it) */
@@ -1622,6 +1640,27 @@ static void word_sets_init(void)
 			if (w[n - 1] == '.')
 				cand2_len[w[0] - 'a'][w[1] - 'a'] |= 1u << (n - 1);
 		}
+}
+
+/* The end of the run of lower-case ASCII letters from q: four bytes a step with one bounds
+ * test, then byte by byte within four bytes of len. */
+static inline size_t lower_run_end(const char *t, size_t len, size_t q)
+{
+	const unsigned char *p = (const unsigned char *) t;
+
+	for (; q + 4 <= len; q += 4) {
+		if (!(dclass[p[q]] & DC_LOWER))
+			return q;
+		if (!(dclass[p[q + 1]] & DC_LOWER))
+			return q + 1;
+		if (!(dclass[p[q + 2]] & DC_LOWER))
+			return q + 2;
+		if (!(dclass[p[q + 3]] & DC_LOWER))
+			return q + 3;
+	}
+	while (q < len && (dclass[p[q]] & DC_LOWER))
+		q++;
+	return q;
 }
 
 /*
@@ -1640,38 +1679,54 @@ static size_t plain_word_end(const char *t, size_t len, size_t i)
 	size_t q = i + 1, n;
 	int c, f = to_lower((unsigned char) t[i]);
 
-	while (q < len && (dclass[(unsigned char) t[q]] & DC_LOWER))
-		q++;
+	q = lower_run_end(t, len, q);
 	n = q - i;
-	c = AT(q);
-	if (is_word(c) || c == '-' || c == '@' || c == '%' || c == '+' || c == ':' || c == '/' ||
-	    c == '\'' || (c == 0 && q < len))
+	if (q < len && (dclass[(unsigned char) t[q]] & DC_GOES_ON))
 		return 0;
+	c = AT(q);
 	if (c == '.') {
 		/* end of a sentence: ". " or the end; "a.b" may be an e-mail or a host */
 		int d = AT(q + 1);
 		if (q + 1 < len && d != ' ' && d != '\n' && d != '\r' && d != '\t')
 			return 0;
 	}
-	if (n == 16 || (n == 1 && (f == 'x' || f == 'y' || f == 'z')))
-		return 0;
-	/* by first letter, the lengths of the key, password and street words (bit n: n bytes,
-	 * a street word's '.' not counted); derived from the lists above */
+	/* by first letter (the caller saw a letter: f is lower case), the lengths of the key,
+	 * password and street words (bit n: n bytes, a street word's '.' not counted); derived
+	 * from the lists above */
 	static const uint16_t cand_len[26] = { 0x22d4, 0x40, 0xe64, 0x0, 0x0, 0x0, 0x100, 0x0, 0x0, 0x0, 0x8, 0x220, 0x0, 0x0, 0x0, 0x578, 0x0, 0x60, 0xe0, 0x220, 0x0, 0x68, 0x0, 0x0, 0x0, 0x0 };
-
-	if (!is_lower(f) || n >= 16 || !(cand_len[f - 'a'] >> n & 1))
+	/* the lengths that go the slow way whatever the letters: 16 (a codice fiscale), and 1
+	 * for X, Y, Z (a NIE) */
+	uint32_t bit = n < 32 ? 1u << n : 0;
+	if ((bit & (1u << 16 | (f >= 'x' ? 1u << 1 : 0))) != 0)
+		return 0;
+	if (!(cand_len[f - 'a'] & bit))
 		return q;
 	/* the same by the first two letters (built from the lists by word_sets_init()): most
 	 * words that get past the first letter fail here, before any list is walked */
-	if (n >= 2 && !(cand2_len[f - 'a'][t[i + 1] - 'a'] >> n & 1))
+	if (n >= 2 && !(cand2_len[f - 'a'][t[i + 1] - 'a'] & bit))
 		return q;
-	if (n >= 3 && n <= 13 && (word_is(t, len, i, q, &ws_key_words) ||
-				  word_is(t, len, i, q, &ws_password_words)))
+	/* the word lower-cased once for the lists (n < 16: the bits above stop longer ones) */
+	char w[16];
+	for (size_t k = 0; k < n; k++)
+		w[k] = (char) to_lower((unsigned char) t[i + k]);
+	if (n >= 3 && n <= 13 &&
+	    (word_in(w, n, &ws_key_words) || word_in(w, n, &ws_password_words)))
 		return 0;
-	if (n <= 10 && (word_is(t, len, i, q, &ws_it_es_street) ||
-			(c == '.' && word_is(t, len, i, q + 1, &ws_it_es_street))))
+	if (n <= 10 && word_in(w, n, &ws_it_es_street))
 		return 0;
+	if (n <= 10 && c == '.') {
+		w[n] = '.';
+		if (word_in(w, n + 1, &ws_it_es_street))
+			return 0;
+	}
 	return q;
+}
+
+static bool plain_words_off; /* detect_use_plain_words() */
+
+void detect_use_plain_words(bool on)
+{
+	plain_words_off = !on;
 }
 
 int detect_scan(const char *t, size_t len, struct detect_matches *m)
@@ -1693,8 +1748,10 @@ int detect_scan(const char *t, size_t len, struct detect_matches *m)
 			i++;
 			continue;
 		}
-		if ((dclass[c] & DC_ALPHA) && (e = plain_word_end(t, len, i))) {
-			i = e;
+		if ((dclass[c] & DC_ALPHA) && !plain_words_off && (e = plain_word_end(t, len, i))) {
+			/* the byte after a plain word, when no detector starts there, is passed
+			 * here rather than by the test above */
+			i = e < len && !(dclass[(unsigned char) t[e]] & DC_START) ? e + 1 : e;
 			continue;
 		}
 		e = scan_at(t, len, i, &k, &s, 0);

@@ -3,6 +3,7 @@
  * classify.c: hashed n-gram multinomial logistic regression with temperature scaling, and
  * the cheap text signals (difficulty, modality, context need). See classify.h.
  */
+#include <endian.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -174,9 +175,32 @@ static inline bool is_word_byte(unsigned char c)
 	       c >= 0x80;
 }
 
+/* ASCII lower case as a table: one load a byte where the feature hashing lowers every byte of
+ * a word (a compare and a conditional move otherwise). */
+#define LOWER1(c) ((unsigned char) ((c) >= 'A' && (c) <= 'Z' ? (c) + 32 : (c)))
+#define LOWER4(c) LOWER1(c), LOWER1((c) + 1), LOWER1((c) + 2), LOWER1((c) + 3)
+#define LOWER16(c) LOWER4(c), LOWER4((c) + 4), LOWER4((c) + 8), LOWER4((c) + 12)
+#define LOWER64(c) LOWER16(c), LOWER16((c) + 16), LOWER16((c) + 32), LOWER16((c) + 48)
+static const unsigned char lower_table[256] = { LOWER64(0), LOWER64(64), LOWER64(128),
+						LOWER64(192) };
+#undef LOWER1
+/* The feature hashing's view of a byte, also one load: a word byte (is_word_byte()) lower-cased,
+ * 0 for any other (no word byte lowers to 0). */
+#define LOWER1(c)                                                                                  \
+	((unsigned char) ((c) >= 'A' && (c) <= 'Z'                          ? (c) + 32           \
+			  : ((c) >= 'a' && (c) <= 'z') || ((c) >= '0' && (c) <= '9') || (c) >= 0x80 \
+				  ? (c)                                                              \
+				  : 0))
+static const unsigned char feature_byte[256] = { LOWER64(0), LOWER64(64), LOWER64(128),
+						 LOWER64(192) };
+#undef LOWER64
+#undef LOWER16
+#undef LOWER4
+#undef LOWER1
+
 static inline unsigned char lower(unsigned char c)
 {
-	return (c >= 'A' && c <= 'Z') ? (unsigned char) (c + 32) : c;
+	return lower_table[c];
 }
 
 /* What the feature hashing and the signals pass need to know of a byte, one table load
@@ -212,7 +236,7 @@ static const uint8_t sig_class[256] = {
 		uint32_t prev_ = 0;                                                                \
 		bool have_prev_ = false;                                                           \
 		while (i_ < n_) {                                                                  \
-			while (i_ < n_ && !(sig_class[p_[i_]] & S_WORD))                           \
+			while (i_ < n_ && !feature_byte[p_[i_]])                                   \
 				i_++;                                                              \
 			if (i_ >= n_)                                                              \
 				break;                                                             \
@@ -220,8 +244,9 @@ static const uint8_t sig_class[256] = {
 			size_t wl_ = 0;                                                            \
 			uint32_t wh_ = 0x811c9dc5u;                                                \
 			w_[wl_++] = ' ';                                                           \
-			while (i_ < n_ && (sig_class[p_[i_]] & S_WORD)) {                          \
-				unsigned char c_ = lower(p_[i_++]);                                \
+			unsigned char c_;                                                          \
+			while (i_ < n_ && (c_ = feature_byte[p_[i_]]) != 0) {                      \
+				i_++;                                                              \
 				wh_ = (wh_ ^ c_) * 0x01000193u;                                    \
 				if (wl_ < MAX_WORD + 1)                                            \
 					w_[wl_++] = c_;                                            \
@@ -241,10 +266,10 @@ static const uint8_t sig_class[256] = {
 			} else {                                                                   \
 				size_t ng_ = MIN(wl_ - 3, (size_t) MAX_GRAMS_PER_WORD);            \
 				for (size_t k_ = 0; k_ < ng_; k_++) {                              \
-					uint32_t g_ = (uint32_t) w_[k_] | (uint32_t) w_[k_ + 1] << 8 | \
-						      (uint32_t) w_[k_ + 2] << 16 |                \
-						      (uint32_t) w_[k_ + 3] << 24;                 \
-					EMIT(mix32(g_ ^ 0xa54ff53au));                             \
+					/* w_[k_] | w_[k_ + 1] << 8 | ... << 24: one load */       \
+					uint32_t g_;                                               \
+					memcpy(&g_, w_ + k_, sizeof(g_));                          \
+					EMIT(mix32(le32toh(g_) ^ 0xa54ff53au));                    \
 				}                                                                  \
 			}                                                                          \
 		}                                                                                  \
@@ -303,7 +328,10 @@ const char *classify_modality_name(enum classify_modality m)
 	return m == CLASSIFY_MODALITY_CODE ? "code" : "text";
 }
 
-typedef float v8f __attribute__((vector_size(32)));
+/* Four floats, one SSE register (or NEON's): the accumulator below is two of these, not one
+ * 8-float vector, which a build without AVX splits and keeps in memory, every add then
+ * waiting on a store and a load. */
+typedef float v4f __attribute__((vector_size(16)));
 
 /* Raw (temperature 1) logits; returns the number of features and, in *n_seen, whether any
  * of them was seen in training (1) or none (0): only that is used, so the seen bits stop
@@ -319,40 +347,41 @@ static size_t model_logits(const struct classify_model *m, const char *text, siz
 	size_t nf = 0, ns = 0;
 	/* The weight table is larger than L2: the features are hashed in batches and their rows
 	 * prefetched before they are added, so the cache misses overlap instead of queueing
-	 * behind the hashing. */
+	 * behind the hashing. A batch holds the rows' offsets in w (under 2^26: bits <= 20,
+	 * K <= 64). */
 	uint32_t batch[64];
 	size_t nb = 0;
-	v8f acc8 = { 0 };
+	v4f acc_lo = { 0 }, acc_hi = { 0 };
 
 #define FLUSH_BATCH()                                                                              \
 	do {                                                                                       \
 		if (K <= 8) {                                                                      \
-			/* One 8-wide add a feature in a register, not K adds through memory; \
+			/* One 8-wide add a feature in registers, not K adds through memory;  \
 			 * the lanes past K read the next row (or the slack) and are dropped. */  \
 			for (size_t b_ = 0; b_ < nb; b_++) {                                       \
-				v8f r_;                                                            \
-				memcpy(&r_, w + (size_t) batch[b_] * K, sizeof(r_));               \
-				acc8 += r_;                                                        \
-				if (!ns)                                                           \
-					ns = (seen[batch[b_] >> 6] >> (batch[b_] & 63)) & 1;       \
+				v4f lo_, hi_;                                                      \
+				memcpy(&lo_, w + batch[b_], sizeof(lo_));                          \
+				memcpy(&hi_, w + batch[b_] + 4, sizeof(hi_));                      \
+				acc_lo += lo_;                                                     \
+				acc_hi += hi_;                                                     \
 			}                                                                          \
 		} else                                                                             \
 			for (size_t b_ = 0; b_ < nb; b_++) {                                       \
-				const float *row_ = w + (size_t) batch[b_] * K;                    \
+				const float *row_ = w + batch[b_];                                 \
 				for (size_t k = 0; k < K; k++)                                     \
 					acc[k] += row_[k];                                         \
-				if (!ns)                                                           \
-					ns = (seen[batch[b_] >> 6] >> (batch[b_] & 63)) & 1;       \
 			}                                                                          \
+		nf += nb;                                                                          \
 		nb = 0;                                                                            \
 	} while (0)
 #define EMIT_RUN(h)                                                                                \
 	do {                                                                                       \
 		uint32_t f_ = (h) & mask;                                                          \
-		__builtin_prefetch(w + (size_t) f_ * K);                                           \
-		batch[nb++] = f_;                                                                  \
-		nf++;                                                                              \
-		if (nb == ELEMENTSOF(batch))                                                       \
+		batch[nb] = f_ * (uint32_t) K;                                                     \
+		__builtin_prefetch(w + batch[nb]);                                                 \
+		if (!ns)                                                                           \
+			ns = (seen[f_ >> 6] >> (f_ & 63)) & 1;                                     \
+		if (++nb == ELEMENTSOF(batch))                                                     \
 			FLUSH_BATCH();                                                             \
 	} while (0)
 	FOREACH_FEATURE(text, len, EMIT_RUN);
@@ -361,7 +390,7 @@ static size_t model_logits(const struct classify_model *m, const char *text, siz
 #undef FLUSH_BATCH
 	if (K <= 8)
 		for (size_t k = 0; k < K; k++)
-			acc[k] = acc8[k];
+			acc[k] = k < 4 ? acc_lo[k] : acc_hi[k - 4];
 
 	float s = nf ? 1.0f / sqrtf((float) nf) : 0.0f;
 	for (size_t k = 0; k < K; k++)
@@ -931,6 +960,25 @@ static unsigned word_lists(const unsigned char *w, size_t n)
 	}
 }
 
+/* The end of the run of S_RUN bytes from j: four bytes a step with one bounds test, then
+ * byte by byte within four bytes of len. */
+static inline size_t run_end(const unsigned char *p, size_t len, size_t j)
+{
+	for (; j + 4 <= len; j += 4) {
+		if (!(sig_class[p[j]] & S_RUN))
+			return j;
+		if (!(sig_class[p[j + 1]] & S_RUN))
+			return j + 1;
+		if (!(sig_class[p[j + 2]] & S_RUN))
+			return j + 2;
+		if (!(sig_class[p[j + 3]] & S_RUN))
+			return j + 3;
+	}
+	while (j < len && (sig_class[p[j]] & S_RUN))
+		j++;
+	return j;
+}
+
 /*
  * One pass over the bytes. Difficulty is a logistic of a few counted signals: the weights
  * make a one-line factual question about 0.1-0.2, a paragraph with several questions or a
@@ -953,6 +1001,36 @@ void classify_signals(const char *text, size_t len, struct classify_result *ret)
 		unsigned char c = p[i];
 		unsigned cl = sig_class[c];
 
+		/* a word first, the commonest case (a CJK lead byte is S_WORD too but counts
+		 * as a character, below) */
+		if ((cl & (S_WORD | S_CJK)) == S_WORD) {
+			/* a numbered item: a multi-part ask */
+			if (line_start) {
+				line_start = false;
+				if (c >= '0' && c <= '9' && i + 1 < len &&
+				    (p[i + 1] == '.' || p[i + 1] == ')'))
+					multi++;
+			}
+			size_t j = run_end(p, len, i + 1);
+			size_t wl = j - i;
+			words++;
+			tokens += 1 + (wl - 1) / 5;
+			/* only a word whose first two letters and length fit some list entry is
+			 * looked up (every entry has two bytes or more) */
+			if (wl >= 2 && wl <= 16 &&
+			    (word_len_mask[letter_index(c)][letter_index(p[i + 1])] >> wl & 1)) {
+				unsigned char w[16];
+				for (size_t k = 0; k < wl; k++)
+					w[k] = lower(p[i + k]);
+				unsigned in = word_lists(w, wl);
+				code += (in & IN_CODE) != 0;
+				math += (in & IN_MATH) != 0;
+				multi += (in & IN_MULTI) != 0;
+			}
+			/* the space after a word is passed here, not by another turn of the loop */
+			i = j < len && p[j] == ' ' ? j + 1 : j;
+			continue;
+		}
 		if (cl & S_SPACE) {
 			i++;
 			continue;
@@ -971,11 +1049,8 @@ void classify_signals(const char *text, size_t len, struct classify_result *ret)
 		}
 		if (line_start) {
 			line_start = false;
-			/* numbered or bulleted items: a multi-part ask */
+			/* a bulleted item: a multi-part ask */
 			if ((c == '-' || c == '*') && i + 1 < len && p[i + 1] == ' ')
-				multi++;
-			else if (c >= '0' && c <= '9' && i + 1 < len &&
-				 (p[i + 1] == '.' || p[i + 1] == ')'))
 				multi++;
 		}
 		if (cl & S_CJK) {
@@ -984,28 +1059,6 @@ void classify_signals(const char *text, size_t len, struct classify_result *ret)
 			i++;
 			while (i < len && (p[i] & 0xc0) == 0x80)
 				i++;
-			continue;
-		}
-		if (cl & S_WORD) {
-			size_t j = i + 1;
-			while (j < len && (sig_class[p[j]] & S_RUN))
-				j++;
-			size_t wl = j - i;
-			words++;
-			tokens += 1 + (wl - 1) / 5;
-			/* only a word whose first two letters and length fit some list entry is
-			 * looked up (every entry has two bytes or more) */
-			if (wl >= 2 && wl <= 16 &&
-			    (word_len_mask[letter_index(c)][letter_index(p[i + 1])] >> wl & 1)) {
-				unsigned char w[16];
-				for (size_t k = 0; k < wl; k++)
-					w[k] = lower(p[i + k]);
-				unsigned in = word_lists(w, wl);
-				code += (in & IN_CODE) != 0;
-				math += (in & IN_MATH) != 0;
-				multi += (in & IN_MULTI) != 0;
-			}
-			i = j;
 			continue;
 		}
 		tokens++;
