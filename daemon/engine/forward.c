@@ -240,27 +240,32 @@ static void attn_task(const struct attn_job *j, long t, uint32_t *r0, uint32_t *
  * Lookahead for attention's reads. A task reads a few 4 KiB blocks (one head's keys or values
  * of 16 positions, each in another page, where the hardware prefetcher stops), and computes
  * little on each; fetched one block ahead, a decode step's attention waits on memory most of
- * its time. So while a thread works on its task it also asks for the blocks of the next
- * nth unclaimed tasks (the ones it or another thread claims next), a slice before each of its
- * own blocks: spread over the work, not one burst that would fill the miss queues. Only
- * prefetches: what is read, and the arithmetic, are the same without them.
+ * its time. So a thread claims its next task when it starts one, and asks for the next
+ * task's blocks while it works on this one, a slice before each of its own blocks: spread
+ * over the work, not one burst that would fill the miss queues, and only blocks this thread
+ * reads next (prefetching the next unclaimed tasks instead, which the other threads may
+ * take, measured slower: the same lines fetched twice). Holding one claimed task can leave a
+ * thread one task behind the others at the end, a few microseconds. Only prefetches: what
+ * is read, and the arithmetic, are the same without them.
  */
-#define PF_BLOCKS 64
+#define PF_BLOCKS 64 /* blocks planned per task (1024 positions' keys, or 512 positions' K and
+			 * V); beyond them the one-block-ahead prefetch in attention() remains */
 
 struct kv_prefetch {
 	const char *blk[PF_BLOCKS];
 	uint32_t n_blk, lines_per_blk, line, per_step;
 };
 
-static void kv_prefetch_plan(struct kv_prefetch *pf, const struct attn_job *j, long next,
-			     int nth, uint32_t steps)
+/* Plans the prefetch of task u's blocks (none when u < 0) over `steps` steps. */
+static void kv_prefetch_plan(struct kv_prefetch *pf, const struct attn_job *j, long u,
+			     uint32_t steps)
 {
 	const struct model_hparams *hp = &j->m->hp;
 	uint32_t group = hp->n_head / hp->n_head_kv;
 
 	pf->n_blk = pf->line = 0;
 	pf->lines_per_blk = (uint32_t) (KV_BLOCK_TOKENS * hp->head_dim * sizeof(float) / 64);
-	for (long u = next - 1; u >= 0 && u >= next - nth; u--) {
+	if (u >= 0) {
 		uint32_t r0, nq, hd, n_kv;
 		const struct forward_seq *s;
 
@@ -286,7 +291,7 @@ static void kv_prefetch_step(struct kv_prefetch *pf)
 /*
  * Causal attention: one task per (row group, head); a group is up to ATT_Q consecutive rows
  * of one sequence at consecutive positions (a prefill chunk's; a decode row is a group of
- * one). Each reads its own sequence's blocks. Tasks are claimed one at a time, longest
+ * one). Each reads its own sequence's blocks. Tasks are claimed one ahead, longest
  * first (a prefill's last rows attend to the most positions), so the threads finish
  * together; a task's arithmetic does not depend on who runs it. Q·K runs as an F32 tile
  * product per KV block (quant_gemm(): the 16 keys of a block against the group's queries,
@@ -294,7 +299,7 @@ static void kv_prefetch_step(struct kv_prefetch *pf)
  * the tile): the group's later rows also get scores for positions its earlier rows do not
  * see, which their softmax never reads. Then per row: softmax over its positions
  * (quant_softmax_f32(): its result depends only on the row's scores), and the weighted sum
- * of V. Meanwhile the thread prefetches the next tasks' blocks (struct kv_prefetch).
+ * of V. Meanwhile the thread prefetches its next task's blocks (struct kv_prefetch).
  */
 static void attention(void *arg, int ith, int nth)
 {
@@ -308,19 +313,21 @@ static void attention(void *arg, int ith, int nth)
 	float scale = 1.0f / sqrtf((float) hdim);
 	float *scores = j->ws->scores + (size_t) ith * ATT_Q * max_ctx;
 	struct kv_prefetch pf;
-	long t;
+	long t, next = atomic_fetch_sub_explicit(&j->next_task, 1, memory_order_relaxed) - 1;
 
-	while ((t = atomic_fetch_sub_explicit(&j->next_task, 1, memory_order_relaxed) - 1) >= 0) {
+	(void) nth;
+	while ((t = next) >= 0) {
 		uint32_t r0, nq, hd, n_kv_max, n_blocks;
 		const struct forward_seq *s;
 		uint32_t kvh;
 
+		/* the task after this one, claimed now so that its blocks can be on their way */
+		next = atomic_fetch_sub_explicit(&j->next_task, 1, memory_order_relaxed) - 1;
 		attn_task(j, t, &r0, &nq, &hd, &n_kv_max);
 		s = &j->b->seqs[j->b->rows[r0].seq];
 		kvh = hd / group; /* query head i reads KV head i / group */
 		n_blocks = (n_kv_max + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
-		kv_prefetch_plan(&pf, j, atomic_load_explicit(&j->next_task, memory_order_relaxed),
-				 nth, 2 * n_blocks);
+		kv_prefetch_plan(&pf, j, next, 2 * n_blocks);
 		for (uint32_t p0 = 0; p0 < n_kv_max; p0 += KV_BLOCK_TOKENS) {
 			const float *k = kv_at(m, j->kv, s, j->layer, false, p0, kvh);
 			uint32_t np = MIN((uint32_t) KV_BLOCK_TOKENS, n_kv_max - p0);
