@@ -19,7 +19,7 @@
  * Besides the per-row kernels of the table, the file holds what matmul() runs (quant.h):
  * tile products on the GGUF layout (quant_gemm(): R rows x C tokens per step), tile products
  * on weights repacked 8 rows to a register (quant_gemm_packed()), and attention's weighted
- * sum. The AVX-512 tables use these too (kernels-avx512.c).
+ * sum and softmax. The AVX-512 tables use these too (kernels-avx512.c).
  */
 #if defined(__x86_64__)
 
