@@ -27,17 +27,6 @@
 #include "engine/threadpool.h"
 #include "lora/resident.h"
 
-static uint64_t rng_state;
-
-static double uniform(void)
-{
-	rng_state += 0x9e3779b97f4a7c15ull;
-	uint64_t z = rng_state;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	z ^= z >> 31;
-	return (double) (z >> 11) / 9007199254740992.0;
-}
 
 static const uint32_t types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
 				  GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K };
@@ -62,9 +51,9 @@ static int check_type(uint32_t type, int64_t n_in, int64_t n_out, int64_t n_tok)
 
 	ASSERT_TRUE(wf && x && wq && xq && wd && xd && y1 && y2 && scratch);
 	for (int64_t i = 0; i < n_in * n_out; i++)
-		wf[i] = (float) (uniform() * 2 - 1);
+		wf[i] = (float) (test_uniform() * 2 - 1);
 	for (int64_t i = 0; i < n_in * n_tok; i++)
-		x[i] = (float) ((uniform() * 2 - 1) * 3);
+		x[i] = (float) ((test_uniform() * 2 - 1) * 3);
 	for (int64_t o = 0; o < n_out; o++)
 		quant_quantize_row(type, wf + o * n_in, wq + o * row_bytes, n_in);
 	/* The activations as the kernel sees them: converted to the dot partner type. */
@@ -115,7 +104,7 @@ static void seed_rng(void)
 			seed = 42;
 		printf("  seed %llu (MOLLY_TEST_SEED)\n", (unsigned long long) seed);
 	}
-	rng_state = seed;
+	test_rng_state = seed;
 }
 
 TEST(matmul_all_types_against_float64)
@@ -216,13 +205,13 @@ static int tile_case_new(struct tile_case *c, uint32_t type, int64_t n, int64_t 
 	ASSERT_TRUE(f && wd && xd && c->w && c->xq && c->ref && c->mag);
 	for (int64_t r = 0; r < nr; r++) {
 		for (int64_t i = 0; i < n; i++)
-			f[i] = (float) (uniform() * 2 - 1);
+			f[i] = (float) (test_uniform() * 2 - 1);
 		quant_quantize_row(type, f, c->w + (size_t) r * c->row_bytes, n);
 		quant_dequantize_row(type, c->w + (size_t) r * c->row_bytes, wd + r * n, n);
 	}
 	for (int64_t t = 0; t < nc; t++) {
 		for (int64_t i = 0; i < n; i++)
-			f[i] = (float) ((uniform() * 2 - 1) * 3);
+			f[i] = (float) ((test_uniform() * 2 - 1) * 3);
 		quant_quantize_row(c->vt, f, c->xq + (size_t) t * c->xrow_bytes, n);
 		quant_dequantize_row(c->vt, c->xq + (size_t) t * c->xrow_bytes, xd + t * n, n);
 	}
@@ -261,10 +250,10 @@ static int check_against_ref(const struct tile_case *c, const float *y, const ch
 static int check_subtiles(const struct tile_case *c, const float *full)
 {
 	for (int k = 0; k < 12; k++) {
-		int64_t r0 = (int64_t) (uniform() * (double) c->nr);
-		int64_t c0 = (int64_t) (uniform() * (double) c->nc);
-		int64_t nr = 1 + (int64_t) (uniform() * (double) (c->nr - r0));
-		int64_t nc = 1 + (int64_t) (uniform() * (double) (c->nc - c0));
+		int64_t r0 = (int64_t) (test_uniform() * (double) c->nr);
+		int64_t c0 = (int64_t) (test_uniform() * (double) c->nc);
+		int64_t nr = 1 + (int64_t) (test_uniform() * (double) (c->nr - r0));
+		int64_t nc = 1 + (int64_t) (test_uniform() * (double) (c->nc - c0));
 		_cleanup_free_ float *y = malloc(sizeof(float) * (size_t) (nr * nc));
 
 		ASSERT_TRUE(y);
@@ -414,10 +403,10 @@ TEST(gemm_packed_all_levels)
 				/* sub-tiles from group boundaries */
 				for (int k = 0; k < 8; k++) {
 					int64_t groups = (c.nr + 7) / 8;
-					int64_t g0 = (int64_t) (uniform() * (double) groups);
-					int64_t c0 = (int64_t) (uniform() * (double) c.nc);
-					int64_t nr = 1 + (int64_t) (uniform() * (double) (c.nr - 8 * g0));
-					int64_t nc = 1 + (int64_t) (uniform() * (double) (c.nc - c0));
+					int64_t g0 = (int64_t) (test_uniform() * (double) groups);
+					int64_t c0 = (int64_t) (test_uniform() * (double) c.nc);
+					int64_t nr = 1 + (int64_t) (test_uniform() * (double) (c.nr - 8 * g0));
+					int64_t nc = 1 + (int64_t) (test_uniform() * (double) (c.nc - c0));
 					float sub[8 * 64];
 
 					if (nr * nc > 8 * 64)
@@ -476,7 +465,7 @@ TEST(matmul_packed)
 		quant_pack_rows(c.type, n, c.w, c.row_bytes, n_out, wp);
 		w.packed = wp;
 		for (int64_t k = 0; k < n * n_tok; k++)
-			x[k] = (float) ((uniform() * 2 - 1) * 3);
+			x[k] = (float) ((test_uniform() * 2 - 1) * 3);
 		for (int nth = 1; nth <= 3; nth++) {
 			_cleanup_(threadpool_freep) struct threadpool *pool = NULL;
 
@@ -550,11 +539,11 @@ TEST(axpy_all_levels)
 				double d[80];
 
 				for (int64_t j = 0; j < count; j++)
-					a[j] = (float) uniform();
+					a[j] = (float) test_uniform();
 				for (size_t k = 0; k < ELEMENTSOF(x); k++)
-					x[k] = (float) (uniform() * 2 - 1);
+					x[k] = (float) (test_uniform() * 2 - 1);
 				for (int64_t i = 0; i < n; i++) {
-					y[i] = yref[i] = (float) uniform();
+					y[i] = yref[i] = (float) test_uniform();
 					d[i] = y[i];
 					for (int64_t j = 0; j < count; j++)
 						d[i] += (double) a[j] * x[(size_t) j * stride + (size_t) i];
@@ -602,7 +591,7 @@ static int g_lora_new(struct g_lora *l, uint32_t dtype, uint32_t rank, int64_t n
 			void *row = (void *) (w ? l->bt[k] : l->a[k]);
 
 			for (int64_t i = 0; i < n; i++) {
-				float v = (float) (uniform() * 2 - 1) * 0.1f;
+				float v = (float) (test_uniform() * 2 - 1) * 0.1f;
 
 				if (dtype == GGML_TYPE_F32)
 					((float *) row)[i] = v;
@@ -668,7 +657,7 @@ static int check_group(uint32_t type, bool packed, int64_t n_in, int64_t n_tok)
 	scratch = malloc(matmul_scratch_bytes(&w[0], n_tok) + 1);
 	ASSERT_TRUE(scratch);
 	for (int64_t k = 0; k < n_in * n_tok; k++)
-		x[k] = (float) ((uniform() * 2 - 1) * 3);
+		x[k] = (float) ((test_uniform() * 2 - 1) * 3);
 	/* segments by adapter; token t uses adapter 0 when t % 3 != 2 and adapter 1 when t % 2 == 0
 	 * (some tokens both, some neither) */
 	for (int o = 0; o < NO; o++) {

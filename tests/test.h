@@ -13,11 +13,26 @@
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define TEST_SKIP 77
+
+/* A seeded generator for test inputs (splitmix64): set test_rng_state, then test_uniform()
+ * gives doubles in [0, 1), the same sequence on every machine. */
+static uint64_t test_rng_state;
+
+static inline double test_uniform(void)
+{
+	test_rng_state += 0x9e3779b97f4a7c15ull;
+	uint64_t z = test_rng_state;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	z ^= z >> 31;
+	return (double) (z >> 11) / 9007199254740992.0;
+}
 
 struct test_case {
 	const char *name;

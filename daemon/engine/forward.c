@@ -20,6 +20,7 @@
 #endif
 
 #include "../lora/resident.h"
+#include "exp-avx2.h"
 #include "forward.h"
 #include "matmul.h"
 #include "model.h"
@@ -222,17 +223,83 @@ struct attn_job {
 	_Atomic long next_task; /* tasks are claimed from the last (the longest rows) down */
 };
 
+/* The (row group, head) of attention task t, and the positions its last row attends to. */
+static void attn_task(const struct attn_job *j, long t, uint32_t *r0, uint32_t *nq, uint32_t *hd,
+		      uint32_t *n_kv_max)
+{
+	const struct model_hparams *hp = &j->m->hp;
+	uint32_t g = (uint32_t) (t / hp->n_head);
+
+	*hd = (uint32_t) (t % hp->n_head);
+	*r0 = j->ws->att_groups[g];
+	*nq = j->ws->att_groups[g + 1] - *r0;
+	*n_kv_max = j->b->rows[*r0 + *nq - 1].pos + 1;
+}
+
+/*
+ * Lookahead for attention's reads. A task reads a few 4 KiB blocks (one head's keys or values
+ * of 16 positions, each in another page, where the hardware prefetcher stops), and computes
+ * little on each; fetched one block ahead, a decode step's attention waits on memory most of
+ * its time. So a thread claims its next task when it starts one, and asks for the next
+ * task's blocks while it works on this one, a slice before each of its own blocks: spread
+ * over the work, not one burst that would fill the miss queues, and only blocks this thread
+ * reads next (prefetching the next unclaimed tasks instead, which the other threads may
+ * take, measured slower: the same lines fetched twice). Holding one claimed task can leave a
+ * thread one task behind the others at the end, a few microseconds. Only prefetches: what
+ * is read, and the arithmetic, are the same without them.
+ */
+#define PF_BLOCKS 64 /* blocks planned per task (1024 positions' keys, or 512 positions' K and
+			 * V); beyond them the one-block-ahead prefetch in attention() remains */
+
+struct kv_prefetch {
+	const char *blk[PF_BLOCKS];
+	uint32_t n_blk, lines_per_blk, line, per_step;
+};
+
+/* Plans the prefetch of task u's blocks (none when u < 0) over `steps` steps. */
+static void kv_prefetch_plan(struct kv_prefetch *pf, const struct attn_job *j, long u,
+			     uint32_t steps)
+{
+	const struct model_hparams *hp = &j->m->hp;
+	uint32_t group = hp->n_head / hp->n_head_kv;
+
+	pf->n_blk = pf->line = 0;
+	pf->lines_per_blk = (uint32_t) (KV_BLOCK_TOKENS * hp->head_dim * sizeof(float) / 64);
+	if (u >= 0) {
+		uint32_t r0, nq, hd, n_kv;
+		const struct forward_seq *s;
+
+		attn_task(j, u, &r0, &nq, &hd, &n_kv);
+		s = &j->b->seqs[j->b->rows[r0].seq];
+		for (int value = 0; value <= 1; value++)
+			for (uint32_t p0 = 0; p0 < n_kv && pf->n_blk < PF_BLOCKS; p0 += KV_BLOCK_TOKENS)
+				pf->blk[pf->n_blk++] = (const char *) kv_at(j->m, j->kv, s, j->layer,
+									    value, p0, hd / group);
+	}
+	pf->per_step = (pf->n_blk * pf->lines_per_blk + steps - 1) / MAX(steps, 1u);
+}
+
+static void kv_prefetch_step(struct kv_prefetch *pf)
+{
+	uint32_t end = MIN(pf->line + pf->per_step, pf->n_blk * pf->lines_per_blk);
+
+	for (; pf->line < end; pf->line++)
+		__builtin_prefetch(pf->blk[pf->line / pf->lines_per_blk] +
+				   (size_t) (pf->line % pf->lines_per_blk) * 64);
+}
+
 /*
  * Causal attention: one task per (row group, head); a group is up to ATT_Q consecutive rows
  * of one sequence at consecutive positions (a prefill chunk's; a decode row is a group of
- * one). Each reads its own sequence's blocks. Tasks are claimed one at a time, longest
+ * one). Each reads its own sequence's blocks. Tasks are claimed one ahead, longest
  * first (a prefill's last rows attend to the most positions), so the threads finish
  * together; a task's arithmetic does not depend on who runs it. Q·K runs as an F32 tile
  * product per KV block (quant_gemm(): the 16 keys of a block against the group's queries,
  * with the SIMD level's kernels, which give every (key, query) pair the same bits whatever
  * the tile): the group's later rows also get scores for positions its earlier rows do not
- * see, which their softmax never reads. Then per row: softmax over its positions, and the
- * weighted sum of V.
+ * see, which their softmax never reads. Then per row: softmax over its positions
+ * (quant_softmax_f32(): its result depends only on the row's scores), and the weighted sum
+ * of V. Meanwhile the thread prefetches its next task's blocks (struct kv_prefetch).
  */
 static void attention(void *arg, int ith, int nth)
 {
@@ -245,16 +312,22 @@ static void attention(void *arg, int ith, int nth)
 	uint32_t group = hp->n_head / hp->n_head_kv, hdim = hp->head_dim, max_ctx = j->ws->max_ctx;
 	float scale = 1.0f / sqrtf((float) hdim);
 	float *scores = j->ws->scores + (size_t) ith * ATT_Q * max_ctx;
-	long t;
+	struct kv_prefetch pf;
+	long t, next = atomic_fetch_sub_explicit(&j->next_task, 1, memory_order_relaxed) - 1;
 
 	(void) nth;
-	while ((t = atomic_fetch_sub_explicit(&j->next_task, 1, memory_order_relaxed) - 1) >= 0) {
-		uint32_t g = (uint32_t) (t / hp->n_head), hd = (uint32_t) (t % hp->n_head);
-		uint32_t r0 = j->ws->att_groups[g], nq = j->ws->att_groups[g + 1] - r0;
-		const struct forward_seq *s = &j->b->seqs[j->b->rows[r0].seq];
-		uint32_t kvh = hd / group; /* query head i reads KV head i / group */
-		uint32_t n_kv_max = j->b->rows[r0 + nq - 1].pos + 1;
+	while ((t = next) >= 0) {
+		uint32_t r0, nq, hd, n_kv_max, n_blocks;
+		const struct forward_seq *s;
+		uint32_t kvh;
 
+		/* the task after this one, claimed now so that its blocks can be on their way */
+		next = atomic_fetch_sub_explicit(&j->next_task, 1, memory_order_relaxed) - 1;
+		attn_task(j, t, &r0, &nq, &hd, &n_kv_max);
+		s = &j->b->seqs[j->b->rows[r0].seq];
+		kvh = hd / group; /* query head i reads KV head i / group */
+		n_blocks = (n_kv_max + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
+		kv_prefetch_plan(&pf, j, next, 2 * n_blocks);
 		for (uint32_t p0 = 0; p0 < n_kv_max; p0 += KV_BLOCK_TOKENS) {
 			const float *k = kv_at(m, j->kv, s, j->layer, false, p0, kvh);
 			uint32_t np = MIN((uint32_t) KV_BLOCK_TOKENS, n_kv_max - p0);
@@ -264,6 +337,7 @@ static void attention(void *arg, int ith, int nth)
 					       block_bytes);
 			else
 				prefetch_bytes(kv_at(m, j->kv, s, j->layer, true, 0, kvh), block_bytes);
+			kv_prefetch_step(&pf);
 			quant_gemm(GGML_TYPE_F32, hdim, k, kv_stride, np,
 				   j->ws->q + (size_t) r0 * q_dim + (size_t) hd * hdim, q_dim * sizeof(float),
 				   nq, scores + p0, max_ctx);
@@ -272,21 +346,8 @@ static void attention(void *arg, int ith, int nth)
 			uint32_t r = r0 + i, n_kv = j->b->rows[r].pos + 1;
 			float *sc = scores + (size_t) i * max_ctx;
 			float *out = j->ws->attn + r * q_dim + (size_t) hd * hdim;
-			float maxv = -INFINITY;
-			double sum = 0.0;
 
-			for (uint32_t p = 0; p < n_kv; p++) {
-				sc[p] *= scale;
-				maxv = MAX(maxv, sc[p]);
-			}
-			for (uint32_t p = 0; p < n_kv; p++) {
-				sc[p] = expf(sc[p] - maxv);
-				sum += sc[p];
-			}
-			float inv = (float) (1.0 / sum);
-
-			for (uint32_t p = 0; p < n_kv; p++)
-				sc[p] *= inv;
+			quant_softmax_f32(sc, n_kv, scale);
 			memset(out, 0, hdim * sizeof(float));
 			for (uint32_t p0 = 0; p0 < n_kv; p0 += KV_BLOCK_TOKENS) {
 				const float *v = kv_at(m, j->kv, s, j->layer, true, p0, kvh);
@@ -295,6 +356,7 @@ static void attention(void *arg, int ith, int nth)
 					prefetch_bytes(kv_at(m, j->kv, s, j->layer, true,
 							     p0 + KV_BLOCK_TOKENS, kvh),
 						       block_bytes);
+				kv_prefetch_step(&pf);
 				quant_axpy_f32(hdim, sc + p0, MIN((uint32_t) KV_BLOCK_TOKENS, n_kv - p0), v,
 					       kv_stride / sizeof(float), out);
 			}
@@ -325,32 +387,12 @@ static float silu(float x)
 }
 
 #if defined(__x86_64__)
-/*
- * SiLU(g)·u for 8 lanes: exp(-g) as 2^n · e^r (n = round(-g·log2 e), r = -g - n·ln 2 in two
- * parts, e^r by Cephes' polynomial for expf), then g / (1 + exp(-g)) · u: within 2.1e-7
- * relative (~3.5 ulp) of the double-precision value over [-100, 100].
- * The argument is clamped to ±87 (e^87 still a normal float; SiLU is then g or 0 to float
- * precision anyway). ggml computes SiLU with its own vector exp too, not libm's.
- */
+/* SiLU(g)·u for 8 lanes: g / (1 + exp(-g)) · u with exp8_avx2() (exp-avx2.h): within
+ * 2.1e-7 relative (~3.5 ulp) of the double-precision value over [-100, 100] (beyond ±87 SiLU
+ * is g or 0 to float precision anyway). */
 __attribute__((target("avx2,fma"))) static inline __m256 silu_mul8(__m256 g, __m256 u)
 {
-	const __m256 x = _mm256_min_ps(_mm256_max_ps(_mm256_sub_ps(_mm256_setzero_ps(), g),
-						     _mm256_set1_ps(-87.0f)),
-				       _mm256_set1_ps(87.0f));
-	const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-					 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	__m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-	r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-	__m256 p = _mm256_set1_ps(1.9875691500e-4f);
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-	p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-	const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
-							     _mm256_set1_epi32(127)), 23);
-	const __m256 ex = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+	const __m256 ex = exp8_avx2(_mm256_sub_ps(_mm256_setzero_ps(), g));
 
 	return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), ex)), u);
 }

@@ -19,7 +19,7 @@
  * Besides the per-row kernels of the table, the file holds what matmul() runs (quant.h):
  * tile products on the GGUF layout (quant_gemm(): R rows x C tokens per step), tile products
  * on weights repacked 8 rows to a register (quant_gemm_packed()), and attention's weighted
- * sum. The AVX-512 tables use these too (kernels-avx512.c).
+ * sum and softmax. The AVX-512 tables use these too (kernels-avx512.c).
  */
 #if defined(__x86_64__)
 
@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "../basic/macro.h"
+#include "exp-avx2.h"
 #include "kernels.h"
 
 static inline float hsum_f32x8(__m256 v)
@@ -908,6 +909,67 @@ void quant_axpy_f32_avx2(int64_t n, const float *a, int64_t count, const float *
 			y[i] = fmaf(a[j], x[(size_t) j * x_stride + (size_t) i], y[i]);
 }
 
+/* ---- attention's softmax (quant_softmax_f32()) ---- */
+
+/* Partial sums of e in double: lanes 0-3 into s[0], 4-7 into s[1]. */
+static inline void sum8_pd(__m256d s[2], __m256 e)
+{
+	s[0] = _mm256_add_pd(s[0], _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+	s[1] = _mm256_add_pd(s[1], _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+}
+
+void quant_softmax_f32_avx2(float *x, int64_t n, float scale)
+{
+	const __m256 vs = _mm256_set1_ps(scale);
+	__m256 vmax = _mm256_set1_ps(-INFINITY);
+	__m256d s[2] = { _mm256_setzero_pd(), _mm256_setzero_pd() };
+	float maxv, inv, t[8] = { 0 };
+	int64_t i = 0, rem = n % 8;
+	double sum;
+
+	/* scaling is exact per value and the maximum order-free: the scalar level's bits */
+	for (; i + 8 <= n; i += 8) {
+		const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vs);
+
+		_mm256_storeu_ps(x + i, v);
+		vmax = _mm256_max_ps(vmax, v);
+	}
+	maxv = hmax_f32x8(vmax);
+	for (; i < n; i++) {
+		x[i] *= scale;
+		maxv = MAX(maxv, x[i]);
+	}
+	const __m256 vm = _mm256_set1_ps(maxv);
+
+	for (i = 0; i + 8 <= n; i += 8) {
+		const __m256 e = exp8_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+
+		_mm256_storeu_ps(x + i, e);
+		sum8_pd(s, e);
+	}
+	if (rem) {
+		/* the tail through the same lanes; the pad lanes are zeroed before the sum */
+		memcpy(t, x + i, (size_t) rem * sizeof(float));
+		_mm256_storeu_ps(t, exp8_avx2(_mm256_sub_ps(_mm256_loadu_ps(t), vm)));
+		memset(t + rem, 0, (size_t) (8 - rem) * sizeof(float));
+		memcpy(x + i, t, (size_t) rem * sizeof(float));
+		sum8_pd(s, _mm256_loadu_ps(t));
+	}
+	{
+		const __m256d s4 = _mm256_add_pd(s[0], s[1]);
+		const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+
+		sum = _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
+	}
+	inv = (float) (1.0 / sum);
+	const __m256 vi = _mm256_set1_ps(inv);
+
+	for (i = 0; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vi));
+	for (; i < n; i++)
+		x[i] *= inv;
+}
+
 const struct quant_kernels quant_kernels_avx2 = {
 	.name = "avx2",
 	.quantize_f16 = quantize_f16_avx2,
@@ -928,6 +990,7 @@ const struct quant_kernels quant_kernels_avx2 = {
 	.gemm_packed_q8_0 = quant_gemm_packed_q8_0_avx2,
 	.gemm_packed_q4_0 = quant_gemm_packed_q4_0_avx2,
 	.axpy_f32 = quant_axpy_f32_avx2,
+	.softmax_f32 = quant_softmax_f32_avx2,
 };
 
 #endif /* __x86_64__ */

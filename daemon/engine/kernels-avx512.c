@@ -458,6 +458,7 @@ const struct quant_kernels quant_kernels_avx512 = {
 	.gemm_packed_q8_0 = quant_gemm_packed_q8_0_avx2,
 	.gemm_packed_q4_0 = quant_gemm_packed_q4_0_avx2,
 	.axpy_f32 = quant_axpy_f32_avx2,
+	.softmax_f32 = quant_softmax_f32_avx2,
 };
 
 /* Conversions and float dots have no VNNI variant: shared with the table above. */
@@ -481,6 +482,7 @@ const struct quant_kernels quant_kernels_avx512vnni = {
 	.gemm_packed_q8_0 = quant_gemm_packed_q8_0_avx2,
 	.gemm_packed_q4_0 = quant_gemm_packed_q4_0_avx2,
 	.axpy_f32 = quant_axpy_f32_avx2,
+	.softmax_f32 = quant_softmax_f32_avx2,
 };
 
 #endif /* __x86_64__ */

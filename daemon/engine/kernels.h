@@ -122,6 +122,8 @@ struct quant_kernels {
 	/* quant_axpy_f32() */
 	void (*axpy_f32)(int64_t n, const float *a, int64_t count, const float *x, size_t x_stride,
 			 float *y);
+	/* quant_softmax_f32() */
+	void (*softmax_f32)(float *x, int64_t n, float scale);
 };
 
 extern const struct quant_kernels quant_kernels_scalar; /* quant.c */
@@ -147,4 +149,5 @@ void quant_gemm_packed_q4_0_avx2(int64_t n, const void *w, int64_t nr, const voi
 				 size_t y_stride);
 void quant_axpy_f32_avx2(int64_t n, const float *a, int64_t count, const float *x,
 			 size_t x_stride, float *y);
+void quant_softmax_f32_avx2(float *x, int64_t n, float scale);
 #endif

@@ -454,6 +454,25 @@ static void axpy_f32_scalar(int64_t n, const float *a, int64_t count, const floa
 			y[i] = fmaf(a[j], x[(size_t) j * x_stride + (size_t) i], y[i]);
 }
 
+/* the order of the scalar code attention had before the kernel table held a softmax */
+static void softmax_f32_scalar(float *x, int64_t n, float scale)
+{
+	float maxv = -INFINITY, inv;
+	double sum = 0.0;
+
+	for (int64_t i = 0; i < n; i++) {
+		x[i] *= scale;
+		maxv = MAX(maxv, x[i]);
+	}
+	for (int64_t i = 0; i < n; i++) {
+		x[i] = expf(x[i] - maxv);
+		sum += x[i];
+	}
+	inv = (float) (1.0 / sum);
+	for (int64_t i = 0; i < n; i++)
+		x[i] *= inv;
+}
+
 const struct quant_kernels quant_kernels_scalar = {
 	.name = "scalar",
 	.quantize_f16 = quantize_f16_scalar,
@@ -468,6 +487,7 @@ const struct quant_kernels quant_kernels_scalar = {
 	.dot_q4_K = dot_q4_K_scalar,
 	.dot_q6_K = dot_q6_K_scalar,
 	.axpy_f32 = axpy_f32_scalar,
+	.softmax_f32 = softmax_f32_scalar,
 };
 
 /* ---- weight quantizers (molly-mkmodel); ggml's reference algorithms, so a model we
@@ -1036,6 +1056,18 @@ void quant_axpy_f32_ref(int64_t n, const float *a, int64_t count, const float *x
 			size_t x_stride, float *y)
 {
 	axpy_f32_scalar(n, a, count, x, x_stride, y);
+}
+
+void quant_softmax_f32(float *x, int64_t n, float scale)
+{
+	assert(n >= 1);
+	kernels()->softmax_f32(x, n, scale);
+}
+
+void quant_softmax_f32_ref(float *x, int64_t n, float scale)
+{
+	assert(n >= 1);
+	softmax_f32_scalar(x, n, scale);
 }
 
 /* ---- packed weights ---- */

@@ -149,6 +149,13 @@ void quant_gemm_packed(uint32_t type, int64_t n, const void *w, int64_t nr, cons
 void quant_axpy_f32(int64_t n, const float *a, int64_t count, const float *x, size_t x_stride,
 		    float *y);
 
+/* Attention's softmax in place: x[i] = e^(s_i - m) / sum_j e^(s_j - m) for i < n (n >= 1),
+ * where s_i = x[i] · scale and m = max s_i; the sum in double. The scalar level takes libm's
+ * expf() and sums in index order; the SIMD levels a vector exp (~3.5 ulp, exp-avx2.h) and 8
+ * partial sums: within a few ulp of each other, and at each level a value's result depends
+ * only on the n scores (never on how the caller's work is split or grouped). */
+void quant_softmax_f32(float *x, int64_t n, float scale);
+
 /* The scalar reference kernels, always available (tests compare the SIMD ones with them). */
 void quant_quantize_row_ref(uint32_t type, const float *x, void *dst, int64_t n);
 float quant_vec_dot_ref(uint32_t type, int64_t n, const void *w_row, const void *x_row);
@@ -159,6 +166,7 @@ void quant_gemm_packed_ref(uint32_t type, int64_t n, const void *w, int64_t nr, 
 			   size_t y_stride);
 void quant_axpy_f32_ref(int64_t n, const float *a, int64_t count, const float *x,
 			size_t x_stride, float *y);
+void quant_softmax_f32_ref(float *x, int64_t n, float scale);
 
 /* Which SIMD level quant_vec_dot() dispatches to: "avx512vnni", "avx512", "avx2", "scalar". */
 const char *quant_simd_level(void);

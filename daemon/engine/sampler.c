@@ -25,7 +25,7 @@
 
 #include "quant.h"
 #include "sampler.h"
-#include "simd-exp.h"
+#include "exp-avx2.h"
 
 /* A window longer than this is refused: it costs 4 bytes a token for nothing measurable. */
 #define REPEAT_LAST_N_MAX (1 << 20)
@@ -226,7 +226,7 @@ __attribute__((target("avx2,fma"))) static int32_t logits_find_avx2(const float 
 }
 
 /* Lanes summed in double (8 floats a step into two 4-double accumulators), so 150k terms
- * lose nothing to float rounding; e^x from simd-exp.h (NaN and far-below terms are 0). */
+ * lose nothing to float rounding; e^x from exp-avx2.h (NaN and far-below terms are 0). */
 __attribute__((target("avx2,fma"))) static double logits_expsum_avx2(const float *logits,
 								       uint32_t n, float m)
 {

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "../basic/byte-class.h"
 #include "detect.h"
 
 static const struct {
@@ -1642,25 +1643,10 @@ static void word_sets_init(void)
 		}
 }
 
-/* The end of the run of lower-case ASCII letters from q: four bytes a step with one bounds
- * test, then byte by byte within four bytes of len. */
+/* The end of the run of lower-case ASCII letters from q. */
 static inline size_t lower_run_end(const char *t, size_t len, size_t q)
 {
-	const unsigned char *p = (const unsigned char *) t;
-
-	for (; q + 4 <= len; q += 4) {
-		if (!(dclass[p[q]] & DC_LOWER))
-			return q;
-		if (!(dclass[p[q + 1]] & DC_LOWER))
-			return q + 1;
-		if (!(dclass[p[q + 2]] & DC_LOWER))
-			return q + 2;
-		if (!(dclass[p[q + 3]] & DC_LOWER))
-			return q + 3;
-	}
-	while (q < len && (dclass[p[q]] & DC_LOWER))
-		q++;
-	return q;
+	return byte_class_run_end((const unsigned char *) t, len, q, dclass, DC_LOWER);
 }
 
 /*

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../basic/byte-class.h"
 #include "../lora/adapter.h"
 #include "classify.h"
 
@@ -960,23 +961,10 @@ static unsigned word_lists(const unsigned char *w, size_t n)
 	}
 }
 
-/* The end of the run of S_RUN bytes from j: four bytes a step with one bounds test, then
- * byte by byte within four bytes of len. */
+/* The end of the run of S_RUN bytes from j. */
 static inline size_t run_end(const unsigned char *p, size_t len, size_t j)
 {
-	for (; j + 4 <= len; j += 4) {
-		if (!(sig_class[p[j]] & S_RUN))
-			return j;
-		if (!(sig_class[p[j + 1]] & S_RUN))
-			return j + 1;
-		if (!(sig_class[p[j + 2]] & S_RUN))
-			return j + 2;
-		if (!(sig_class[p[j + 3]] & S_RUN))
-			return j + 3;
-	}
-	while (j < len && (sig_class[p[j]] & S_RUN))
-		j++;
-	return j;
+	return byte_class_run_end(p, len, j, sig_class, S_RUN);
 }
 
 /*

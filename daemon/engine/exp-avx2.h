@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * simd-exp.h: e^x for 8 floats with AVX2 + FMA, for the engine's elementwise loops (SiLU,
- * log-probabilities). Include only from code that checked the CPU (quant_simd_level() is not
- * "scalar") and whose caller carries the same target attribute.
+ * exp-avx2.h: e^x on 8 float lanes, for the AVX2 code of forward.c (SiLU), kernels-avx2.c
+ * (attention's softmax) and sampler.c (log-probabilities); private to the engine.
  *
- * e^x as 2^n · e^r: n = round(x·log2 e), r = x - n·ln 2 in two parts (Cody-Waite), e^r by
- * Cephes' polynomial for expf. Within ~2 ulp of the double-precision value where the result is
- * a normal float; x is clamped to ±87, so callers that need e^x = 0 far below must mask it
- * themselves (exp8_avx2_or_zero()).
+ * e^x = 2^n · e^r with n = round(x·log2 e) and r = x - n·ln 2 (ln 2 in two parts, so r keeps
+ * its low bits), e^r by Cephes' polynomial for expf: within 2.1e-7 relative (~3.5 ulp) of the
+ * double-precision value. x is clamped to ±87 first (e^87 is still a normal float): below
+ * -87 the result is e^-87 ≈ 1.6e-38 instead of a smaller number or 0, which no caller here
+ * can tell from 0. Lane-wise, no reductions: a value gets the same bits in any lane.
+ * ggml computes SiLU and softmax with its own vector exp too, not libm's.
  */
 #pragma once
 
@@ -34,7 +35,8 @@ __attribute__((target("avx2,fma"))) static inline __m256 exp8_avx2(__m256 x)
 	return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-/* e^x, but 0 where x < -87 (e^x is then below the normal floats) or x is NaN. */
+/* e^x, but 0 where x < -87 (e^x is then below the normal floats) or x is NaN: for sums over
+ * many terms far below the largest (a log-probability's normaliser). */
 __attribute__((target("avx2,fma"))) static inline __m256 exp8_avx2_or_zero(__m256 x)
 {
 	const __m256 in_range = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ);
