@@ -1708,15 +1708,9 @@ static size_t plain_word_end(const char *t, size_t len, size_t i)
 	return q;
 }
 
-static bool plain_words_off; /* detect_use_plain_words() */
-
-void detect_use_plain_words(bool on)
+int detect_scan_flags(const char *t, size_t len, struct detect_matches *m, unsigned flags)
 {
-	plain_words_off = !on;
-}
-
-int detect_scan(const char *t, size_t len, struct detect_matches *m)
-{
+	const bool shortcut = !(flags & DETECT_SCAN_NO_SHORTCUT);
 	size_t i = 0;
 
 	if (!t)
@@ -1734,7 +1728,7 @@ int detect_scan(const char *t, size_t len, struct detect_matches *m)
 			i++;
 			continue;
 		}
-		if ((dclass[c] & DC_ALPHA) && !plain_words_off && (e = plain_word_end(t, len, i))) {
+		if ((dclass[c] & DC_ALPHA) && shortcut && (e = plain_word_end(t, len, i))) {
 			/* the byte after a plain word, when no detector starts there, is passed
 			 * here rather than by the test above */
 			i = e < len && !(dclass[(unsigned char) t[e]] & DC_START) ? e + 1 : e;
@@ -1752,6 +1746,11 @@ int detect_scan(const char *t, size_t len, struct detect_matches *m)
 		i = e;
 	}
 	return 0;
+}
+
+int detect_scan(const char *t, size_t len, struct detect_matches *m)
+{
+	return detect_scan_flags(t, len, m, 0);
 }
 
 void detect_matches_done(struct detect_matches *m)

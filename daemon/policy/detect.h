@@ -61,12 +61,13 @@ int detect_kind_from_name(const char *name, enum detect_kind *ret);
 
 /* Appends the matches in text to m (m->n is not reset). -ENOMEM only. */
 int detect_scan(const char *text, size_t len, struct detect_matches *m);
+/* detect_scan() with flags, for tests. DETECT_SCAN_NO_SHORTCUT: every word start is tried
+ * with the detectors, none first passed over for beginning a plain word (lower-case letters
+ * after the first, then a space or punctuation no detector reads on over); both ways must
+ * give the same matches. */
+#define DETECT_SCAN_NO_SHORTCUT 1u
+int detect_scan_flags(const char *text, size_t len, struct detect_matches *m, unsigned flags);
 void detect_matches_done(struct detect_matches *m);
-/* For tests: on false, every word start is tried with the detectors, not first passed over
- * when it begins a plain word (lower-case letters after the first, then a space or
- * punctuation no detector reads on over). Both must give the same matches; the default is
- * true. Not thread-safe: set it before scanning. */
-void detect_use_plain_words(bool on);
 
 /* The checks, for tests. digits: ASCII digits only. */
 bool detect_luhn_ok(const char *digits, size_t n);
