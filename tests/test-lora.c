@@ -393,6 +393,11 @@ TEST(merged_reference_generated)
 		const char *base = bases[b] ? test_shared_path(bases[b]) : model;
 		const char *paths[2] = { a1, a2 };
 
+		if (access(base, R_OK) != 0) { /* a shared model missing: the generated one still runs */
+			printf("  %s: not found, skipped\n", base);
+			continue;
+		}
+
 		snprintf(a1, sizeof(a1), "%s/peft-%zu", dir, b);
 		snprintf(a2, sizeof(a2), "%s/gguf-%zu.gguf", dir, b);
 		snprintf(cmd, sizeof(cmd),
