@@ -63,8 +63,7 @@ struct mleg {
 	bool ok, failed;
 	char finish[24];
 	uint32_t prompt_tokens, completion_tokens;
-	enum router_trigger trig;
-	bool context_error;
+	enum router_trigger trig;   /* why it failed (CONTEXT: the request was too long) */
 	char error[300];
 	struct vault_stream *vs;
 	double cost;
@@ -570,6 +569,16 @@ static int hold_tokens(struct mleg *l, const struct manager_token *toks, size_t 
 	return 0;
 }
 
+/* The confidence signal: the tokens' log-probabilities summed. Under q->lock. */
+static void leg_add_logprobs_locked(struct mleg *l, const struct manager_token *toks, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (isfinite(toks[i].logprob)) {
+			l->lp_sum += toks[i].logprob;
+			l->n_lp++;
+		}
+}
+
 /* Text of a leg (restored already): held back or sent on. Called without q->lock. */
 static void leg_text(struct mleg *l, const char *s, size_t n, const struct manager_token *toks,
 		     size_t n_toks)
@@ -578,17 +587,11 @@ static void leg_text(struct mleg *l, const char *s, size_t n, const struct manag
 	bool forward;
 
 	pthread_mutex_lock(&q->lock);
-	for (size_t i = 0; i < n_toks; i++)
-		if (isfinite(toks[i].logprob)) {
-			l->lp_sum += toks[i].logprob;
-			l->n_lp++;
-		}
+	leg_add_logprobs_locked(l, toks, n_toks);
 	forward = !l->buffered && !q->done && !q->cancelled;
-	if (l->buffered && q->client_logprobs && n_toks > 0 && hold_tokens(l, toks, n_toks, n) < 0) {
-		l->failed = true;
-		snprintf(l->error, sizeof(l->error), "out of memory");
-	}
-	if (l->buffered && n > 0 && buf_append(l, s, n) < 0) {
+	if (l->buffered &&
+	    ((q->client_logprobs && n_toks > 0 && hold_tokens(l, toks, n_toks, n) < 0) ||
+	     (n > 0 && buf_append(l, s, n) < 0))) {
 		l->failed = true;
 		snprintf(l->error, sizeof(l->error), "out of memory");
 	}
@@ -612,6 +615,26 @@ static void leg_end_locked(struct mleg *l)
 	enqueue_locked(l->q);
 }
 
+/* The leg's final event said it ended well (unless a failure was seen before). */
+static void leg_done_locked(struct mleg *l, const char *finish_reason, uint32_t prompt_tokens,
+			    uint32_t completion_tokens)
+{
+	if (!l->failed) {
+		l->ok = true;
+		snprintf(l->finish, sizeof(l->finish), "%s", finish_reason ? finish_reason : "stop");
+	}
+	l->prompt_tokens = prompt_tokens;
+	l->completion_tokens = completion_tokens;
+	leg_end_locked(l);
+}
+
+/* The leg failed; the caller writes l->error and ends it. */
+static void leg_fail_locked(struct mleg *l, enum router_trigger trig)
+{
+	l->failed = true;
+	l->trig = trig;
+}
+
 static void on_local_leg(const struct manager_event *ev, void *userdata)
 {
 	struct mleg *l = userdata;
@@ -623,29 +646,15 @@ static void on_local_leg(const struct manager_event *ev, void *userdata)
 		return;
 	case MANAGER_EVENT_DONE:
 		pthread_mutex_lock(&q->lock);
-		for (size_t i = 0; i < ev->n_tokens; i++)
-			if (isfinite(ev->tokens[i].logprob)) {
-				l->lp_sum += ev->tokens[i].logprob;
-				l->n_lp++;
-			}
-		if (!l->failed) {
-			l->ok = true;
-			snprintf(l->finish, sizeof(l->finish), "%s",
-				 ev->finish_reason ? ev->finish_reason : "stop");
-		}
-		l->prompt_tokens = ev->prompt_tokens;
-		l->completion_tokens = ev->completion_tokens;
-		leg_end_locked(l);
+		leg_add_logprobs_locked(l, ev->tokens, ev->n_tokens);
+		leg_done_locked(l, ev->finish_reason, ev->prompt_tokens, ev->completion_tokens);
 		pthread_mutex_unlock(&q->lock);
 		return;
 	case MANAGER_EVENT_ERROR:
 		pthread_mutex_lock(&q->lock);
-		l->failed = true;
-		l->trig = ROUTER_TRIGGER_ERROR;
-		if (ev->error && ev->error->kind == MANAGER_ERR_CONTEXT_LENGTH) {
-			l->trig = ROUTER_TRIGGER_CONTEXT;
-			l->context_error = true;
-		}
+		leg_fail_locked(l, ev->error && ev->error->kind == MANAGER_ERR_CONTEXT_LENGTH
+					   ? ROUTER_TRIGGER_CONTEXT
+					   : ROUTER_TRIGGER_ERROR);
 		snprintf(l->error, sizeof(l->error), "%.290s",
 			 ev->error ? ev->error->message : "generation failed");
 		leg_end_locked(l);
@@ -687,32 +696,22 @@ static void on_remote_leg(const struct remote_event *rev, void *userdata)
 				leg_text(l, out, n, NULL, 0);
 		}
 		pthread_mutex_lock(&q->lock);
-		if (!l->failed) {
-			l->ok = true;
-			snprintf(l->finish, sizeof(l->finish), "%s",
-				 rev->finish_reason ? rev->finish_reason : "stop");
-		}
 		/* A target that reports log-probabilities gives its answer a confidence;
 		 * without them it stays unknown. */
 		l->lp_sum += rev->logprob_sum;
 		l->n_lp += rev->n_logprobs;
-		l->prompt_tokens = rev->prompt_tokens;
-		l->completion_tokens = rev->completion_tokens;
 		l->remote = NULL;
-		leg_end_locked(l);
+		leg_done_locked(l, rev->finish_reason, rev->prompt_tokens, rev->completion_tokens);
 		pthread_mutex_unlock(&q->lock);
 		return;
 	}
 	case REMOTE_EVENT_ERROR:
 		pthread_mutex_lock(&q->lock);
-		l->failed = true;
 		l->remote = NULL;
-		l->trig = ROUTER_TRIGGER_ERROR;
-		if (rev->error == REMOTE_ERR_CONTEXT) {
-			l->trig = ROUTER_TRIGGER_CONTEXT;
-			l->context_error = true;
-		} else if (rev->error == REMOTE_ERR_REJECTED || rev->error == REMOTE_ERR_REFUSED)
-			l->trig = ROUTER_TRIGGER_POLICY;
+		leg_fail_locked(l, rev->error == REMOTE_ERR_CONTEXT ? ROUTER_TRIGGER_CONTEXT
+				   : rev->error == REMOTE_ERR_REJECTED || rev->error == REMOTE_ERR_REFUSED
+					   ? ROUTER_TRIGGER_POLICY
+					   : ROUTER_TRIGGER_ERROR);
 		if (rev->text_sent)
 			l->passed = l->passed || !l->buffered;
 		snprintf(l->error, sizeof(l->error), "%s: %s", remote_error_name(rev->error),
@@ -829,8 +828,7 @@ static void leg_start(struct mroute *q, size_t pos, bool buffered)
 	if (k < 0) {
 		pthread_mutex_lock(&q->lock);
 		l->remote = NULL;
-		l->failed = true;
-		l->trig = ROUTER_TRIGGER_ERROR;
+		leg_fail_locked(l, ROUTER_TRIGGER_ERROR);
 		leg_end_locked(l);
 		pthread_mutex_unlock(&q->lock);
 	}
@@ -1084,9 +1082,10 @@ static void decide(struct mroute *q)
 		char msg[700];
 		snprintf(msg, sizeof(msg), "no permitted target could answer after %u fallbacks (%s)",
 			 q->plan->fallbacks, q->why);
-		finish_error(q, last->context_error ? MANAGER_ERR_CONTEXT_LENGTH
-						    : MANAGER_ERR_UNAVAILABLE,
-			     last->context_error ? -E2BIG : -EHOSTDOWN, msg);
+		bool too_long = last->trig == ROUTER_TRIGGER_CONTEXT;
+
+		finish_error(q, too_long ? MANAGER_ERR_CONTEXT_LENGTH : MANAGER_ERR_UNAVAILABLE,
+			     too_long ? -E2BIG : -EHOSTDOWN, msg);
 		return;
 	}
 
