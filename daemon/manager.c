@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "basic/sha256.h"
+#include "basic/time-util.h"
 #include "core/config.h"
 #include "egress/client.h"
 #include "engine/model.h"
@@ -239,13 +240,6 @@ static void strv_free(char **v, size_t n)
 	free(v);
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
-}
 
 /* ---- adapter registry (m->lock held) ---- */
 

@@ -38,24 +38,13 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "bench-util.h"
 #include "egress/cgroup.h"
 #include "egress/egress.h"
 
 #define MAX_ROUND 4096
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
-	return x < y ? -1 : x > y;
-}
 
 static int cmp_double(const void *a, const void *b)
 {

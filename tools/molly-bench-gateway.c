@@ -46,6 +46,7 @@
 
 #include <systemd/sd-bus.h>
 
+#include "bench-util.h"
 #include "engine/model.h"
 #include "engine/vocab.h"
 #include "sched/sched.h"
@@ -64,20 +65,7 @@ struct options {
 	bool json;
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
-
-	return x < y ? -1 : x > y;
-}
 
 /* The p-th percentile (nearest rank) of n sorted samples. */
 static uint64_t percentile(const uint64_t *sorted, size_t n, double p)

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench-util.h"
 #include "policy/policy.h"
 
 static const char *const parts[] = {
@@ -25,18 +26,7 @@ static const char *const parts[] = {
 	"Server 192.168.10.42 rejects connections from 10.0.0.0/8 since commit 9fceb02. ",
 };
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
-	return x < y ? -1 : x > y;
-}
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
-}
 
 static int run(const struct policy *p, const char *label, char **prompts, size_t n_prompts,
 	       unsigned iters)

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "basic/time-util.h"
 #include "client.h"
 #include "core/log.h"
 #include "policy/policy.h"
@@ -34,13 +35,6 @@
 #define RESTART_RESET_NS 60000000000ull
 #define MAX_RESOLVERS 8
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
-}
 
 struct cconn {
 	atomic_uint n_ref;

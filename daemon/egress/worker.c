@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "basic/time-util.h"
 #include "policy/policy.h"
 #include "proto.h"
 #include "worker.h"
@@ -232,13 +233,6 @@ struct worker {
 	atomic_bool check_running;     /* one health-check round at a time */
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
-}
 
 static void log_line(const struct worker *w, const char *fmt, ...) _printf_(2, 3);
 static void log_line(const struct worker *w, const char *fmt, ...)

@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../basic/time-util.h"
 #include "threadpool.h"
 
 /* Spin this long for a job (or for the end of one) before sleeping on the futex. */
@@ -74,13 +75,6 @@ static inline void cpu_relax(void)
 #endif
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
-}
 
 struct spin {
 	uint64_t start;

@@ -45,6 +45,7 @@
 
 #include <microhttpd.h>
 
+#include "basic/time-util.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "front/http-openai.h"
@@ -165,13 +166,6 @@ struct http_req {
 	bool final_sent;
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
-}
 
 static int buf_append(struct buf *b, const char *s, size_t n)
 {

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "basic/time-util.h"
 #include "remote.h"
 
 #define REMOTE_MAX_CREDENTIAL 16384
@@ -25,13 +26,6 @@
 #define REMOTE_COOLDOWN_MIN_NS 1000000000ull
 #define REMOTE_COOLDOWN_MAX_NS 60000000000ull
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
-}
 
 const char *remote_error_name(enum remote_error e)
 {
