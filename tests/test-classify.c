@@ -8,48 +8,8 @@
 
 #include "lora/adapter.h"
 #include "router/classify.h"
+#include "router-rows.h"
 #include "test.h"
-
-#define MAX_ROWS 512
-
-struct rows {
-	char *dom[MAX_ROWS];
-	char *text[MAX_ROWS];
-	size_t n;
-};
-
-static void rows_free(struct rows *r)
-{
-	for (size_t i = 0; i < r->n; i++) {
-		free(r->dom[i]);
-		free(r->text[i]);
-	}
-	r->n = 0;
-}
-
-static int read_rows(const char *name, struct rows *r)
-{
-	char path[512], line[4096];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/tests/data/router/%s", MOLLY_SOURCE_DIR, name);
-	f = fopen(path, "re");
-	if (!f)
-		return -errno;
-	r->n = 0;
-	while (fgets(line, sizeof(line), f) && r->n < MAX_ROWS) {
-		char *tab = strchr(line, '\t');
-		if (line[0] == '#' || !tab)
-			continue;
-		*tab = 0;
-		line[strcspn(tab + 1, "\n") + (size_t) (tab + 1 - line)] = 0;
-		r->dom[r->n] = strdup(line);
-		r->text[r->n] = strdup(tab + 1);
-		r->n++;
-	}
-	fclose(f);
-	return r->n > 0 ? 0 : -ENODATA;
-}
 
 /* One adapter per domain, its exemplars from exemplars.tsv: what the daemon would feed. */
 static int build_from_adapters(const struct classify_options *o, struct classify_model **ret)

@@ -12,6 +12,7 @@
 #include "lora/adapter.h"
 #include "router/classify.h"
 #include "router/router.h"
+#include "router-rows.h"
 #include "test.h"
 
 static const struct router_quality q_t1[] = { { "general", 0.9 }, { "code", 0.3 } };
@@ -362,47 +363,7 @@ TEST(config_target_errors)
 
 /* ---- the router with the classifier: choices on the hand-written labelled set ---- */
 
-#define MAX_ROWS 256
 static const char *const doms[] = { "cooking", "law", "medicine", "code", "finance" };
-
-struct rows {
-	char *dom[MAX_ROWS];
-	char *text[MAX_ROWS];
-	size_t n;
-};
-
-static void rows_free(struct rows *r)
-{
-	for (size_t i = 0; i < r->n; i++) {
-		free(r->dom[i]);
-		free(r->text[i]);
-	}
-	r->n = 0;
-}
-
-static int read_rows(const char *name, struct rows *r)
-{
-	char path[512], line[4096];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/tests/data/router/%s", MOLLY_SOURCE_DIR, name);
-	f = fopen(path, "re");
-	if (!f)
-		return -errno;
-	r->n = 0;
-	while (fgets(line, sizeof(line), f) && r->n < MAX_ROWS) {
-		char *tab = strchr(line, '\t');
-		if (line[0] == '#' || !tab)
-			continue;
-		*tab = 0;
-		tab[1 + strcspn(tab + 1, "\n")] = 0;
-		r->dom[r->n] = strdup(line);
-		r->text[r->n] = strdup(tab + 1);
-		r->n++;
-	}
-	fclose(f);
-	return r->n > 0 ? 0 : -ENODATA;
-}
 
 /* What the daemon builds: one adapter per domain whose metadata carries the domain tag and
  * the exemplars of adapters.tsv. */
