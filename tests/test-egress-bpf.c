@@ -39,27 +39,32 @@ static char skip_reason[600];
 
 /* ---- listeners outside the tree ---- */
 
+/* ss = addr:port of family; returns its length. */
+static socklen_t make_addr(int family, const char *addr, int port, struct sockaddr_storage *ss)
+{
+	if (family == AF_INET) {
+		struct sockaddr_in *a = (struct sockaddr_in *) ss;
+
+		a->sin_family = AF_INET;
+		a->sin_port = htons((uint16_t) port);
+		inet_pton(AF_INET, addr, &a->sin_addr);
+		return sizeof(*a);
+	}
+	struct sockaddr_in6 *a = (struct sockaddr_in6 *) ss;
+
+	a->sin6_family = AF_INET6;
+	a->sin6_port = htons((uint16_t) port);
+	inet_pton(AF_INET6, addr, &a->sin6_addr);
+	return sizeof(*a);
+}
+
 static int listen_on(int family, const char *addr, int port, int type)
 {
 	struct sockaddr_storage ss = { 0 };
 	socklen_t len;
 	int fd, one = 1;
 
-	if (family == AF_INET) {
-		struct sockaddr_in *a = (struct sockaddr_in *) &ss;
-
-		a->sin_family = AF_INET;
-		a->sin_port = htons((uint16_t) port);
-		inet_pton(AF_INET, addr, &a->sin_addr);
-		len = sizeof(*a);
-	} else {
-		struct sockaddr_in6 *a = (struct sockaddr_in6 *) &ss;
-
-		a->sin6_family = AF_INET6;
-		a->sin6_port = htons((uint16_t) port);
-		inet_pton(AF_INET6, addr, &a->sin6_addr);
-		len = sizeof(*a);
-	}
+	len = make_addr(family, addr, port, &ss);
 	fd = socket(family, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
@@ -298,21 +303,7 @@ static int try_here(const char *kind, int family, const char *addr, int port)
 	socklen_t len;
 	int fd, r = 0;
 
-	if (family == AF_INET) {
-		struct sockaddr_in *a = (struct sockaddr_in *) &ss;
-
-		a->sin_family = AF_INET;
-		a->sin_port = htons((uint16_t) port);
-		inet_pton(AF_INET, addr, &a->sin_addr);
-		len = sizeof(*a);
-	} else {
-		struct sockaddr_in6 *a = (struct sockaddr_in6 *) &ss;
-
-		a->sin6_family = AF_INET6;
-		a->sin6_port = htons((uint16_t) port);
-		inet_pton(AF_INET6, addr, &a->sin6_addr);
-		len = sizeof(*a);
-	}
+	len = make_addr(family, addr, port, &ss);
 	fd = socket(family, (strcmp(kind, "tcp") == 0 ? SOCK_STREAM : SOCK_DGRAM) | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return errno;
