@@ -24,6 +24,7 @@
 #include "egress/client.h"
 #include "egress/proto.h"
 #include "egress/worker.h"
+#include "loopback.h"
 #include "policy/policy.h"
 #include "test.h"
 
@@ -415,17 +416,10 @@ static void *server_main(void *userdata)
 
 static int server_start(struct server *s)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t l = sizeof(a);
-
 	pthread_mutex_init(&s->lock, NULL);
-	s->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	s->fd = loopback_listen(&s->port);
 	if (s->fd < 0)
-		return -errno;
-	if (bind(s->fd, (struct sockaddr *) &a, sizeof(a)) < 0 || listen(s->fd, 16) < 0 ||
-	    getsockname(s->fd, (struct sockaddr *) &a, &l) < 0)
-		return -errno;
-	s->port = ntohs(a.sin_port);
+		return s->fd;
 	return -pthread_create(&s->thread, NULL, server_main, s);
 }
 

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "loopback.h"
 #include "targets/remote.h"
 #include "test.h"
 
@@ -346,18 +347,9 @@ static void *server_main(void *userdata)
 
 static int server_start(struct server *s)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t l = sizeof(a);
-	int one = 1;
-
-	s->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	s->fd = loopback_listen(&s->port);
 	if (s->fd < 0)
-		return -errno;
-	setsockopt(s->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(s->fd, (struct sockaddr *) &a, sizeof(a)) < 0 || listen(s->fd, 16) < 0 ||
-	    getsockname(s->fd, (struct sockaddr *) &a, &l) < 0)
-		return -errno;
-	s->port = ntohs(a.sin_port);
+		return s->fd;
 	return -pthread_create(&s->thread, NULL, server_main, s);
 }
 
