@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * router-rows.h: the labelled router data of tests/data/router (DOMAIN<TAB>TEXT per line,
- * '#' comments), read by test-classify and test-router.
+ * '#' comments), read by test-classify and test-router, and the classifier the daemon would
+ * build from it.
  */
 #pragma once
 
@@ -9,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "lora/adapter.h"
+#include "router/classify.h"
 
 #define MAX_ROWS 512
 
@@ -51,4 +55,40 @@ static inline int read_rows(const char *name, struct rows *r)
 	}
 	fclose(f);
 	return r->n > 0 ? 0 : -ENODATA;
+}
+
+static const char *const router_domains[] = { "cooking", "law", "medicine", "code", "finance" };
+
+/* What the daemon builds: one adapter per domain whose metadata carries the domain tag and
+ * the exemplars of tests/data/router/FILE. o NULL: the defaults. */
+static inline int build_domain_classifier(const char *file, const struct classify_options *o,
+					  struct classify_model **ret)
+{
+	struct rows ex = { 0 };
+	_cleanup_(classify_set_freep) struct classify_set *s = NULL;
+	struct errmsg e = { { 0 } };
+	int r = read_rows(file, &ex);
+
+	if (r < 0)
+		return r;
+	r = classify_set_new(&s);
+	for (size_t d = 0; r >= 0 && d < ELEMENTSOF(router_domains); d++) {
+		char *dl[1] = { (char *) router_domains[d] };
+		char *exs[MAX_ROWS];
+		size_t n = 0;
+
+		for (size_t i = 0; i < ex.n; i++)
+			if (strcmp(ex.dom[i], router_domains[d]) == 0)
+				exs[n++] = ex.text[i];
+		struct lora_adapter_meta meta = { .name = (char *) router_domains[d], .domains = dl,
+						  .n_domains = 1, .exemplars = exs,
+						  .n_exemplars = n };
+		r = classify_set_add_adapter(s, &meta, &e);
+	}
+	if (r >= 0)
+		r = classify_build(s, o, ret, &e);
+	if (r < 0)
+		fprintf(stderr, "  build: %s\n", e.text);
+	rows_free(&ex);
+	return r;
 }

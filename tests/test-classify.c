@@ -14,33 +14,7 @@
 /* One adapter per domain, its exemplars from exemplars.tsv: what the daemon would feed. */
 static int build_from_adapters(const struct classify_options *o, struct classify_model **ret)
 {
-	struct rows ex = { 0 };
-	const char *doms[] = { "cooking", "law", "medicine", "code", "finance" };
-	_cleanup_(classify_set_freep) struct classify_set *s = NULL;
-	struct errmsg e = { 0 };
-	int r = read_rows("exemplars.tsv", &ex);
-
-	if (r < 0)
-		return r;
-	r = classify_set_new(&s);
-	for (size_t d = 0; r >= 0 && d < ELEMENTSOF(doms); d++) {
-		char *dl[1] = { (char *) doms[d] };
-		char *exs[MAX_ROWS];
-		size_t n = 0;
-		for (size_t i = 0; i < ex.n; i++)
-			if (strcmp(ex.dom[i], doms[d]) == 0)
-				exs[n++] = ex.text[i];
-		struct lora_adapter_meta meta = { .name = (char *) doms[d], .domains = dl,
-						  .n_domains = 1, .exemplars = exs,
-						  .n_exemplars = n };
-		r = classify_set_add_adapter(s, &meta, &e);
-	}
-	if (r >= 0)
-		r = classify_build(s, o, ret, &e);
-	if (r < 0)
-		fprintf(stderr, "  build: %s\n", e.text);
-	rows_free(&ex);
-	return r;
+	return build_domain_classifier("exemplars.tsv", o, ret);
 }
 
 TEST(heldout_accuracy_and_calibration)

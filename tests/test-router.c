@@ -363,63 +363,37 @@ TEST(config_target_errors)
 
 /* ---- the router with the classifier: choices on the hand-written labelled set ---- */
 
-static const char *const doms[] = { "cooking", "law", "medicine", "code", "finance" };
-
-/* What the daemon builds: one adapter per domain whose metadata carries the domain tag and
- * the exemplars of adapters.tsv. */
+/* What the daemon builds from the exemplars of adapters.tsv (classify_build()'s seed 1). */
 static int build_classifier(struct classify_model **ret)
 {
-	struct rows ex = { 0 };
-	_cleanup_(classify_set_freep) struct classify_set *s = NULL;
-	struct errmsg e = { { 0 } };
-	int r = read_rows("adapters.tsv", &ex);
-
-	if (r < 0)
-		return r;
-	r = classify_set_new(&s);
-	for (size_t d = 0; r >= 0 && d < ELEMENTSOF(doms); d++) {
-		char *dl[1] = { (char *) doms[d] };
-		char *exs[MAX_ROWS];
-		size_t n = 0;
-		for (size_t i = 0; i < ex.n; i++)
-			if (strcmp(ex.dom[i], doms[d]) == 0)
-				exs[n++] = ex.text[i];
-		struct lora_adapter_meta meta = { .name = (char *) doms[d], .domains = dl,
-						  .n_domains = 1, .exemplars = exs,
-						  .n_exemplars = n };
-		r = classify_set_add_adapter(s, &meta, &e);
-	}
-	if (r >= 0)
-		r = classify_build(s, &(struct classify_options){ .seed = 1 }, ret, &e);
-	rows_free(&ex);
-	return r;
+	return build_domain_classifier("adapters.tsv", &(struct classify_options){ .seed = 1 }, ret);
 }
 
 /* Candidates: the base, one adapter per domain with a seeded prior of 0.85 in its own
  * domain, and a LAN target that is decent everywhere (0.6). */
-static char names[ELEMENTSOF(doms)][64];
-static const char *adomains[ELEMENTSOF(doms)][1];
-static struct router_quality aqual[ELEMENTSOF(doms)][1];
+static char names[ELEMENTSOF(router_domains)][64];
+static const char *adomains[ELEMENTSOF(router_domains)][1];
+static struct router_quality aqual[ELEMENTSOF(router_domains)][1];
 static const struct router_quality lanq[] = { { "general", 0.6 }, { "cooking", 0.6 },
 					      { "law", 0.6 },     { "medicine", 0.6 },
 					      { "code", 0.6 },    { "finance", 0.6 } };
 
 static struct router *make_domain_router(const struct classify_model *m)
 {
-	struct router_target t[2 + ELEMENTSOF(doms)];
+	struct router_target t[2 + ELEMENTSOF(router_domains)];
 	const char *dn[CLASSIFY_MAX_DOMAINS];
 	size_t n = 0;
 	struct router *r = NULL;
 	struct errmsg e = { { 0 } };
 
 	t[n++] = (struct router_target){ .name = "local:base", .tier = 0 };
-	for (size_t d = 0; d < ELEMENTSOF(doms); d++) {
-		snprintf(names[d], sizeof(names[d]), "local:base:%s", doms[d]);
-		adomains[d][0] = doms[d];
-		aqual[d][0] = (struct router_quality){ doms[d], 0.85 };
+	for (size_t d = 0; d < ELEMENTSOF(router_domains); d++) {
+		snprintf(names[d], sizeof(names[d]), "local:base:%s", router_domains[d]);
+		adomains[d][0] = router_domains[d];
+		aqual[d][0] = (struct router_quality){ router_domains[d], 0.85 };
 		t[n++] = (struct router_target){ .name = names[d],
 						 .tier = 0,
-						 .adapter = doms[d],
+						 .adapter = router_domains[d],
 						 .domains = adomains[d],
 						 .n_domains = 1,
 						 .quality = aqual[d],
