@@ -79,6 +79,14 @@ static uint64_t percentile(const uint64_t *sorted, size_t n, double p)
 	return sorted[rank - 1];
 }
 
+/* Sorts the n samples (ns) and gives their p50 and p99 in µs. */
+static void p50_p99_us(uint64_t *ns, long n, double *p50, double *p99)
+{
+	qsort(ns, (size_t) n, sizeof(*ns), cmp_u64);
+	*p50 = (double) percentile(ns, (size_t) n, 50) / 1e3;
+	*p99 = (double) percentile(ns, (size_t) n, 99) / 1e3;
+}
+
 /* ---- direct: the scheduler in this process ---- */
 
 struct waiter {
@@ -557,12 +565,8 @@ int main(int argc, char **argv)
 		http = calloc((size_t) o.n, sizeof(*http));
 		if (!direct || !http || bench_route(&o, direct, http) < 0)
 			return 1;
-		qsort(direct, (size_t) o.n, sizeof(*direct), cmp_u64);
-		qsort(http, (size_t) o.n, sizeof(*http), cmp_u64);
-		d50 = (double) percentile(direct, (size_t) o.n, 50) / 1e3;
-		d99 = (double) percentile(direct, (size_t) o.n, 99) / 1e3;
-		h50 = (double) percentile(http, (size_t) o.n, 50) / 1e3;
-		h99 = (double) percentile(http, (size_t) o.n, 99) / 1e3;
+		p50_p99_us(direct, o.n, &d50, &d99);
+		p50_p99_us(http, o.n, &h50, &h99);
 		if (o.json)
 			printf("{\"n\":%ld,\"t1_us\":{\"p50\":%.1f,\"p99\":%.1f},"
 			       "\"via_mollyd_us\":{\"p50\":%.1f,\"p99\":%.1f},"
@@ -594,12 +598,8 @@ int main(int argc, char **argv)
 	k = o.dbus ? bench_dbus(&o, http) : bench_http(&o, http);
 	if (k < 0)
 		return 1;
-	qsort(direct, (size_t) o.n, sizeof(*direct), cmp_u64);
-	qsort(http, (size_t) o.n, sizeof(*http), cmp_u64);
-	d50 = (double) percentile(direct, (size_t) o.n, 50) / 1e3;
-	d99 = (double) percentile(direct, (size_t) o.n, 99) / 1e3;
-	h50 = (double) percentile(http, (size_t) o.n, 50) / 1e3;
-	h99 = (double) percentile(http, (size_t) o.n, 99) / 1e3;
+	p50_p99_us(direct, o.n, &d50, &d99);
+	p50_p99_us(http, o.n, &h50, &h99);
 	if (o.json) {
 		printf("{\"n\":%ld,\"direct_us\":{\"p50\":%.1f,\"p99\":%.1f},"
 		       "\"%s_us\":{\"p50\":%.1f,\"p99\":%.1f},"
