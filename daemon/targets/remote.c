@@ -537,7 +537,6 @@ int remote_target_new(const struct remote_target_config *cfg, struct remote_targ
 	pthread_mutex_init(&t->lock, NULL);
 	pthread_cond_init(&t->idle, NULL);
 	t->next_id = 1;
-	t->conns = conn_cache_new();
 	t->name = strdup(cfg->name);
 	t->url = strdup(cfg->url);
 	t->model = strdup(cfg->model ? cfg->model : cfg->name);
@@ -561,6 +560,8 @@ int remote_target_new(const struct remote_target_config *cfg, struct remote_targ
 	if (cfg->n_resolve > 0 &&
 	    remote_target_set_resolve(t, cfg->resolve, cfg->n_resolve) < 0)
 		goto oom;
+	if (!t->conns) /* set_resolve() made the cache along with the pins */
+		t->conns = conn_cache_new();
 	t->timeout_ns = cfg->timeout_ns ? cfg->timeout_ns : 30ull * 1000000000ull;
 	t->retries = cfg->retries;
 	t->backoff_base_ns = cfg->backoff_base_ns ? cfg->backoff_base_ns : 100000000ull;
