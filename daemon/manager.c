@@ -31,7 +31,9 @@
 #include "engine/model.h"
 #include "engine/vocab.h"
 #include "lora/adapter.h"
+#include "core/log.h"
 #include "manager-audit.h"
+#include "manager-judge.h"
 #include "manager-remote.h"
 #include "manager.h"
 #include "sched/sched.h"
@@ -126,6 +128,7 @@ struct manager {
 	pthread_rwlock_t policy_lock;
 	struct policy *policy;        /* owned */
 	struct manager_audit *audit;  /* owned; NULL without a state directory */
+	struct manager_judge *judge;  /* owned: [Policy] Judge= (asks m->sched, T0 only) */
 	/* Routing to [Target] endpoints (T1..T3): NULL when none is configured. Built at start;
 	 * [Target] and [Router] changes need a restart. */
 	struct manager_routing *routing;
@@ -471,6 +474,11 @@ int manager_new_with_egress(struct config *config, struct egress_client *egress,
 	r = sched_new(m->model, &sp, &m->sched, e);
 	if (r < 0)
 		return errmsg_prefix(e, r, "scheduler");
+	r = manager_judge_new(m->sched, m->model->vocab, m->has_family, m->family, m->max_context,
+			      &m->judge);
+	if (r < 0)
+		return errmsg_set(e, r, "the policy judge: %s", strerror(-r));
+	manager_judge_configure(m->judge, config);
 
 	for (size_t i = 0; i < config->n_adapter_load; i++) {
 		struct manager_error err = { 0 };
@@ -498,6 +506,8 @@ struct manager *manager_free(struct manager *m)
 	m->routing = manager_routing_free(m->routing);
 	/* Cancels what is left; the events (ERROR "cancelled") still reach the fronts. */
 	m->sched = sched_free(m->sched);
+	/* No question is in flight once the fronts are gone; its calls own their state. */
+	m->judge = manager_judge_free(m->judge);
 	/* After the scheduler: its last events wrote their records into the queue. */
 	m->audit = manager_audit_free(m->audit);
 	m->policy = policy_free(m->policy);
@@ -595,6 +605,7 @@ int manager_reload(struct manager *m, struct config *c, struct errmsg *e)
 		pthread_rwlock_unlock(&m->policy_lock);
 		policy_free(op);
 		manager_audit_set_retention(m->audit, c->audit_retention_days);
+		manager_judge_configure(m->judge, c);
 	}
 
 #define CHANGED(cond, key)                                                                         \
@@ -1229,6 +1240,41 @@ static int policy_text(const struct manager_request *r, char **ret, size_t *ret_
 	return 0;
 }
 
+/* The optional judge (manager-judge.h): only for a request the layers left below personal
+ * whose special-category score is in the uncertain band; only ever stricter. */
+static int judge(struct manager *m, const struct policy_caller *pc, const char *text, size_t len,
+		 struct policy_decision *d, struct manager_error *err)
+{
+	static const struct policy_finding yes = {
+		.kind = "judge", .rule = "judge", .class = POLICY_CLASS_PERSONAL,
+		.score = 1.0f, .layer = POLICY_LAYER_JUDGE, /* the whole request: no span */
+	};
+	enum judge_verdict v;
+	float score;
+	int k;
+
+	if (d->class >= POLICY_CLASS_PERSONAL || !manager_judge_wanted(m->judge, d->special_score,
+								      &score))
+		return 0;
+	v = manager_judge_ask(m->judge, text, len);
+	/* The verdict, never the text. */
+	log_info("policy judge: special-category score %.2f in the band, the local model says %s%s",
+		 score, judge_verdict_name(v),
+		 v == JUDGE_PERSONAL ? " (class personal)"
+		 : v == JUDGE_PUBLIC ? ""
+				     : " (the classifier's decision stands)");
+	if (v != JUDGE_PERSONAL)
+		return 0;
+	pthread_rwlock_rdlock(&m->policy_lock);
+	k = policy_decision_add(m->policy, pc, d, &yes);
+	pthread_rwlock_unlock(&m->policy_lock);
+	if (k < 0) {
+		policy_decision_done(d);
+		return set_err(err, MANAGER_ERR_INTERNAL, k, "the policy judge: %s", strerror(-k));
+	}
+	return 0;
+}
+
 /* strict: an unknown declared class is an error; else it counts as none (for the audit
  * record of a request rejected for it). */
 static int evaluate(struct manager *m, const struct manager_request *r,
@@ -1261,7 +1307,7 @@ static int evaluate(struct manager *m, const struct manager_request *r,
 	if (k < 0)
 		return set_err(err, MANAGER_ERR_INTERNAL, k, "evaluating the policy: %s",
 			       strerror(-k));
-	return 0;
+	return judge(m, &pc, pr.text, pr.len, d, err);
 }
 
 int manager_explain(struct manager *m, const struct manager_request *r,
@@ -1762,6 +1808,15 @@ void manager_get_stats(struct manager *m, struct manager_stats *ret)
 		.pool_pages_free = s.pool_pages_free,
 	};
 	pthread_mutex_unlock(&m->lock);
+	{
+		struct manager_judge_stats js;
+		manager_judge_get_stats(m->judge, &js);
+		ret->judge_asked = js.asked;
+		ret->judge_personal = js.verdicts[JUDGE_PERSONAL];
+		ret->judge_public = js.verdicts[JUDGE_PUBLIC];
+		ret->judge_unclear = js.verdicts[JUDGE_UNCLEAR];
+		ret->judge_timeout = js.verdicts[JUDGE_TIMEOUT];
+	}
 }
 
 struct sched_snapshot {

@@ -246,6 +246,11 @@ struct manager_stats {
 	uint64_t completion_tokens;
 	size_t pool_pages_total;
 	size_t pool_pages_free;
+	/* [Policy] Judge= (manager-judge.h): questions put to the local model, and the verdicts
+	 * (unclear: neither yes nor no, or the question could not be asked; timeout: no answer
+	 * within JudgeTimeoutMs=) */
+	uint64_t judge_asked;
+	uint64_t judge_personal, judge_public, judge_unclear, judge_timeout;
 };
 void manager_get_stats(struct manager *m, struct manager_stats *ret);
 

@@ -12,8 +12,10 @@
  *   molly config apply [--config FILE] [--out DIR]   writes the systemd drop-in with
  *                                       IPAddressDeny=any and the targets' addresses
  *   molly key new NAME                  a new API key and the [Member NAME] lines to add
- *   molly explain [--config FILE] PROMPT   the policy's class, findings and tiers for PROMPT
- *                                       (no daemon needed; PROMPT "-" reads stdin)
+ *   molly explain [--config FILE] [--] PROMPT   the policy's class, findings (kind, span,
+ *                                       class, layer, score) and tiers for PROMPT (no daemon
+ *                                       needed; PROMPT "-" reads stdin; a PROMPT starting with
+ *                                       '-' needs "--" only when it looks like an option)
  *   molly explain --daemon PROMPT       the running daemon's decision (Policy1.Explain) with
  *                                       the router's candidate targets and their scores
  *
@@ -1261,11 +1263,15 @@ static int explain_daemon(const char *text)
 			printf(" %s", json_object_get_string(json_object_array_get_idx(v, i)));
 	printf("%s\n", jbool(o, "redact_for_t3") ? " (T3 only after redaction)" : "");
 	if (json_object_object_get_ex(o, "findings", &v) && json_object_array_length(v) > 0) {
-		printf("Findings (%zu; character offsets):\n", json_object_array_length(v));
+		printf("Findings (%zu; character offsets; class, layer, score):\n",
+		       json_object_array_length(v));
 		for (size_t i = 0; i < json_object_array_length(v); i++) {
 			struct json_object *f = json_object_array_get_idx(v, i);
-			printf("  %-18s [%.0f, %.0f)  %s\n", jstr(f, "kind"), jnum(f, "start"),
-			       jnum(f, "end"), jstr(f, "class"));
+			char span[48];
+			snprintf(span, sizeof(span), "[%.0f, %.0f)", jnum(f, "start"), jnum(f, "end"));
+			printf("  %-18s %-14s %-8s %-10s %.2f\n", jstr(f, "kind"), span,
+			       jstr(f, "class"), jstr(f, "layer")[0] ? jstr(f, "layer") : "-",
+			       jnum(f, "score"));
 		}
 	} else
 		printf("Findings: none\n");
@@ -1295,46 +1301,98 @@ static int explain_daemon(const char *text)
 	return 0;
 }
 
+/*
+ * Whether an argument of `molly explain` is an option word rather than the text: "--NAME" or
+ * "--NAME=VALUE" (NAME: an ASCII letter, then letters, digits and '-') or "-X" (one ASCII
+ * letter). Everything else is text, whatever it starts with: "-----BEGIN PRIVATE KEY-----",
+ * "---", "-5 degrees", "- item", "--no such thing" (a space before any '='). So a prompt
+ * that starts with dashes needs no "--", and a mistyped option ("--jsno", "-j") is still
+ * reported instead of being explained as text. "-" alone is standard input; after "--"
+ * every argument is text.
+ */
+static bool explain_is_option(const char *a)
+{
+	const char *p;
+
+	if (a[0] != '-')
+		return false;
+	if (a[1] != '-')
+		return ((a[1] | 32) >= 'a' && (a[1] | 32) <= 'z') && a[2] == 0;
+	p = a + 2;
+	if (!((*p | 32) >= 'a' && (*p | 32) <= 'z'))
+		return false; /* "--", "---...", "--5", "-- x" */
+	while (*p && *p != '=') {
+		if (!(((*p | 32) >= 'a' && (*p | 32) <= 'z') || (*p >= '0' && *p <= '9') ||
+		      *p == '-'))
+			return false;
+		p++;
+	}
+	return true;
+}
+
+#define EXPLAIN_USAGE                                                                             \
+	"Usage: molly explain [--config FILE | --daemon] [--json] [--] PROMPT\n"                 \
+	"  PROMPT '-': standard input. A PROMPT that starts with '-' needs no '--' unless it\n"   \
+	"  looks like an option (--WORD, --WORD=VALUE or -LETTER).\n"
+
 static int cmd_explain(int argc, char **argv)
 {
-	static const struct option options[] = {
-		{ "config", required_argument, NULL, 'c' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "daemon", no_argument, NULL, 'd' },
-		{},
-	};
 	_cleanup_(config_unrefp) struct config *cfg = NULL;
 	_cleanup_(policy_freep) struct policy *p = NULL;
 	bool daemon = false;
 	_cleanup_free_ char *input = NULL;
 	struct policy_decision d = { 0 };
 	struct errmsg e = { { 0 } };
-	const char *file = NULL, *text;
+	const char *file = NULL, *text, *prompt = NULL;
 	size_t len;
 	char tiers[32];
-	int c, r;
+	int r, n_prompts = 0;
+	bool options_end = false;
 
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "+", options, NULL)) >= 0)
-		switch (c) {
-		case 'c':
-			file = optarg;
-			break;
-		case 'j':
+	/* Our own walk rather than getopt: options may come before or after the prompt, and a
+	 * prompt may start with '-' (explain_is_option()). */
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (!options_end && strcmp(a, "--") == 0) {
+			options_end = true;
+			continue;
+		}
+		if (options_end || !explain_is_option(a)) {
+			prompt = a;
+			n_prompts++;
+			continue;
+		}
+		if (strcmp(a, "--json") == 0)
 			arg_json = true;
-			break;
-		case 'd':
+		else if (strcmp(a, "--daemon") == 0)
 			daemon = true;
-			break;
-		default:
+		else if (strcmp(a, "--config") == 0) {
+			if (i + 1 >= argc) {
+				fprintf(stderr, "molly explain: --config needs a FILE\n" EXPLAIN_USAGE);
+				return 2;
+			}
+			file = argv[++i];
+		} else if (strncmp(a, "--config=", 9) == 0)
+			file = a + 9;
+		else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+			printf(EXPLAIN_USAGE);
+			return 0;
+		} else {
+			fprintf(stderr,
+				"molly explain: unknown option '%s' (a prompt that looks like an "
+				"option goes after '--')\n" EXPLAIN_USAGE,
+				a);
 			return 2;
 		}
-	if (optind + 1 != argc || (daemon && file)) {
-		fprintf(stderr, "Usage: molly explain [--config FILE | --daemon] [--json] PROMPT   "
-				"(PROMPT '-': standard input)\n");
+	}
+	if (n_prompts != 1 || (daemon && file)) {
+		if (n_prompts > 1)
+			fprintf(stderr, "molly explain: one PROMPT only (quote it)\n");
+		fprintf(stderr, EXPLAIN_USAGE);
 		return 2;
 	}
-	if (strcmp(argv[optind], "-") == 0) {
+	if (strcmp(prompt, "-") == 0 && !options_end) {
 		r = read_stdin(&input, &len);
 		if (r < 0) {
 			fprintf(stderr, "molly: reading standard input: %s\n", strerror(-r));
@@ -1342,7 +1400,7 @@ static int cmd_explain(int argc, char **argv)
 		}
 		text = input;
 	} else {
-		text = argv[optind];
+		text = prompt;
 		len = strlen(text);
 	}
 	if (daemon)
@@ -1371,12 +1429,20 @@ static int cmd_explain(int argc, char **argv)
 			json_object_object_add(f, "end",
 					       json_object_new_int64((int64_t) d.findings[i].end));
 			json_object_object_add(f, "rule", json_object_new_string(d.findings[i].rule));
+			json_object_object_add(
+				f, "class", json_object_new_string(policy_class_name(d.findings[i].class)));
+			json_object_object_add(f, "layer", json_object_new_string(d.findings[i].layer
+											  ? d.findings[i].layer
+											  : ""));
+			json_object_object_add(f, "score", json_object_new_double(d.findings[i].score));
 			json_object_array_add(fa, f);
 		}
 		tiers_json(ta, d.permitted_tiers);
 		json_object_object_add(o, "class", json_object_new_string(policy_class_name(d.class)));
 		json_object_object_add(o, "findings", fa);
 		json_object_object_add(o, "permitted_tiers", ta);
+		json_object_object_add(o, "redact_for_t3", json_object_new_boolean(d.redact_for_t3));
+		json_object_object_add(o, "special_score", json_object_new_double(d.special_score));
 		printf("%s\n", json_object_to_json_string_ext(
 				       o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
 		json_object_put(o);
@@ -1388,16 +1454,20 @@ static int cmd_explain(int argc, char **argv)
 		if (d.n_findings == 0)
 			printf("Findings: none\n");
 		else
-			printf("Findings (%zu; character offsets):\n", d.n_findings);
+			printf("Findings (%zu; character offsets; class, layer, score):\n",
+			       d.n_findings);
 		for (size_t i = 0; i < d.n_findings; i++) {
 			const struct policy_finding *f = &d.findings[i];
-			if (strcmp(f->kind, "rule") == 0)
-				printf("  %-18s [%zu, %zu)  %s, [Rule %s]\n", f->kind, f->start, f->end,
-				       policy_class_name(f->class), f->rule);
-			else
-				printf("  %-18s [%zu, %zu)  %s\n", f->kind, f->start, f->end,
-				       policy_class_name(f->class));
+			char span[48];
+			snprintf(span, sizeof(span), "[%zu, %zu)", f->start, f->end);
+			printf("  %-18s %-14s %-8s %-10s %.2f%s%s%s\n", f->kind, span,
+			       policy_class_name(f->class), f->layer ? f->layer : "-", f->score,
+			       strcmp(f->kind, "rule") == 0 ? "  [Rule " : "",
+			       strcmp(f->kind, "rule") == 0 ? f->rule : "",
+			       strcmp(f->kind, "rule") == 0 ? "]" : "");
 		}
+		if (d.special_score > 0)
+			printf("Special-category score: %.2f\n", d.special_score);
 	}
 	policy_decision_done(&d);
 	return 0;
@@ -1715,8 +1785,9 @@ static void usage(void)
 	       "                                      write the systemd drop-in that lets\n"
 	       "                                      mollyd.service reach only its targets\n"
 	       "  key new NAME                        a new HTTP API key for member NAME\n"
-	       "  explain [--config FILE] PROMPT      the policy's class, findings and permitted\n"
-	       "                                      tiers for PROMPT (no daemon needed)\n"
+	       "  explain [--config FILE] [--] PROMPT the policy's class, findings and permitted\n"
+	       "                                      tiers for PROMPT (no daemon needed; '-':\n"
+	       "                                      stdin; see 'molly explain --help')\n"
 	       "  explain --daemon PROMPT             the running daemon's decision, with the\n"
 	       "                                      router's candidate targets and scores\n"
 	       "  audit [--since DURATION] [--tier T] [--class C] [--state-dir DIR]\n"
@@ -1774,7 +1845,7 @@ int main(int argc, char **argv)
 	argc -= optind;
 	argv += optind;
 	/* --json may also follow the command. */
-	for (int i = 1; i < argc; i++)
+	for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
 		if (strcmp(argv[i], "--json") == 0) {
 			arg_json = true;
 			memmove(argv + i, argv + i + 1, (size_t) (argc - i) * sizeof(char *));

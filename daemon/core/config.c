@@ -579,6 +579,35 @@ static int parse_tiers(struct pctx *x, const char *v, void *field)
 	return 0;
 }
 
+/* JudgeBand=LOW,HIGH: two probabilities, LOW <= HIGH (spaces allowed around the comma). */
+static int parse_judge_band(struct pctx *x, const char *v, void *field)
+{
+	float *band = field;
+	const char *orig = v;
+	char *end;
+	double lo, hi;
+
+	errno = 0;
+	lo = strtod(v, &end);
+	while (*end == ' ' || *end == '\t')
+		end++;
+	if (errno || end == v || *end != ',')
+		goto bad;
+	v = end + 1;
+	hi = strtod(v, &end);
+	while (*end == ' ' || *end == '\t')
+		end++;
+	if (errno || end == v || *end || !(lo >= 0 && lo <= hi && hi <= 1))
+		goto bad;
+	band[0] = (float) lo;
+	band[1] = (float) hi;
+	return 0;
+bad:
+	return perr(x, -EINVAL, "'%s' is not LOW,HIGH with 0 <= LOW <= HIGH <= 1", orig);
+}
+
+DEFINE_PARSE_U32(judge_timeout_ms, 1, 60000)
+
 static int parse_max_tiers(struct pctx *x, const char *v, void *field)
 {
 	struct config_member *m = field;
@@ -893,6 +922,9 @@ static const struct key_def policy_keys[] = {
 	{ "PersonalTiers", parse_tiers, C(policy_tiers[POLICY_CLASS_PERSONAL]) },
 	{ "SecretTiers", parse_tiers, C(policy_tiers[POLICY_CLASS_SECRET]) },
 	{ "AllowExternal", parse_bool, C(policy_allow_external) },
+	{ "Judge", parse_bool, C(policy_judge) },
+	{ "JudgeBand", parse_judge_band, C(policy_judge_band) },
+	{ "JudgeTimeoutMs", parse_judge_timeout_ms, C(policy_judge_timeout_ms) },
 	{},
 };
 static const struct key_def rule_keys[] = {
@@ -1108,6 +1140,9 @@ int config_new(struct config **ret)
 	c->policy_tiers[POLICY_CLASS_PUBLIC] = POLICY_TIER(0) | POLICY_TIER(1);
 	c->policy_tiers[POLICY_CLASS_PERSONAL] = POLICY_TIER(0) | POLICY_TIER(1);
 	c->policy_tiers[POLICY_CLASS_SECRET] = POLICY_TIER(0);
+	c->policy_judge_band[0] = 0.3f;
+	c->policy_judge_band[1] = 0.7f;
+	c->policy_judge_timeout_ms = 2000;
 	c->audit_retention_days = 90;
 	c->audit_map_size = 256ull << 20;
 	c->egress_enforce = true;

@@ -167,6 +167,9 @@ struct config {
 	/* [Policy] (policy/policy.h): tiers per class, POLICY_TIER() bits */
 	uint32_t policy_tiers[3];      /* public T0,T1; personal T0,T1; secret T0 */
 	bool policy_allow_external;    /* AllowExternal=: T3 at all (then only redacted) */
+	bool policy_judge;             /* Judge=: ask the local model about uncertain scores */
+	float policy_judge_band[2];    /* JudgeBand=LOW,HIGH (default 0.3,0.7) */
+	uint32_t policy_judge_timeout_ms; /* JudgeTimeoutMs= (default 2000; 1..60000) */
 
 	/* [Rule NAME] */
 	struct config_rule *rules;     /* owned, n_rules, in the order of the files */

@@ -37,6 +37,11 @@ static void policy_init_once(void)
 struct scan_result {
 	enum policy_class worst;
 	const char *kind; /* of the first finding of the worst class */
+	/* the same over the findings redaction replaces (identifiers, credentials): what T3 may
+	 * never see. A special-category finding (lexicon, classifier) marks what a request is
+	 * about; its text stays when a personal request goes to T3 redacted (docs/policy.md). */
+	enum policy_class worst_value;
+	const char *value_kind;
 };
 
 static int scan_piece(const char *s, struct scan_result *res)
@@ -50,12 +55,18 @@ static int scan_piece(const char *s, struct scan_result *res)
 	k = policy_evaluate(default_policy, &req, &d);
 	if (k < 0)
 		return k;
-	for (size_t i = 0; i < d.n_findings; i++)
-		if (d.findings[i].class > res->worst ||
-		    (!res->kind && d.findings[i].class == res->worst)) {
-			res->worst = d.findings[i].class;
-			res->kind = d.findings[i].kind; /* static: a built-in detector's name */
+	for (size_t i = 0; i < d.n_findings; i++) {
+		const struct policy_finding *f = &d.findings[i];
+		if (f->class > res->worst || (!res->kind && f->class == res->worst)) {
+			res->worst = f->class;
+			res->kind = f->kind; /* static: a built-in layer's name */
 		}
+		if (policy_finding_redactable(f) &&
+		    (f->class > res->worst_value || (!res->value_kind && f->class == res->worst_value))) {
+			res->worst_value = f->class;
+			res->value_kind = f->kind;
+		}
+	}
 	policy_decision_done(&d);
 	return 0;
 }
@@ -64,7 +75,7 @@ int worker_check_payload(unsigned tier, bool user_controlled, uint32_t permitted
 			 int declared_class, const struct remote_request *r, char *why,
 			 size_t why_size)
 {
-	struct scan_result res = { .worst = POLICY_CLASS_PUBLIC };
+	struct scan_result res = { .worst = POLICY_CLASS_PUBLIC, .worst_value = POLICY_CLASS_PUBLIC };
 	char tiers[32];
 	int k = 0;
 
@@ -106,9 +117,9 @@ int worker_check_payload(unsigned tier, bool user_controlled, uint32_t permitted
 				 : "an unknown class");
 		return -EPERM;
 	}
-	if (res.worst >= POLICY_CLASS_PERSONAL && tier == 3) {
+	if (res.worst_value >= POLICY_CLASS_PERSONAL && tier == 3) {
 		snprintf(why, why_size, "T3 may not carry unredacted %s data (%s found)",
-			 policy_class_name(res.worst), res.kind ? res.kind : "?");
+			 policy_class_name(res.worst_value), res.value_kind ? res.value_kind : "?");
 		return -EPERM;
 	}
 	if (res.worst >= POLICY_CLASS_PERSONAL && tier == 2 && !user_controlled) {

@@ -7,8 +7,9 @@
  *     evaluated by the sovereignty policy exactly as a Generate would be, for the same caller
  *     (uid from the bus credentials, the member whose UIDs= has it), without generating and
  *     without an audit record. The answer (docs/dbus.md):
- *       "class" s, "permitted_tiers" as, "redact_for_t3" b,
- *       "findings" aa{sv}: {"kind" s, "rule" s, "class" s, "start" t, "end" t} with start/end
+ *       "class" s, "permitted_tiers" as, "redact_for_t3" b, "special_score" d,
+ *       "findings" aa{sv}: {"kind" s, "rule" s, "class" s, "start" t, "end" t, "layer" s,
+ *         "score" d} with start/end
  *         character offsets into the text the policy sees (the prompt, or the messages'
  *         contents joined by "\n"), never the matched text itself,
  *       "member" s (only when the caller is a member),
@@ -34,10 +35,12 @@ static int append_findings(sd_bus_message *reply, const struct policy_decision *
 		r = sd_bus_message_open_container(reply, 'a', "a{sv}");
 	for (size_t i = 0; r >= 0 && i < d->n_findings; i++) {
 		const struct policy_finding *f = &d->findings[i];
-		r = sd_bus_message_append(reply, "a{sv}", 5, "kind", "s", f->kind ? f->kind : "",
+		r = sd_bus_message_append(reply, "a{sv}", 7, "kind", "s", f->kind ? f->kind : "",
 					  "rule", "s", f->rule ? f->rule : "", "class", "s",
 					  policy_class_name(f->class), "start", "t",
-					  (uint64_t) f->start, "end", "t", (uint64_t) f->end);
+					  (uint64_t) f->start, "end", "t", (uint64_t) f->end, "layer",
+					  "s", f->layer ? f->layer : "", "score", "d",
+					  (double) f->score);
 	}
 	if (r >= 0)
 		r = sd_bus_message_close_container(reply);
@@ -149,6 +152,9 @@ static int method_explain(sd_bus_message *m, void *userdata, sd_bus_error *error
 	}
 	if (r >= 0)
 		r = sd_bus_message_append(reply, "{sv}", "redact_for_t3", "b", (int) d.redact_for_t3);
+	if (r >= 0)
+		r = sd_bus_message_append(reply, "{sv}", "special_score", "d",
+					  (double) d.special_score);
 	if (r >= 0) {
 		r = sd_bus_message_open_container(reply, 'e', "sv");
 		if (r >= 0)

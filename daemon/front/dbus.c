@@ -1041,7 +1041,7 @@ static int method_status(sd_bus_message *m, void *userdata, sd_bus_error *error)
 	if (k < 0)
 		return k;
 	k = sd_bus_message_append(
-		reply, "a{sv}", 16, "version", "s", MOLLY_VERSION, "egress", "s",
+		reply, "a{sv}", 21, "version", "s", MOLLY_VERSION, "egress", "s",
 		manager_egress_status(f->manager), "model", "s",
 		manager_model_name(f->manager), "state", "s",
 		manager_is_stopping(f->manager) ? "stopping" : "running", "context_length", "u",
@@ -1051,7 +1051,10 @@ static int method_status(sd_bus_message *m, void *userdata, sd_bus_error *error)
 		"requests_rejected", "t", st.requests_rejected, "requests_finished", "t",
 		st.requests_finished, "requests_failed", "t", st.requests_failed, "prompt_tokens",
 		"t", st.prompt_tokens, "completion_tokens", "t", st.completion_tokens,
-		"pool_pages_free", "t", (uint64_t) st.pool_pages_free);
+		"pool_pages_free", "t", (uint64_t) st.pool_pages_free, "judge_asked", "t",
+		st.judge_asked, "judge_personal", "t", st.judge_personal, "judge_public", "t",
+		st.judge_public, "judge_unclear", "t", st.judge_unclear, "judge_timeout", "t",
+		st.judge_timeout);
 	if (k < 0)
 		return k;
 	return sd_bus_send(NULL, reply, NULL);

@@ -397,6 +397,19 @@ int metrics_render(struct metrics *m, const struct metrics_gauges *g, char **ret
 	    "molly_pool_pages{state=\"free\"} %zu\n",
 	    g->waiting, g->queue_length, g->running, g->max_sequences, g->requests_finished,
 	    g->requests_failed, g->requests_rejected, g->pool_pages_total, g->pool_pages_free);
+	fprintf(f,
+		"# HELP molly_policy_judge_asked_total Requests the policy judge asked the local "
+		"model about ([Policy] Judge=).\n"
+		"# TYPE molly_policy_judge_asked_total counter\n"
+		"molly_policy_judge_asked_total %" PRIu64 "\n"
+		"# HELP molly_policy_judge_verdicts_total The policy judge's verdicts.\n"
+		"# TYPE molly_policy_judge_verdicts_total counter\n"
+		"molly_policy_judge_verdicts_total{verdict=\"personal\"} %" PRIu64 "\n"
+		"molly_policy_judge_verdicts_total{verdict=\"public\"} %" PRIu64 "\n"
+		"molly_policy_judge_verdicts_total{verdict=\"unclear\"} %" PRIu64 "\n"
+		"molly_policy_judge_verdicts_total{verdict=\"timeout\"} %" PRIu64 "\n",
+		g->judge_asked, g->judge_personal, g->judge_public, g->judge_unclear,
+		g->judge_timeout);
 
 	if (g->n_adapters) {
 		fputs("# HELP molly_adapter_requests_total Requests that used an adapter since it "

@@ -84,6 +84,8 @@ struct metrics_gauges {
 	uint64_t requests_finished;
 	uint64_t requests_failed;
 	uint64_t requests_rejected;
+	uint64_t judge_asked; /* the policy judge (manager_stats) */
+	uint64_t judge_personal, judge_public, judge_unclear, judge_timeout;
 	const struct metrics_adapter_gauge *adapters;
 	size_t n_adapters;
 	double now_unix; /* the value of vllm:lora_requests_info */

@@ -220,6 +220,20 @@ uint32_t policy_member_max_tiers(const struct policy *p, const char *member)
 	return POLICY_TIERS_ALL;
 }
 
+/* The tiers a request of class may reach: the class's list, within the member's MaxTiers=,
+ * without T3 unless AllowExternal=yes. */
+static uint32_t class_tiers(const struct policy *p, const struct policy_caller *caller,
+			    enum policy_class class)
+{
+	uint32_t tiers = p->tiers[class];
+
+	if (caller)
+		tiers &= policy_member_max_tiers(p, caller->member);
+	if (!p->allow_external)
+		tiers &= ~POLICY_TIER(3);
+	return tiers;
+}
+
 int policy_evaluate(const struct policy *p, const struct policy_request *req,
 		    struct policy_decision *ret)
 {
@@ -250,7 +264,9 @@ int policy_evaluate(const struct policy *p, const struct policy_request *req,
 							  .byte_start = m.v[i].start,
 							  .byte_end = m.v[i].end,
 							  .class = detect_kind_class(m.v[i].kind),
-							  .rule = detect_kind_name(m.v[i].kind) };
+							  .rule = detect_kind_name(m.v[i].kind),
+							  .score = 1.0f,
+							  .layer = POLICY_LAYER_DETECTOR };
 	}
 	detect_matches_done(&m);
 	for (size_t i = 0; i < p->n_rules; i++) {
@@ -291,11 +307,7 @@ int policy_evaluate(const struct policy *p, const struct policy_request *req,
 		if (f[i].class > class)
 			class = f[i].class;
 
-	tiers = p->tiers[class];
-	if (req->caller)
-		tiers &= policy_member_max_tiers(p, req->caller->member);
-	if (!p->allow_external)
-		tiers &= ~POLICY_TIER(3);
+	tiers = class_tiers(p, req->caller, class);
 	*ret = (struct policy_decision){
 		.class = class,
 		.permitted_tiers = tiers,
@@ -308,6 +320,35 @@ fail:
 	detect_matches_done(&m);
 	free(f);
 	return r;
+}
+
+int policy_decision_add(const struct policy *p, const struct policy_caller *caller,
+			struct policy_decision *d, const struct policy_finding *f)
+{
+	struct policy_finding *v;
+
+	assert_return(p && d && f && f->class < POLICY_CLASS_COUNT_, -EINVAL);
+	v = realloc(d->findings, (d->n_findings + 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	d->findings = v;
+	v[d->n_findings++] = *f;
+	if (f->class > d->class) {
+		/* only ever stricter: the tiers shrink to the new class's */
+		d->class = f->class;
+		d->permitted_tiers &= class_tiers(p, caller, d->class);
+		d->redact_for_t3 = (d->permitted_tiers & POLICY_TIER(3)) != 0;
+	}
+	return 0;
+}
+
+bool policy_finding_redactable(const struct policy_finding *f)
+{
+	if (!f || f->byte_end <= f->byte_start)
+		return false;
+	/* no layer: a finding built by hand (tests, older callers) names a value */
+	return !f->layer || strcmp(f->layer, POLICY_LAYER_DETECTOR) == 0 ||
+	       strcmp(f->layer, POLICY_LAYER_RULE) == 0;
 }
 
 bool policy_tier_allowed(const struct policy_decision *d, unsigned tier, bool user_controlled)

@@ -53,7 +53,26 @@ struct policy_finding {
 	size_t byte_end;
 	enum policy_class class;
 	const char *rule;  /* the built-in detector's name or the [Rule NAME] */
+	float score;       /* 0..1: 1 for exact detectors and user rules; a calibrated probability
+			    * for classifier findings */
+	const char *layer; /* which layer fired (a static string): POLICY_LAYER_DETECTOR,
+			    * _RULE, _LEXICON, _CLASSIFIER or _JUDGE */
 };
+
+/* policy_finding.layer: identifier and credential detectors (detect.h), user rules
+ * (rules.h), the special-category lexicon and classifier, and the optional judge (the local
+ * model asked about an uncertain classifier score; the manager adds its finding). */
+#define POLICY_LAYER_DETECTOR   "detector"
+#define POLICY_LAYER_RULE       "rule"
+#define POLICY_LAYER_LEXICON    "lexicon"
+#define POLICY_LAYER_CLASSIFIER "classifier"
+#define POLICY_LAYER_JUDGE      "judge"
+
+/* Whether redaction for T3 replaces the finding's span: findings that name a value (an
+ * identifier, a credential, a user rule's keyword or regex match) with a non-empty span. The
+ * special-category layers (lexicon, classifier, judge) mark what the request is about, not a
+ * value: their spans stay, so the question still makes sense (docs/policy.md). */
+bool policy_finding_redactable(const struct policy_finding *f);
 
 struct policy_caller {
 	uid_t uid;            /* (uid_t) -1 when unknown */
@@ -76,7 +95,16 @@ struct policy_decision {
 	bool redact_for_t3;            /* T3 permitted only after redaction */
 	struct policy_finding *findings; /* owned */
 	size_t n_findings;
+	float special_score;           /* the special-category classifier's highest calibrated
+					* probability; 0 when it did not run or fire */
 };
+
+struct policy;
+
+/* Appends a finding to the decision (the judge's), raising d->class to its class and
+ * narrowing the permitted tiers to that class's under p (with the caller's member). */
+int policy_decision_add(const struct policy *p, const struct policy_caller *caller,
+			struct policy_decision *d, const struct policy_finding *f);
 
 void policy_decision_done(struct policy_decision *d);
 

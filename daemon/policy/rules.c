@@ -148,7 +148,8 @@ static int add(struct policy_finding **v, size_t *n, size_t *cap, const struct r
 		*cap = nc;
 	}
 	(*v)[(*n)++] = (struct policy_finding){
-		.kind = "rule", .byte_start = s, .byte_end = e, .class = r->class, .rule = r->name
+		.kind = "rule", .byte_start = s, .byte_end = e, .class = r->class, .rule = r->name,
+		.score = 1.0f, .layer = POLICY_LAYER_RULE,
 	};
 	return 0;
 }

@@ -137,13 +137,32 @@ size_t vault_n_restored(const struct vault *v)
 	return v ? v->n_restored : 0;
 }
 
-static const char *type_of(const char *kind)
+/* The placeholder's TYPE for a finding's kind: the detector's own (detect_kind_placeholder()),
+ * REDACTED for user rules, else the kind upper-cased ("connection_string" →
+ * CONNECTION_STRING), with what the restorer would not read back as a TYPE (digits, other
+ * bytes) dropped, so that any kind a layer adds gets a placeholder that round-trips. */
+static const char *type_of(const char *kind, char buf[TYPE_MAX])
 {
 	enum detect_kind k;
+	size_t n = 0;
 
-	if (detect_kind_from_name(kind, &k) >= 0)
+	if (kind && detect_kind_from_name(kind, &k) >= 0)
 		return detect_kind_placeholder(k);
-	return "REDACTED";
+	if (!kind || strcmp(kind, "rule") == 0)
+		return "REDACTED";
+	for (const char *c = kind; *c && n < TYPE_MAX - 1; c++) {
+		if (*c >= 'a' && *c <= 'z')
+			buf[n++] = (char) (*c - 32);
+		else if (*c >= 'A' && *c <= 'Z')
+			buf[n++] = *c;
+		else if ((*c == '_' || *c == '-' || *c == ' ') && n > 0 && buf[n - 1] != '_')
+			buf[n++] = '_';
+	}
+	while (n > 0 && buf[n - 1] == '_')
+		n--;
+	buf[n] = 0;
+	/* the restorer wants two letters at least */
+	return n >= 2 ? buf : "REDACTED";
 }
 
 static int format_placeholder(const struct vault_entry *e, char *buf, size_t size)
@@ -240,10 +259,10 @@ int vault_redact(struct vault *v, const char *text, size_t len, const struct pol
 		const struct policy_finding *x = &f[order[k]];
 		size_t s = x->byte_start, e = x->byte_end;
 		struct vault_entry *ent;
-		char ph[TYPE_MAX + 16];
+		char ph[TYPE_MAX + 16], type[TYPE_MAX];
 		int w;
 
-		if (x->class < min_class || e <= s || s >= len)
+		if (x->class < min_class || !policy_finding_redactable(x) || s >= len)
 			continue;
 		e = MIN(e, len);
 		if (s < pos) {
@@ -254,7 +273,7 @@ int vault_redact(struct vault *v, const char *text, size_t len, const struct pol
 		/* merge every later span that overlaps this one */
 		for (size_t j = k + 1; j < n_findings; j++) {
 			const struct policy_finding *y = &f[order[j]];
-			if (y->class < min_class || y->byte_end <= y->byte_start)
+			if (y->class < min_class || !policy_finding_redactable(y))
 				continue;
 			if (y->byte_start >= e)
 				break;
@@ -262,7 +281,7 @@ int vault_redact(struct vault *v, const char *text, size_t len, const struct pol
 		}
 		if ((r = buf_add(&out, text + pos, s - pos)) < 0)
 			goto fail;
-		if ((r = vault_get(v, type_of(x->kind), text + s, e - s, &ent)) < 0)
+		if ((r = vault_get(v, type_of(x->kind, type), text + s, e - s, &ent)) < 0)
 			goto fail;
 		w = format_placeholder(ent, ph, sizeof(ph));
 		if (w < 0) {

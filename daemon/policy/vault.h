@@ -3,10 +3,13 @@
  * vault.h: reversible redaction, one vault per request.
  *
  * Before a request leaves for a tier that requires it (policy_tier_needs_redaction()), every
- * finding's span becomes a typed placeholder "⟨TYPE_N⟩" (U+27E8, U+27E9): ⟨EMAIL_1⟩,
- * ⟨IBAN_1⟩, ⟨PHONE_2⟩, ... TYPE is detect_kind_placeholder() of the finding's kind
- * (REDACTED for user rules); N counts per type from 1. The same value gets the same
- * placeholder within the vault (all the messages of one request share it).
+ * redactable finding's span (policy_finding_redactable(): identifiers, credentials, user
+ * rules' matches; not the special-category layers, whose spans are the question itself)
+ * becomes a typed placeholder "⟨TYPE_N⟩" (U+27E8, U+27E9): ⟨EMAIL_1⟩, ⟨IBAN_1⟩, ⟨PHONE_2⟩,
+ * ... TYPE is detect_kind_placeholder() of a built-in detector's kind, REDACTED for user
+ * rules, and for any other kind the kind's name upper-cased (letters and '_' only:
+ * "connection_string" → ⟨CONNECTION_STRING_1⟩); N counts per type from 1. The same value
+ * gets the same placeholder within the vault (all the messages of one request share it).
  *
  * The mapping lives only in the vault's memory and is overwritten with zeros
  * (explicit_bzero) when the vault is freed: free it when the request ends.
@@ -49,7 +52,7 @@ struct vault *vault_free(struct vault *v);
 DEFINE_CLEANUP_FUNC(struct vault *, vault_free, NULL)
 
 /*
- * Writes text with every finding of class >= min_class (and a non-empty span) replaced by its
+ * Writes text with every redactable finding of class >= min_class replaced by its
  * placeholder into *ret (malloc'd, NUL-terminated; *ret_len without the NUL). Overlapping
  * spans are merged into one placeholder (the type of the first). Findings must lie within
  * [0, len); byte offsets are used.
