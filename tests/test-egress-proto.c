@@ -335,6 +335,23 @@ TEST(worker_payload_check)
 					sizeof(why)),
 		   -EPERM);
 	ASSERT_TRUE(strstr(why, "T1") != NULL);
+	/* A special-category statement without identifying values (what redaction leaves of a
+	 * personal request allowed to T3, docs/policy.md) may go; the classifier's finding marks
+	 * the topic, not a value. An identifier beside it may not. */
+	{
+		struct remote_request stmt = {
+			.prompt = "I was diagnosed with HIV last year, what should I ask my doctor?"
+		};
+		struct remote_request stmt_mail = {
+			.prompt = "I was diagnosed with HIV last year; write to mario.rossi@example.com"
+		};
+		ASSERT_OK(worker_check_payload(3, false, all, POLICY_CLASS_PERSONAL, &stmt, why,
+					       sizeof(why)));
+		ASSERT_ERR(worker_check_payload(3, false, all, POLICY_CLASS_PERSONAL, &stmt_mail,
+						why, sizeof(why)),
+			   -EPERM);
+		ASSERT_TRUE(strstr(why, "email") != NULL);
+	}
 	return 0;
 }
 

@@ -178,6 +178,71 @@ TEST(config_policy)
 	return 0;
 }
 
+/* Findings say which layer fired and how sure it is: detectors and rules are exact (1). */
+TEST(layers_and_scores)
+{
+	_cleanup_(policy_freep) struct policy *p = NULL;
+	struct policy_decision d;
+	struct errmsg e = { { 0 } };
+
+	ASSERT_OK(policy_new_defaults(&p));
+	ASSERT_OK(policy_add_rule(p, "proj", "keyword:bluebird", POLICY_CLASS_PERSONAL, NULL, &e));
+	ASSERT_OK(policy_add_rule(p, "me", "uid:1000", POLICY_CLASS_PERSONAL, NULL, &e));
+	ASSERT_OK(policy_evaluate(p, &(struct policy_request){
+					     .text = "bluebird: ana@example.es",
+					     .len = 24,
+					     .caller = &(struct policy_caller){ .uid = 1000 } },
+				  &d));
+	ASSERT_EQ(d.n_findings, 3);
+	for (size_t i = 0; i < d.n_findings; i++) {
+		const struct policy_finding *f = &d.findings[i];
+		ASSERT_TRUE(f->score == 1.0f);
+		ASSERT_STREQ(f->layer, strcmp(f->kind, "rule") == 0 ? POLICY_LAYER_RULE
+								   : POLICY_LAYER_DETECTOR);
+		/* a caller rule has no span: nothing to redact */
+		ASSERT_TRUE(policy_finding_redactable(f) == (f->byte_end > f->byte_start));
+	}
+	ASSERT_TRUE(d.special_score == 0);
+	policy_decision_done(&d);
+	return 0;
+}
+
+/* policy_decision_add (the judge's finding): only ever stricter, tiers follow the class. */
+TEST(decision_add)
+{
+	_cleanup_(config_unrefp) struct config *c = NULL;
+	_cleanup_(policy_freep) struct policy *p = NULL;
+	struct policy_decision d;
+	struct errmsg e = { { 0 } };
+	const struct policy_finding judge = { .kind = "judge", .rule = "judge",
+					      .class = POLICY_CLASS_PERSONAL, .score = 1,
+					      .layer = POLICY_LAYER_JUDGE };
+
+	ASSERT_OK(config_new(&c));
+	c->policy_tiers[POLICY_CLASS_PUBLIC] = POLICY_TIERS_ALL;
+	c->policy_tiers[POLICY_CLASS_PERSONAL] = POLICY_TIER(0) | POLICY_TIER(1);
+	c->policy_allow_external = true;
+	ASSERT_OK(policy_new(c, &p, &e));
+	ASSERT_OK(eval(p, "How do vaccines work?", NULL, &d));
+	ASSERT_EQ(d.class, POLICY_CLASS_PUBLIC);
+	ASSERT_TRUE(d.redact_for_t3);
+	ASSERT_OK(policy_decision_add(p, NULL, &d, &judge));
+	ASSERT_EQ(d.class, POLICY_CLASS_PERSONAL);
+	ASSERT_EQ(d.permitted_tiers, POLICY_TIER(0) | POLICY_TIER(1));
+	ASSERT_TRUE(!d.redact_for_t3);
+	ASSERT_EQ(d.n_findings, 1);
+	ASSERT_STREQ(d.findings[0].layer, POLICY_LAYER_JUDGE);
+	ASSERT_TRUE(!policy_finding_redactable(&d.findings[0]));
+	policy_decision_done(&d);
+	/* a secret request stays secret */
+	ASSERT_OK(eval(p, "deploy with AKIAIOSFODNN7EXAMPLE", NULL, &d));
+	ASSERT_OK(policy_decision_add(p, NULL, &d, &judge));
+	ASSERT_EQ(d.class, POLICY_CLASS_SECRET);
+	ASSERT_EQ(d.permitted_tiers, POLICY_TIER(0));
+	policy_decision_done(&d);
+	return 0;
+}
+
 TEST(no_external)
 {
 	_cleanup_(config_unrefp) struct config *c = NULL;

@@ -288,3 +288,146 @@ TEST(stream_split_everywhere)
 	}
 	return 0;
 }
+
+#define PH(t) "\xe2\x9f\xa8" t "\xe2\x9f\xa9"
+
+/* Kinds the other layers add (new credential detectors, anything with a span) get a placeholder
+ * TYPE from their name, and it round-trips in the forms remote models write. */
+TEST(any_kind_gets_a_placeholder)
+{
+	_cleanup_(vault_freep) struct vault *v = NULL;
+	const char *text = "db postgres://u:pw@h/x pass 4711 pwd Zq9!kLm2 again Zq9!kLm2 id 12";
+	/* spans: the connection string, the pin's value, the password's value (twice) */
+	struct policy_finding f[] = {
+		{ .kind = "connection_string", .byte_start = 3, .byte_end = 22,
+		  .class = POLICY_CLASS_SECRET, .layer = POLICY_LAYER_DETECTOR, .score = 1 },
+		{ .kind = "pin", .byte_start = 28, .byte_end = 32, .class = POLICY_CLASS_SECRET,
+		  .layer = POLICY_LAYER_DETECTOR, .score = 1 },
+		{ .kind = "password", .byte_start = 37, .byte_end = 45,
+		  .class = POLICY_CLASS_SECRET, .layer = POLICY_LAYER_DETECTOR, .score = 1 },
+		{ .kind = "password", .byte_start = 52, .byte_end = 60,
+		  .class = POLICY_CLASS_SECRET, .layer = POLICY_LAYER_DETECTOR, .score = 1 },
+		/* digits and odd bytes in a kind are dropped from the TYPE */
+		{ .kind = "x9-doc.number", .byte_start = 64, .byte_end = 66,
+		  .class = POLICY_CLASS_PERSONAL, .layer = POLICY_LAYER_DETECTOR, .score = 1 },
+	};
+	char *red = NULL, *back = NULL;
+	size_t n;
+
+	ASSERT_OK(vault_new(&v));
+	ASSERT_OK(vault_redact(v, text, strlen(text), f, ELEMENTSOF(f), POLICY_CLASS_PUBLIC, &red,
+			       &n));
+	ASSERT_STREQ(red, "db " PH("CONNECTION_STRING_1") " pass " PH("PIN_1") " pwd "
+			  PH("PASSWORD_1") " again " PH("PASSWORD_1") " id " PH("X_DOCNUMBER_1"));
+	ASSERT_EQ(vault_size(v), 4);
+	{
+		const char *ans = "[connection string 1] <PIN_1> \xe2\x9f\xa8 password-1 \xe2\x9f\xa9 "
+				  "&lt;x_docnumber_1&gt; " PH("PASSWORD_2");
+		ASSERT_OK(vault_restore(v, ans, strlen(ans), &back, &n));
+	}
+	ASSERT_STREQ(back, "postgres://u:pw@h/x 4711 Zq9!kLm2 12 " PH("PASSWORD_2"));
+	ASSERT_EQ(vault_n_restored(v), 4);
+	ASSERT_EQ(vault_n_unrestorable(v), 1);
+	free(red);
+	free(back);
+	return 0;
+}
+
+/* A secret's span is its value: the words around it ("password is") stay, so the remote model
+ * still reads what the value was. */
+TEST(secret_span_is_the_value)
+{
+	_cleanup_(policy_freep) struct policy *p = NULL;
+	_cleanup_(vault_freep) struct vault *v = NULL;
+	const char *text = "the wifi password is Tr0ub4dor&3x, remember it";
+	struct policy_decision d;
+	char *red = NULL, *back = NULL;
+
+	ASSERT_OK(policy_new_defaults(&p));
+	ASSERT_OK(vault_new(&v));
+	ASSERT_OK(policy_evaluate(p, &(struct policy_request){ .text = text, .len = strlen(text) },
+				  &d));
+	ASSERT_EQ(d.n_findings, 1);
+	ASSERT_STREQ(d.findings[0].layer, POLICY_LAYER_DETECTOR);
+	ASSERT_TRUE(d.findings[0].score == 1.0f);
+	ASSERT_OK(vault_redact(v, text, strlen(text), d.findings, d.n_findings,
+			       POLICY_CLASS_PUBLIC, &red, NULL));
+	ASSERT_STREQ(red, "the wifi password is " PH("SECRET_1") ", remember it");
+	ASSERT_OK(vault_restore(v, red, strlen(red), &back, NULL));
+	ASSERT_STREQ(back, text);
+	free(red);
+	free(back);
+	policy_decision_done(&d);
+	return 0;
+}
+
+/*
+ * A special-category request allowed to T3 (docs/policy.md): the identifying values (what the
+ * detectors and user rules found) become placeholders; the special-category statement (the
+ * lexicon's and classifier's spans) stays, since it is the question; the judge's finding has
+ * no span. The answer gets the values back.
+ */
+TEST(special_category_keeps_the_statement)
+{
+	_cleanup_(vault_freep) struct vault *v = NULL;
+	const char *text = "I am anna@example.com, +39 347 123 4567. I was diagnosed with HIV "
+			   "last year: what should I ask my doctor?";
+	const char *stmt = "I was diagnosed with HIV";
+	size_t s_at = (size_t) (strstr(text, stmt) - text);
+	struct policy_finding f[] = {
+		{ .kind = "email", .byte_start = 5, .byte_end = 21, .class = POLICY_CLASS_PERSONAL,
+		  .layer = POLICY_LAYER_DETECTOR, .score = 1 },
+		{ .kind = "phone", .byte_start = 23, .byte_end = 39, .class = POLICY_CLASS_PERSONAL,
+		  .layer = POLICY_LAYER_DETECTOR, .score = 1 },
+		{ .kind = "health", .byte_start = s_at + 6, .byte_end = s_at + strlen(stmt),
+		  .class = POLICY_CLASS_PERSONAL, .layer = POLICY_LAYER_LEXICON, .score = 1 },
+		{ .kind = "health", .byte_start = 0, .byte_end = strlen(text),
+		  .class = POLICY_CLASS_PERSONAL, .layer = POLICY_LAYER_CLASSIFIER, .score = 0.93f },
+		{ .kind = "judge", .class = POLICY_CLASS_PERSONAL, .layer = POLICY_LAYER_JUDGE,
+		  .score = 1 },
+	};
+	char *red = NULL, *back = NULL;
+
+	ASSERT_TRUE(policy_finding_redactable(&f[0]));
+	ASSERT_TRUE(!policy_finding_redactable(&f[2]));
+	ASSERT_TRUE(!policy_finding_redactable(&f[3]));
+	ASSERT_TRUE(!policy_finding_redactable(&f[4]));
+	ASSERT_OK(vault_new(&v));
+	ASSERT_OK(vault_redact(v, text, strlen(text), f, ELEMENTSOF(f), POLICY_CLASS_PUBLIC, &red,
+			       NULL));
+	ASSERT_STREQ(red, "I am " PH("EMAIL_1") ", " PH("PHONE_1") ". I was diagnosed with HIV "
+			  "last year: what should I ask my doctor?");
+	{
+		const char *ans = "Dear <EMAIL_1>: HIV care is routine; call " PH("PHONE_1") ".";
+		ASSERT_OK(vault_restore(v, ans, strlen(ans), &back, NULL));
+	}
+	ASSERT_STREQ(back, "Dear anna@example.com: HIV care is routine; call +39 347 123 4567.");
+	free(red);
+	free(back);
+	return 0;
+}
+
+/* A user rule's keyword is a value: it is redacted (REDACTED_N), also inside a statement. */
+TEST(rule_spans_are_redacted)
+{
+	_cleanup_(policy_freep) struct policy *p = NULL;
+	_cleanup_(vault_freep) struct vault *v = NULL;
+	const char *text = "Is Zoloft safe with alcohol?";
+	struct policy_decision d;
+	struct errmsg e = { { 0 } };
+	char *red = NULL;
+
+	ASSERT_OK(policy_new_defaults(&p));
+	ASSERT_OK(policy_add_rule(p, "drug", "keyword:zoloft", POLICY_CLASS_PERSONAL, NULL, &e));
+	ASSERT_OK(policy_evaluate(p, &(struct policy_request){ .text = text, .len = strlen(text) },
+				  &d));
+	ASSERT_EQ(d.n_findings, 1);
+	ASSERT_STREQ(d.findings[0].layer, POLICY_LAYER_RULE);
+	ASSERT_OK(vault_new(&v));
+	ASSERT_OK(vault_redact(v, text, strlen(text), d.findings, d.n_findings,
+			       POLICY_CLASS_PUBLIC, &red, NULL));
+	ASSERT_STREQ(red, "Is " PH("REDACTED_1") " safe with alcohol?");
+	free(red);
+	policy_decision_done(&d);
+	return 0;
+}
