@@ -15,6 +15,7 @@ EMAIL=mario.rossi@example.com
 IBAN=IT60X0542811101000000123456
 KEY=sk-proj-Q7wErTy9uIoP3aSdFgHjKlZx8cVbNm42
 EMAIL2=lucia.bianchi@example.org
+PASSWORD='Tr0ub4dor&3xQ'
 
 bus_start
 write_config "[Audit]" "RetentionDays=30"
@@ -51,7 +52,10 @@ call Inference1 Generate 'a{sv}' 3 prompt s "to $EMAIL2" max_tokens u 3 class s 
 out=$(curl -sS "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' \
 	-d "{\"model\": \"stories260K\", \"prompt\": \"Contact $EMAIL2 or $EMAIL\", \"max_tokens\": 3}")
 echo "$out" | grep -q '"choices"' || fail "HTTP completion: $out"
-pass "7 requests sent (D-Bus, gdbus, HTTP)"
+# A credential that is only a value after a key word: the record counts it, never holds it.
+call Inference1 Generate 'a{sv}' 2 prompt s "the wifi password is $PASSWORD, and mail $EMAIL" max_tokens u 3 >/dev/null ||
+	fail "password"
+pass "8 requests sent (D-Bus, gdbus, HTTP)"
 
 # --- Policy1.Explain: the decision without generating, and no record ---
 out=$(call Policy1 Explain 'a{sv}' 1 prompt s "write to $EMAIL")
@@ -75,11 +79,12 @@ mollyd_stop
 python3 - "$T/audit.jsonl" <<'PY' || fail "audit records: $(cat "$T/audit.jsonl")"
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
-assert len(recs) == 7, len(recs)
+assert len(recs) == 8, len(recs)
 classes = [r["class"] for r in recs]
-assert classes == ["public", "personal", "secret", "personal", "secret", "personal", "personal"], classes
+assert classes == ["public", "personal", "secret", "personal", "secret", "personal", "personal",
+                   "secret"], classes
 fronts = [r["front"] for r in recs]
-assert fronts == ["dbus"] * 6 + ["http"], fronts
+assert fronts == ["dbus"] * 6 + ["http", "dbus"], fronts
 for r in recs:
     for k in ("time", "seq", "uid", "member", "class", "findings", "permitted_tiers", "target",
               "tier", "redactions", "escalations", "fallbacks", "finish", "error",
@@ -93,6 +98,11 @@ assert recs[2]["permitted_tiers"] == ["T0"], recs[2]
 assert recs[4]["declared"] == "secret" and recs[4]["findings"] == {}, recs[4]
 assert recs[5]["error"] == "invalid_request_error" and recs[5]["tier"] is None, recs[5]
 assert recs[6]["findings"].get("email") == 2 and recs[6]["uid"] is None, recs[6]
+# kinds and counts per kind, nothing else
+assert recs[7]["findings"] == {"secret": 1, "email": 1}, recs[7]
+for r in recs:
+    for k, n in r["findings"].items():
+        assert isinstance(n, int) and n > 0 and k.replace("_", "").isalpha(), (k, n, r)
 for r in recs[:5] + recs[6:]:
     assert r["tier"] == "T0" and r["target"] == "local:stories260K", r
     assert r["finish"] == "length" and r["error"] is None, r
@@ -100,23 +110,24 @@ assert recs[0]["uid"] == recs[1]["uid"] and isinstance(recs[0]["uid"], int)
 times = [r["time"] for r in recs]
 assert times == sorted(times)
 PY
-[ "$(wc -l < "$T/audit.txt")" -eq 7 ] || fail "human output: one line per record: $(cat "$T/audit.txt")"
+[ "$(wc -l < "$T/audit.txt")" -eq 8 ] || fail "human output: one line per record: $(cat "$T/audit.txt")"
 pass "one record per request, classes, fields"
 
 # --- no planted value anywhere: the LMDB file, the JSON, the human lines ---
-for v in "$EMAIL" "$EMAIL2" "$IBAN" "$KEY" "mario.rossi" "0542811101" "Q7wErTy9uIoP"; do
+for v in "$EMAIL" "$EMAIL2" "$IBAN" "$KEY" "$PASSWORD" "mario.rossi" "0542811101" "Q7wErTy9uIoP" "Tr0ub4dor"; do
 	for f in "$T/state/audit/data.mdb" "$T/audit.jsonl" "$T/audit.txt"; do
 		grep -aqF -- "$v" "$f" && fail "'$v' found in $f"
 	done
 done
 grep -aqF "Once upon" "$T/state/audit/data.mdb" && fail "a prompt's text is in the store"
+grep -aqF "wifi" "$T/state/audit/data.mdb" && fail "a prompt's text is in the store"
 pass "no planted value in the store or the output"
 
 # --- filters ---
 out=$("$MOLLY" audit --state-dir "$T/state" --since 30d --class personal --tier T3) || fail "filter rc"
 [ -z "$out" ] || fail "no personal request reached T3: $out"
 n=$("$MOLLY" audit --state-dir "$T/state" --since 1h --class secret --tier T0 | wc -l)
-[ "$n" -eq 2 ] || fail "--class secret --tier T0: $n"
+[ "$n" -eq 3 ] || fail "--class secret --tier T0: $n"
 n=$("$MOLLY" audit --state-dir "$T/state" --json --class personal | wc -l)
 [ "$n" -eq 4 ] || fail "--class personal: $n"
 n=$("$MOLLY" audit --state-dir "$T/state" --since 0s | wc -l)
