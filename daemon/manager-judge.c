@@ -23,14 +23,13 @@
 #define JUDGE_MAX_TEXT 2048
 #define JUDGE_ANSWER_MAX 64
 
+/* Short: the question shares the model's context with the text (special categories of GDPR
+ * art. 9 and 10 and the other personal topics of docs/policy.md). */
 static const char question_head[] =
-	"Does the following text reveal, about its writer or about another identifiable "
-	"person, health, genetic or biometric data, sex life or sexual orientation, racial or "
-	"ethnic origin, political opinions, religious or philosophical beliefs, trade union "
-	"membership, criminal convictions, financial situation, immigration status, "
-	"employment or disciplinary matters, violence or abuse suffered, or a child's "
-	"details? Answer only yes or no.\n\nText: \"";
-static const char question_tail[] = "\"\n\nAnswer (yes or no):";
+	"Does this text reveal health, sex life, ethnicity, politics, religion, union "
+	"membership, crimes, finances, immigration, work discipline, abuse or a child's details "
+	"about its writer or another real person? Answer only yes or no.\nText: \"";
+static const char question_tail[] = "\"\nAnswer:";
 
 struct manager_judge {
 	struct sched *sched;      /* borrowed */
@@ -226,29 +225,17 @@ static void on_event(const struct sched_event *ev, void *userdata)
 	call_unref(c);
 }
 
-/* The question's token ids: the text cut at a character boundary to what fits. */
-static int build_prompt(struct manager_judge *j, const char *text, size_t len, int32_t **ret,
-			size_t *ret_n)
+/* The question's token ids for the first len bytes of text (0, or -E2BIG when they do not
+ * fit the context with room for the answer). */
+static int tokenize_question(struct manager_judge *j, const char *text, size_t len, int32_t **ret,
+			     size_t *ret_n)
 {
 	_cleanup_free_ char *q = NULL, *rendered = NULL;
 	_cleanup_free_ int32_t *ids = NULL;
-	size_t room, n_q;
 	const char *src;
+	size_t n_src;
 	int64_t n;
 
-	/* a token covers one byte at least: bytes bound the tokens */
-	room = j->max_context > JUDGE_MAX_TOKENS + 64 + sizeof(question_head) + sizeof(question_tail)
-		       ? j->max_context - JUDGE_MAX_TOKENS - 64 - sizeof(question_head) -
-				 sizeof(question_tail)
-		       : 0;
-	room = MIN(room, (size_t) JUDGE_MAX_TEXT);
-	if (room < 16)
-		return -E2BIG;
-	if (len > room) {
-		len = room;
-		while (len > 0 && ((unsigned char) text[len] & 0xc0) == 0x80)
-			len--;
-	}
 	if (asprintf(&q, "%s%.*s%s", question_head, (int) len, text, question_tail) < 0)
 		return -ENOMEM;
 	src = q;
@@ -260,19 +247,40 @@ static int build_prompt(struct manager_judge *j, const char *text, size_t len, i
 			return k;
 		src = rendered;
 	}
-	n_q = strlen(src);
-	ids = malloc((n_q + 8) * sizeof(int32_t));
+	n_src = strlen(src);
+	/* a token covers one byte at least, plus BOS */
+	ids = malloc((n_src + 8) * sizeof(int32_t));
 	if (!ids)
 		return -ENOMEM;
-	n = vocab_tokenize(j->vocab, src, n_q, vocab_add_bos(j->vocab), j->has_family, ids,
-			   n_q + 8);
+	n = vocab_tokenize(j->vocab, src, n_src, vocab_add_bos(j->vocab), j->has_family, ids,
+			   n_src + 8);
 	if (n < 0)
 		return (int) n;
-	if (n == 0 || (size_t) n > n_q + 8 || (size_t) n + JUDGE_MAX_TOKENS >= j->max_context)
+	if (n == 0 || (size_t) n > n_src + 8 || (size_t) n + JUDGE_MAX_TOKENS + 1 > j->max_context)
 		return -E2BIG;
 	*ret = TAKE_PTR(ids);
 	*ret_n = (size_t) n;
 	return 0;
+}
+
+/* The question with as much of the text as fits (at most JUDGE_MAX_TEXT bytes), cut at a
+ * character boundary: the text is shortened until the tokens fit the context. */
+static int build_prompt(struct manager_judge *j, const char *text, size_t len, int32_t **ret,
+			size_t *ret_n)
+{
+	size_t total = len;
+	int k = -E2BIG;
+
+	len = MIN(len, (size_t) JUDGE_MAX_TEXT);
+	for (int attempt = 0; attempt < 8; attempt++) {
+		while (len > 0 && len < total && ((unsigned char) text[len] & 0xc0) == 0x80)
+			len--;
+		k = tokenize_question(j, text, len, ret, ret_n);
+		if (k != -E2BIG || len == 0)
+			return k;
+		len = len * 2 / 3;
+	}
+	return k;
 }
 
 static enum judge_verdict count(struct manager_judge *j, enum judge_verdict v)

@@ -334,9 +334,10 @@ int policy_decision_add(const struct policy *p, const struct policy_caller *call
 	d->findings = v;
 	v[d->n_findings++] = *f;
 	if (f->class > d->class) {
-		/* only ever stricter: the tiers shrink to the new class's */
+		/* only ever stricter; the tiers are the new class's, as policy_evaluate() would
+		 * have given had this finding been among its own */
 		d->class = f->class;
-		d->permitted_tiers &= class_tiers(p, caller, d->class);
+		d->permitted_tiers = class_tiers(p, caller, d->class);
 		d->redact_for_t3 = (d->permitted_tiers & POLICY_TIER(3)) != 0;
 	}
 	return 0;

@@ -101,8 +101,9 @@ struct policy_decision {
 
 struct policy;
 
-/* Appends a finding to the decision (the judge's), raising d->class to its class and
- * narrowing the permitted tiers to that class's under p (with the caller's member). */
+/* Appends a finding to the decision (the judge's). When it is stricter than d->class, the
+ * class becomes the finding's and the permitted tiers that class's under p (with the caller's
+ * member), exactly as policy_evaluate() would have decided with the finding among its own. */
 int policy_decision_add(const struct policy *p, const struct policy_caller *caller,
 			struct policy_decision *d, const struct policy_finding *f);
 
