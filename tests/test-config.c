@@ -224,7 +224,32 @@ TEST(errors_name_file_and_line)
 			      "b]\nKeyHash=sha256:"
 			      "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824\n",
 			      "same KeyHash= as [Member a]");
+	fails += expect_error("[Policy]\nJudge=sometimes\n", "is not a boolean");
+	fails += expect_error("[Policy]\nJudgeBand=0.7,0.3\n", "'0.7,0.3' is not LOW,HIGH");
+	fails += expect_error("[Policy]\nJudgeBand=0.5\n", "is not LOW,HIGH");
+	fails += expect_error("[Policy]\nJudgeBand=0.2,1.5\n", "is not LOW,HIGH");
+	fails += expect_error("[Policy]\nJudgeBand=0.2,0.4x\n", "is not LOW,HIGH");
+	fails += expect_error("[Policy]\nJudgeTimeoutMs=0\n", "not a whole number in [1, 60000]");
 	ASSERT_EQ(fails, 0);
+	return 0;
+}
+
+/* [Policy] Judge=: off by default; the band and the budget. */
+TEST(policy_judge_keys)
+{
+	_cleanup_(config_unrefp) struct config *c = NULL, *d = NULL;
+	static const char text[] = "[Policy]\nJudge=yes\nJudgeBand= 0.25 , 0.8\nJudgeTimeoutMs=500\n";
+	struct errmsg e = { { 0 } };
+
+	ASSERT_OK(config_new(&d));
+	ASSERT_TRUE(!d->policy_judge);
+	ASSERT_TRUE(d->policy_judge_band[0] == 0.3f && d->policy_judge_band[1] == 0.7f);
+	ASSERT_EQ(d->policy_judge_timeout_ms, 2000);
+	ASSERT_OK(config_new(&c));
+	ASSERT_OK(config_parse_text(c, text, strlen(text), "test.conf", &e));
+	ASSERT_TRUE(c->policy_judge);
+	ASSERT_TRUE(c->policy_judge_band[0] == 0.25f && c->policy_judge_band[1] == 0.8f);
+	ASSERT_EQ(c->policy_judge_timeout_ms, 500);
 	return 0;
 }
 
@@ -438,7 +463,8 @@ TEST(example_and_docs_cover_every_key)
 		"QueueLength=", "ContextLength=", "StepTokens=", "Directory=", "Load=", "Listen=",
 		"AllowNonLoopback=", "MaxBodyBytes=", "Bus=", "StreamBufferBytes=",
 		"StateDirectory=", "RuntimeDirectory=", "User=", "AdminGroup=", "StopTimeoutSec=",
-		"LogLevel=", "KeyHash=", "UIDs=", "Models=", "Admin=",
+		"LogLevel=", "KeyHash=", "UIDs=", "Models=", "Admin=", "Judge=", "JudgeBand=",
+		"JudgeTimeoutMs=",
 	};
 
 	ASSERT_TRUE(example != NULL);

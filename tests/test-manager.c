@@ -10,6 +10,7 @@
 
 #include "core/config.h"
 #include "manager.h"
+#include "manager-judge.h"
 #include "test.h"
 
 #define MODEL MOLLY_SHARED_DIR "/models/stories260K.gguf"
@@ -615,5 +616,29 @@ TEST(adapters)
 	m = manager_free(m);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	ASSERT_EQ(system(cmd), 0);
+	return 0;
+}
+
+/* The policy judge's verdict from the model's answer: the first word only. */
+TEST(judge_answers)
+{
+	static const struct {
+		const char *answer;
+		enum judge_verdict v;
+	} cases[] = {
+		{ " Yes", JUDGE_PERSONAL },      { "yes.", JUDGE_PERSONAL },
+		{ "\"YES\" it does", JUDGE_PERSONAL }, { "**No**", JUDGE_PUBLIC },
+		{ " no, it is general", JUDGE_PUBLIC }, { "Not really", JUDGE_UNCLEAR },
+		{ "yesterday", JUDGE_UNCLEAR },   { "", JUDGE_UNCLEAR },
+		{ "   ", JUDGE_UNCLEAR },         { "1. yes", JUDGE_UNCLEAR },
+		{ "\xc3\xa9 yes", JUDGE_UNCLEAR }, { "Once upon a time", JUDGE_UNCLEAR },
+	};
+
+	for (size_t i = 0; i < ELEMENTSOF(cases); i++)
+		if (judge_parse_answer(cases[i].answer, strlen(cases[i].answer)) != cases[i].v)
+			TEST_FAIL_("'%s': %s", cases[i].answer,
+				   judge_verdict_name(judge_parse_answer(cases[i].answer,
+									 strlen(cases[i].answer))));
+	ASSERT_EQ(judge_parse_answer(NULL, 0), JUDGE_UNCLEAR);
 	return 0;
 }
