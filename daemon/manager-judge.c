@@ -96,8 +96,9 @@ int manager_judge_new(struct sched *sched, const struct vocab *vocab, bool has_f
 	j->timeout_ms = 2000;
 	pthread_mutex_init(&j->lock, NULL);
 	if (t && strcmp(t, "1") == 0) {
-		const char *s = getenv("MOLLY_TEST_JUDGE_SCORE"), *a = getenv("MOLLY_TEST_JUDGE_ANSWER"),
-			   *h = getenv("MOLLY_TEST_JUDGE_HOLD");
+		const char *s = getenv("MOLLY_TEST_JUDGE_SCORE");
+		const char *a = getenv("MOLLY_TEST_JUDGE_ANSWER");
+		const char *h = getenv("MOLLY_TEST_JUDGE_HOLD");
 		char *end;
 		if (s && s[0]) {
 			double d = strtod(s, &end);

@@ -238,7 +238,8 @@ TEST(errors_name_file_and_line)
 TEST(policy_judge_keys)
 {
 	_cleanup_(config_unrefp) struct config *c = NULL, *d = NULL;
-	static const char text[] = "[Policy]\nJudge=yes\nJudgeBand= 0.25 , 0.8\nJudgeTimeoutMs=500\n";
+	static const char text[] =
+		"[Policy]\nJudge=yes\nJudgeBand= 0.25 , 0.8\nJudgeTimeoutMs=500\n";
 	struct errmsg e = { { 0 } };
 
 	ASSERT_OK(config_new(&d));

@@ -343,7 +343,8 @@ TEST(worker_payload_check)
 			.prompt = "I was diagnosed with HIV last year, what should I ask my doctor?"
 		};
 		struct remote_request stmt_mail = {
-			.prompt = "I was diagnosed with HIV last year; write to mario.rossi@example.com"
+			.prompt = "I was diagnosed with HIV last year; write to "
+				  "mario.rossi@example.com"
 		};
 		ASSERT_OK(worker_check_payload(3, false, all, POLICY_CLASS_PERSONAL, &stmt, why,
 					       sizeof(why)));

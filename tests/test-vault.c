@@ -321,7 +321,8 @@ TEST(any_kind_gets_a_placeholder)
 			  PH("PASSWORD_1") " again " PH("PASSWORD_1") " id " PH("X_DOCNUMBER_1"));
 	ASSERT_EQ(vault_size(v), 4);
 	{
-		const char *ans = "[connection string 1] <PIN_1> \xe2\x9f\xa8 password-1 \xe2\x9f\xa9 "
+		const char *ans = "[connection string 1] <PIN_1> "
+				  "\xe2\x9f\xa8 password-1 \xe2\x9f\xa9 "
 				  "&lt;x_docnumber_1&gt; " PH("PASSWORD_2");
 		ASSERT_OK(vault_restore(v, ans, strlen(ans), &back, &n));
 	}
@@ -382,7 +383,8 @@ TEST(special_category_keeps_the_statement)
 		{ .kind = "health", .byte_start = s_at + 6, .byte_end = s_at + strlen(stmt),
 		  .class = POLICY_CLASS_PERSONAL, .layer = POLICY_LAYER_LEXICON, .score = 1 },
 		{ .kind = "health", .byte_start = 0, .byte_end = strlen(text),
-		  .class = POLICY_CLASS_PERSONAL, .layer = POLICY_LAYER_CLASSIFIER, .score = 0.93f },
+		  .class = POLICY_CLASS_PERSONAL, .layer = POLICY_LAYER_CLASSIFIER,
+		  .score = 0.93f },
 		{ .kind = "judge", .class = POLICY_CLASS_PERSONAL, .layer = POLICY_LAYER_JUDGE,
 		  .score = 1 },
 	};

@@ -221,9 +221,11 @@ static int run_size(const struct policy *p, struct route *rt, const char *corpus
 				if (policy_evaluate(p, &req, &d) < 0)
 					goto out;
 				{
-					struct router_query q = { .posterior_idx = cr.posterior,
-								  .prompt_tokens = (uint32_t) len / 4,
-								  .max_tokens = 256 };
+					struct router_query q = {
+						.posterior_idx = cr.posterior,
+						.prompt_tokens = (uint32_t) len / 4,
+						.max_tokens = 256,
+					};
 					if (router_plan_new(rt->router, &d, &q, rt->plan) >= 0)
 						sink += (float) rt->plan->c[0].score;
 				}
@@ -296,8 +298,8 @@ int main(int argc, char **argv)
 			route = false;
 			break;
 		default:
-			fprintf(stderr, "Usage: molly-bench-policy [--iters N] [--set EXEMPLARS.tsv] "
-					"[--no-route] [N]\n");
+			fprintf(stderr, "Usage: molly-bench-policy [--iters N] "
+					"[--set EXEMPLARS.tsv] [--no-route] [N]\n");
 			return c == 'h' ? 0 : 2;
 		}
 	if (optind < argc)

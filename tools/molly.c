@@ -1268,7 +1268,8 @@ static int explain_daemon(const char *text)
 		for (size_t i = 0; i < json_object_array_length(v); i++) {
 			struct json_object *f = json_object_array_get_idx(v, i);
 			char span[48];
-			snprintf(span, sizeof(span), "[%.0f, %.0f)", jnum(f, "start"), jnum(f, "end"));
+			snprintf(span, sizeof(span), "[%.0f, %.0f)", jnum(f, "start"),
+				 jnum(f, "end"));
 			printf("  %-18s %-14s %-8s %-10s %.2f\n", jstr(f, "kind"), span,
 			       jstr(f, "class"), jstr(f, "layer")[0] ? jstr(f, "layer") : "-",
 			       jnum(f, "score"));
@@ -1369,7 +1370,8 @@ static int cmd_explain(int argc, char **argv)
 			daemon = true;
 		else if (strcmp(a, "--config") == 0) {
 			if (i + 1 >= argc) {
-				fprintf(stderr, "molly explain: --config needs a FILE\n" EXPLAIN_USAGE);
+				fprintf(stderr,
+					"molly explain: --config needs a FILE\n" EXPLAIN_USAGE);
 				return 2;
 			}
 			file = argv[++i];
@@ -1422,6 +1424,7 @@ static int cmd_explain(int argc, char **argv)
 		struct json_object *o = json_object_new_object(), *fa = json_object_new_array(),
 				   *ta = json_object_new_array();
 		for (size_t i = 0; i < d.n_findings; i++) {
+			const struct policy_finding *x = &d.findings[i];
 			struct json_object *f = json_object_new_object();
 			json_object_object_add(f, "kind", json_object_new_string(d.findings[i].kind));
 			json_object_object_add(f, "start",
@@ -1429,19 +1432,19 @@ static int cmd_explain(int argc, char **argv)
 			json_object_object_add(f, "end",
 					       json_object_new_int64((int64_t) d.findings[i].end));
 			json_object_object_add(f, "rule", json_object_new_string(d.findings[i].rule));
-			json_object_object_add(
-				f, "class", json_object_new_string(policy_class_name(d.findings[i].class)));
-			json_object_object_add(f, "layer", json_object_new_string(d.findings[i].layer
-											  ? d.findings[i].layer
-											  : ""));
-			json_object_object_add(f, "score", json_object_new_double(d.findings[i].score));
+			json_object_object_add(f, "class",
+					       json_object_new_string(policy_class_name(x->class)));
+			json_object_object_add(f, "layer",
+					       json_object_new_string(x->layer ? x->layer : ""));
+			json_object_object_add(f, "score", json_object_new_double(x->score));
 			json_object_array_add(fa, f);
 		}
 		tiers_json(ta, d.permitted_tiers);
 		json_object_object_add(o, "class", json_object_new_string(policy_class_name(d.class)));
 		json_object_object_add(o, "findings", fa);
 		json_object_object_add(o, "permitted_tiers", ta);
-		json_object_object_add(o, "redact_for_t3", json_object_new_boolean(d.redact_for_t3));
+		json_object_object_add(o, "redact_for_t3",
+				       json_object_new_boolean(d.redact_for_t3));
 		json_object_object_add(o, "special_score", json_object_new_double(d.special_score));
 		printf("%s\n", json_object_to_json_string_ext(
 				       o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));

@@ -62,7 +62,8 @@ static int scan_piece(const char *s, struct scan_result *res)
 			res->kind = f->kind; /* static: a built-in layer's name */
 		}
 		if (policy_finding_redactable(f) &&
-		    (f->class > res->worst_value || (!res->value_kind && f->class == res->worst_value))) {
+		    (f->class > res->worst_value ||
+		     (!res->value_kind && f->class == res->worst_value))) {
 			res->worst_value = f->class;
 			res->value_kind = f->kind;
 		}
@@ -75,7 +76,8 @@ int worker_check_payload(unsigned tier, bool user_controlled, uint32_t permitted
 			 int declared_class, const struct remote_request *r, char *why,
 			 size_t why_size)
 {
-	struct scan_result res = { .worst = POLICY_CLASS_PUBLIC, .worst_value = POLICY_CLASS_PUBLIC };
+	struct scan_result res = { .worst = POLICY_CLASS_PUBLIC,
+				   .worst_value = POLICY_CLASS_PUBLIC };
 	char tiers[32];
 	int k = 0;
 

@@ -38,8 +38,8 @@ static int append_findings(sd_bus_message *reply, const struct policy_decision *
 		r = sd_bus_message_append(reply, "a{sv}", 7, "kind", "s", f->kind ? f->kind : "",
 					  "rule", "s", f->rule ? f->rule : "", "class", "s",
 					  policy_class_name(f->class), "start", "t",
-					  (uint64_t) f->start, "end", "t", (uint64_t) f->end, "layer",
-					  "s", f->layer ? f->layer : "", "score", "d",
+					  (uint64_t) f->start, "end", "t", (uint64_t) f->end,
+					  "layer", "s", f->layer ? f->layer : "", "score", "d",
 					  (double) f->score);
 	}
 	if (r >= 0)
