@@ -388,8 +388,13 @@ TEST(special_category_keeps_the_statement)
 		{ .kind = "judge", .class = POLICY_CLASS_PERSONAL, .layer = POLICY_LAYER_JUDGE,
 		  .score = 1 },
 	};
+	const struct policy_finding id = { .kind = "gov_id", .byte_start = 3, .byte_end = 9,
+					   .class = POLICY_CLASS_PERSONAL,
+					   .layer = POLICY_LAYER_LEXICON, .score = 1 };
 	char *red = NULL, *back = NULL;
 
+	/* identifiers the special-category layer finds by exact rules are values */
+	ASSERT_TRUE(policy_finding_redactable(&id));
 	ASSERT_TRUE(policy_finding_redactable(&f[0]));
 	ASSERT_TRUE(!policy_finding_redactable(&f[2]));
 	ASSERT_TRUE(!policy_finding_redactable(&f[3]));

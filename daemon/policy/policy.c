@@ -345,11 +345,20 @@ int policy_decision_add(const struct policy *p, const struct policy_caller *call
 
 bool policy_finding_redactable(const struct policy_finding *f)
 {
+	/* the identifiers among the special-category kinds, found by that layer's exact rules
+	 * with the value as the span (a document's number, a date of birth) */
+	static const char *const value_kinds[] = { "gov_id", "birth_date" };
+
 	if (!f || f->byte_end <= f->byte_start)
 		return false;
 	/* no layer: a finding built by hand (tests, older callers) names a value */
-	return !f->layer || strcmp(f->layer, POLICY_LAYER_DETECTOR) == 0 ||
-	       strcmp(f->layer, POLICY_LAYER_RULE) == 0;
+	if (!f->layer || strcmp(f->layer, POLICY_LAYER_DETECTOR) == 0 ||
+	    strcmp(f->layer, POLICY_LAYER_RULE) == 0)
+		return true;
+	for (size_t i = 0; f->kind && i < ELEMENTSOF(value_kinds); i++)
+		if (strcmp(f->kind, value_kinds[i]) == 0)
+			return true;
+	return false;
 }
 
 bool policy_tier_allowed(const struct policy_decision *d, unsigned tier, bool user_controlled)

@@ -69,9 +69,11 @@ struct policy_finding {
 #define POLICY_LAYER_JUDGE      "judge"
 
 /* Whether redaction for T3 replaces the finding's span: findings that name a value (an
- * identifier, a credential, a user rule's keyword or regex match) with a non-empty span. The
- * special-category layers (lexicon, classifier, judge) mark what the request is about, not a
- * value: their spans stay, so the question still makes sense (docs/policy.md). */
+ * identifier, a credential, a user rule's keyword or regex match; of the special-category
+ * kinds the identifiers "gov_id" and "birth_date", whose span is the number or the date) with
+ * a non-empty span. The other special-category findings (lexicon, classifier, judge) mark
+ * what the request is about, not a value: their spans stay, so the question still makes
+ * sense (docs/policy.md). */
 bool policy_finding_redactable(const struct policy_finding *f);
 
 struct policy_caller {
