@@ -36,7 +36,8 @@
 #define AUDIT_DEFAULT_RETENTION_DAYS 90
 
 struct audit_kind_count {
-	char kind[32];       /* a detector kind ("email", "iban", ...) or "rule" */
+	char kind[32];       /* a finding's kind ("email", "secret", "health", ...), "rule" or
+			      * "judge": never its value */
 	uint32_t count;
 };
 
