@@ -1276,10 +1276,11 @@ static int judge(struct manager *m, const struct policy_caller *pc, const char *
 }
 
 /* strict: an unknown declared class is an error; else it counts as none (for the audit
- * record of a request rejected for it). */
+ * record of a request rejected for it). judge: the judge may be asked (not for a request
+ * that is rejected anyway: its record needs only what the deterministic layers found). */
 static int evaluate(struct manager *m, const struct manager_request *r,
-		    const struct manager_caller *caller, bool strict, struct policy_decision *d,
-		    struct manager_error *err)
+		    const struct manager_caller *caller, bool strict, bool judge_it,
+		    struct policy_decision *d, struct manager_error *err)
 {
 	_cleanup_free_ char *text = NULL;
 	enum policy_class declared = POLICY_CLASS_PUBLIC;
@@ -1307,7 +1308,7 @@ static int evaluate(struct manager *m, const struct manager_request *r,
 	if (k < 0)
 		return set_err(err, MANAGER_ERR_INTERNAL, k, "evaluating the policy: %s",
 			       strerror(-k));
-	return judge(m, &pc, pr.text, pr.len, d, err);
+	return judge_it ? judge(m, &pc, pr.text, pr.len, d, err) : 0;
 }
 
 int manager_explain(struct manager *m, const struct manager_request *r,
@@ -1319,7 +1320,7 @@ int manager_explain(struct manager *m, const struct manager_request *r,
 		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
 			       r->prompt ? "give either a prompt or messages, not both"
 					 : "a prompt or messages are required");
-	return evaluate(m, r, caller, true, ret, err);
+	return evaluate(m, r, caller, true, true, ret, err);
 }
 
 void manager_audit_sync(struct manager *m)
@@ -1432,11 +1433,11 @@ int manager_submit(struct manager *m, const struct manager_request *r,
 	 * audit record then still says what it held. */
 	if (!!r->prompt != !!r->messages) {
 		struct manager_error perr = { 0 };
-		int p = evaluate(m, r, caller, true, &dec, k >= 0 ? err : &perr);
+		int p = evaluate(m, r, caller, true, k >= 0, &dec, k >= 0 ? err : &perr);
 		if (p < 0 && k >= 0)
 			k = p;
 		if (p < 0)
-			p = evaluate(m, r, caller, false, &dec, &perr);
+			p = evaluate(m, r, caller, false, false, &dec, &perr);
 		evaluated = p >= 0;
 		arec = audit_begin(m, caller, r, p >= 0 ? &dec : NULL);
 		/* With targets the router keeps to the permitted tiers; without, only T0 is. */
