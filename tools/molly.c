@@ -1276,6 +1276,8 @@ static int explain_daemon(const char *text)
 		}
 	} else
 		printf("Findings: none\n");
+	if (jnum(o, "special_score") > 0)
+		printf("Special-category score: %.2f\n", jnum(o, "special_score"));
 	if (json_object_object_get_ex(o, "route", &route)) {
 		printf("Routing: %s\n", jstr(route, "action"));
 		if (jstr(route, "domain")[0])
