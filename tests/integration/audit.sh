@@ -61,8 +61,13 @@ pass "8 requests sent (D-Bus, gdbus, HTTP)"
 out=$(call Policy1 Explain 'a{sv}' 1 prompt s "write to $EMAIL")
 echo "$out" | grep -q '"class" s "personal"' || fail "Explain class: $out"
 echo "$out" | grep -q '"kind" s "email"' || fail "Explain findings: $out"
+echo "$out" | grep -q '"layer" s "detector"' || fail "Explain findings without their layer: $out"
+echo "$out" | grep -q '"score" d 1' || fail "Explain findings without their score: $out"
+echo "$out" | grep -q '"special_score" d 0' || fail "Explain without special_score: $out"
 echo "$out" | grep -q '"permitted_tiers" as 2 "T0" "T1"' || fail "Explain tiers: $out"
 echo "$out" | grep -q "$EMAIL" && fail "Explain must not echo the value: $out"
+out=$("$MOLLY" --bus-address="$BUS_ADDR" explain --daemon "write to $EMAIL") || fail "molly explain --daemon: $out"
+echo "$out" | grep -Eq '^  email +\[9, 32\) +personal +detector +1\.00$' || fail "molly explain --daemon findings: $out"
 out=$(gdbus call --address "$BUS_ADDR" --dest org.molly.Daemon1 --object-path /org/molly/Daemon1 \
 	--method org.molly.Policy1.Explain "{'prompt': <'key $KEY'>, 'max_tokens': <uint32 5>}")
 echo "$out" | grep -q "'class': <'secret'>" || fail "gdbus Explain secret: $out"
