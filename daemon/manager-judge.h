@@ -13,7 +13,8 @@
  * default (docs/policy.md).
  *
  * The question is asked synchronously: the calling thread (the front that submits the
- * request) waits at most JudgeTimeoutMs= for the answer, then cancels it.
+ * request; for D-Bus the front's one event loop) waits at most JudgeTimeoutMs= for the
+ * answer, then cancels it.
  *
  * Test switch (honoured only with MOLLY_TEST=1 in mollyd's environment): MOLLY_TEST_JUDGE_SCORE
  * =X (0..1) stands for the classifier's score of every request, so tests can place requests
