@@ -202,7 +202,8 @@ TEST(layers_and_scores)
 		/* a caller rule has no span: nothing to redact */
 		ASSERT_TRUE(policy_finding_redactable(f) == (f->byte_end > f->byte_start));
 	}
-	ASSERT_TRUE(d.special_score == 0);
+	/* a probability (the special-category layer may score the sentence) */
+	ASSERT_TRUE(d.special_score >= 0 && d.special_score <= 1);
 	policy_decision_done(&d);
 	return 0;
 }
