@@ -583,11 +583,12 @@ static void begin_stop(struct daemon *d, const char *why)
 	if (d->stopping)
 		return;
 	d->stopping = true;
+	dbus_front_stop_accepting(d->dbus);
+	http_front_stop_accepting(d->http);
+	/* logged once the fronts refuse new requests: tests wait for this line */
 	log_info("%s: stopping (in-flight work gets up to %llu ms)", why,
 		 (unsigned long long) (d->config->stop_timeout_ns / 1000000ull));
 	(void) sd_notify(false, "STOPPING=1\nSTATUS=Stopping");
-	dbus_front_stop_accepting(d->dbus);
-	http_front_stop_accepting(d->http);
 
 	d->drain_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (d->drain_fd < 0 ||
@@ -617,8 +618,22 @@ static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void
 	case SIGHUP:
 		(void) daemon_reload(d, &e);
 		break;
+	case SIGUSR1: /* only with the test hold (test_hold_wanted) */
+		log_warning("TEST ONLY: SIGUSR1 lifts the scheduler's hold");
+		manager_test_release_hold(d->manager);
+		break;
 	}
 	return 0;
+}
+
+/* TEST ONLY: with MOLLY_TEST=1 MOLLY_TEST_HOLD_AFTER_TOKENS set (see apply_test_hold in
+ * manager.c), SIGUSR1 lifts the hold, so a test can keep work in flight across an event of its
+ * choosing (a reload) and then let it finish. Otherwise SIGUSR1 keeps its default action. */
+static bool test_hold_wanted(void)
+{
+	const char *t = getenv("MOLLY_TEST");
+
+	return t && strcmp(t, "1") == 0 && getenv("MOLLY_TEST_HOLD_AFTER_TOKENS");
 }
 
 /* ---- watchdog ---- */
@@ -728,6 +743,8 @@ static int run(int argc, char **argv)
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGHUP);
+	if (test_hold_wanted())
+		sigaddset(&mask, SIGUSR1);
 	/* Blocked before any thread starts, so every thread inherits it and signalfd sees all. */
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
 
@@ -781,6 +798,8 @@ static int run(int argc, char **argv)
 	(void) sd_event_add_signal(d.event, NULL, SIGTERM, on_signal, &d);
 	(void) sd_event_add_signal(d.event, NULL, SIGINT, on_signal, &d);
 	(void) sd_event_add_signal(d.event, NULL, SIGHUP, on_signal, &d);
+	if (test_hold_wanted())
+		(void) sd_event_add_signal(d.event, NULL, SIGUSR1, on_signal, &d);
 
 	r = dbus_front_new(d.event, d.manager, &hooks, &d.dbus, &e);
 	if (r < 0) {
