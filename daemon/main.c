@@ -618,22 +618,29 @@ static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void
 	case SIGHUP:
 		(void) daemon_reload(d, &e);
 		break;
-	case SIGUSR1: /* only with the test hold (test_hold_wanted) */
-		log_warning("TEST ONLY: SIGUSR1 lifts the scheduler's hold");
-		manager_test_release_hold(d->manager);
+	/* only in test mode (test_mode_wanted) */
+	case SIGUSR1:
+		manager_test_hold(d->manager, UINT64_MAX);
+		log_warning("TEST ONLY: SIGUSR1: the scheduler's hold is lifted");
+		break;
+	case SIGUSR2:
+		manager_test_hold(d->manager, 1);
+		log_warning("TEST ONLY: SIGUSR2: the scheduler holds after one more token");
 		break;
 	}
 	return 0;
 }
 
-/* TEST ONLY: with MOLLY_TEST=1 MOLLY_TEST_HOLD_AFTER_TOKENS set (see apply_test_hold in
- * manager.c), SIGUSR1 lifts the hold, so a test can keep work in flight across an event of its
- * choosing (a reload) and then let it finish. Otherwise SIGUSR1 keeps its default action. */
-static bool test_hold_wanted(void)
+/* TEST ONLY: with MOLLY_TEST=1, SIGUSR1 lifts the scheduler's hold (MOLLY_TEST_HOLD_AFTER_TOKENS,
+ * manager.c) and SIGUSR2 sets it again after one more generated token, so a test can keep work
+ * in flight across an event of its choosing (a reload, a look at /metrics) and then let it
+ * finish. The handlers are logged once they have acted. Otherwise both signals keep their
+ * default action. */
+static bool test_mode_wanted(void)
 {
 	const char *t = getenv("MOLLY_TEST");
 
-	return t && strcmp(t, "1") == 0 && getenv("MOLLY_TEST_HOLD_AFTER_TOKENS");
+	return t && strcmp(t, "1") == 0;
 }
 
 /* ---- watchdog ---- */
@@ -743,8 +750,10 @@ static int run(int argc, char **argv)
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGHUP);
-	if (test_hold_wanted())
+	if (test_mode_wanted()) {
 		sigaddset(&mask, SIGUSR1);
+		sigaddset(&mask, SIGUSR2);
+	}
 	/* Blocked before any thread starts, so every thread inherits it and signalfd sees all. */
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
 
@@ -798,8 +807,12 @@ static int run(int argc, char **argv)
 	(void) sd_event_add_signal(d.event, NULL, SIGTERM, on_signal, &d);
 	(void) sd_event_add_signal(d.event, NULL, SIGINT, on_signal, &d);
 	(void) sd_event_add_signal(d.event, NULL, SIGHUP, on_signal, &d);
-	if (test_hold_wanted())
+	if (test_mode_wanted()) {
+		log_warning("TEST ONLY: MOLLY_TEST=1: SIGUSR1 and SIGUSR2 lift and set the "
+			    "scheduler's hold");
 		(void) sd_event_add_signal(d.event, NULL, SIGUSR1, on_signal, &d);
+		(void) sd_event_add_signal(d.event, NULL, SIGUSR2, on_signal, &d);
+	}
 
 	r = dbus_front_new(d.event, d.manager, &hooks, &d.dbus, &e);
 	if (r < 0) {

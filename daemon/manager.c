@@ -411,7 +411,8 @@ static bool test_switch(const char *name)
 /* TEST ONLY (MOLLY_TEST=1 MOLLY_TEST_HOLD_AFTER_TOKENS=N): the scheduler stops computing after
  * N generated tokens (sched_test_hold), so the tests of queueing, cancellation and shutdown
  * see requests that are certainly still waiting or streaming, on a fast machine as on a slow
- * one. Without MOLLY_TEST=1 the variable is ignored, with a warning. */
+ * one. Without MOLLY_TEST=1 the variable is ignored, with a warning. mollyd's SIGUSR1 and
+ * SIGUSR2 lift and set the hold later (daemon/main.c). */
 static int apply_test_hold(struct sched *s, struct errmsg *e)
 {
 	const char *t = getenv("MOLLY_TEST"), *v = getenv("MOLLY_TEST_HOLD_AFTER_TOKENS");
@@ -434,9 +435,9 @@ static int apply_test_hold(struct sched *s, struct errmsg *e)
 	return 0;
 }
 
-void manager_test_release_hold(struct manager *m)
+void manager_test_hold(struct manager *m, uint64_t after_tokens)
 {
-	sched_test_hold(m->sched, UINT64_MAX);
+	sched_test_hold(m->sched, after_tokens);
 }
 
 int manager_new_with_egress(struct config *config, struct egress_client *egress,

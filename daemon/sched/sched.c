@@ -1027,7 +1027,9 @@ void sched_drain(struct sched *s, uint64_t timeout_ns)
 void sched_test_hold(struct sched *s, uint64_t after_tokens)
 {
 	pthread_mutex_lock(&s->lock);
-	s->hold_after_tokens = after_tokens;
+	s->hold_after_tokens = after_tokens > UINT64_MAX - s->stats.tokens_generated
+				       ? UINT64_MAX
+				       : s->stats.tokens_generated + after_tokens;
 	pthread_cond_signal(&s->wake);
 	pthread_mutex_unlock(&s->lock);
 }

@@ -123,10 +123,10 @@ int sched_cancel(struct sched *s, uint64_t id);
 void sched_drain(struct sched *s, uint64_t timeout_ns);
 
 /*
- * Tests only: from the first step that begins with at least after_tokens tokens generated
- * (0: at once), the scheduler computes nothing more; requests stay waiting or running, and
- * cancellations (sched_cancel, sched_drain's timeout) still finish theirs. UINT64_MAX lifts
- * the hold. It makes "still queued" and "still streaming" certain instead of likely.
+ * Tests only: once after_tokens more tokens have been generated (counted from now; 0: at once),
+ * the scheduler computes nothing more from the next step on; requests stay waiting or running,
+ * and cancellations (sched_cancel, sched_drain's timeout) still finish theirs. UINT64_MAX
+ * lifts the hold. It makes "still queued" and "still streaming" certain instead of likely.
  */
 void sched_test_hold(struct sched *s, uint64_t after_tokens);
 
