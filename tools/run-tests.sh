@@ -25,13 +25,16 @@ presets=${MOLLY_TEST_PRESETS:-dev release fuzz}
 label_args=()
 [ -n "${MOLLY_TEST_LABELS:-}" ] && label_args=(-L "$MOLLY_TEST_LABELS")
 report=$(mktemp -d)
+# Debian's python3 when there (a pyenv shim on PATH costs seconds a start on a busy machine)
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
 trap 'rm -rf "$report"' EXIT
 
 # tally PRESET JUNIT-FILE: adds ctest's counts; notes each skip (with the reason the test
 # printed) and each failure in $report.
 tally() {
 	local counts
-	if ! counts=$(python3 - "$1" "$2" "$report" <<'PY'
+	if ! counts=$("$py" - "$1" "$2" "$report" <<'PY'
 import sys, xml.etree.ElementTree as ET
 preset, path, report = sys.argv[1:4]
 suite = ET.parse(path).getroot()
