@@ -45,7 +45,9 @@ with open(report + "/skips", "a") as skips, open(report + "/fails", "a") as fail
         out = (case.findtext("system-out") or "").splitlines()
         if status == "skipped" or case.find("skipped") is not None:
             s += 1
-            reason = next((l.split("SKIP", 1)[1].lstrip(":- ") for l in out if "SKIP" in l),
+            # the test's own "SKIP: reason" line (shell tests, test.h), else its last words
+            reason = next((l.split("SKIP", 1)[1].lstrip(":- ") for l in reversed(out)
+                           if "SKIP" in l),
                           next((l for l in reversed(out) if l.strip()), "no reason printed"))
             skips.write("%s: %s: %s\n" % (preset, name, reason.strip()[:200]))
         elif status == "fail" or case.find("failure") is not None:
