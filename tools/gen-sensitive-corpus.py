@@ -618,6 +618,59 @@ NEG = {
            "¿Cómo rechazo con educación una invitación a una reunión?",
            "Redacta una política de empresa sobre permisos de paternidad."],
 }
+PROF = {"en": ["I'm a nurse and I need to explain {t} to new colleagues.",
+                "I'm a teacher preparing a lesson on {t}; suggest three activities.",
+                "As a journalist I'm researching {t}, where do I find reliable data?",
+                "I'm a medical student, summarise the guidelines on {t}.",
+                "I work in HR and want a neutral FAQ about {t}.",
+                "I'm giving a talk on {t} next week, help me with the slides.",
+                "My students keep asking me about {t}; how should I answer?",
+                "I'd like to learn more about {t}, recommend some books.",
+                "I'm a social worker and want to understand {t} better."],
+         "it": ["Sono un infermiere e devo spiegare {t} ai nuovi colleghi.",
+                "Sono un'insegnante e preparo una lezione su {t}: mi dai tre attività?",
+                "Sono un giornalista e sto facendo una ricerca su {t}, dove trovo dati affidabili?",
+                "Sono uno studente di medicina, riassumimi le linee guida su {t}.",
+                "Lavoro nelle risorse umane e vorrei una FAQ neutrale su {t}.",
+                "Vorrei saperne di più su {t}, mi consigli qualche libro?"],
+         "es": ["Soy enfermera y tengo que explicar {t} a los compañeros nuevos.",
+                "Soy profesor y preparo una clase sobre {t}, ¿me das tres actividades?",
+                "Soy periodista e investigo sobre {t}, ¿dónde encuentro datos fiables?",
+                "Soy estudiante de medicina, resúmeme las guías sobre {t}.",
+                "Trabajo en recursos humanos y quiero unas preguntas frecuentes neutrales sobre {t}.",
+                "Me gustaría saber más sobre {t}, ¿me recomiendas libros?"]}
+TOPIC = {"en": ["{cond}", "{drug}", "the history of {party}", "trade unions", "world religions",
+                "the criminal justice system", "mortgages", "the asylum process", "domestic violence",
+                "child development", "genetic testing", "biometric passports", "LGBT rights",
+                "racism in sport", "dismissal procedures", "pregnancy nutrition"],
+         "it": ["{cond}", "{drug}", "la storia de{party_del}", "i sindacati", "le religioni del mondo",
+                "il processo penale", "i mutui", "la richiesta di asilo", "la violenza domestica",
+                "lo sviluppo dei bambini", "i test genetici", "i passaporti biometrici", "i diritti LGBT",
+                "il razzismo nello sport", "i licenziamenti", "l'alimentazione in gravidanza"],
+         "es": ["{cond}", "{drug}", "la historia de{party_del}", "los sindicatos", "las religiones del mundo",
+                "el proceso penal", "las hipotecas", "la solicitud de asilo", "la violencia de género",
+                "el desarrollo infantil", "los test genéticos", "los pasaportes biométricos", "los derechos LGTBI",
+                "el racismo en el deporte", "los despidos", "la alimentación en el embarazo"]}
+FAMOUS = {"en": ["Albert Einstein was born on 14 March 1879 in Ulm.", "Queen Victoria was born on 24 May 1819.",
+                 "Charles Darwin was born on 12 February 1809 in Shrewsbury.",
+                 "The composer was born on 27 January 1756 in Salzburg.",
+                 "Nelson Mandela spent 27 years in prison before becoming president.",
+                 "The former minister was convicted of corruption in 2014, the court said.",
+                 "According to the biography, the poet converted to Catholicism late in life.",
+                 "The singer came out as gay in a 1998 interview.",
+                 "Polls say most young voters support the Greens."],
+          "it": ["Giuseppe Verdi nacque il 10 ottobre 1813 a Busseto.", "Galileo Galilei è nato a Pisa nel 1564.",
+                 "Leonardo da Vinci nacque il 15 aprile 1452.",
+                 "L'ex sindaco è stato condannato per corruzione nel 2015, riferisce il tribunale.",
+                 "Secondo la biografia, lo scrittore si convertì al cattolicesimo da anziano.",
+                 "Il cantante ha fatto coming out in un'intervista del 1998.",
+                 "I sondaggi dicono che molti giovani votano a sinistra."],
+          "es": ["Miguel de Cervantes nació el 29 de septiembre de 1547.", "Picasso nació en Málaga en 1881.",
+                 "Federico García Lorca nació el 5 de junio de 1898.",
+                 "El exministro fue condenado por corrupción en 2014, según la sentencia.",
+                 "Según su biografía, el poeta se convirtió al catolicismo de mayor.",
+                 "El cantante salió del armario en una entrevista de 1998.",
+                 "Las encuestas dicen que muchos jóvenes votan a la izquierda."]}
 CODE = [
     "def get_diagnosis(patient):\n    return patient.records[-1].diagnosis",
     "SELECT name, salary, birth_date FROM employees WHERE dept_id = 4;",
@@ -764,7 +817,35 @@ def cap(s):
     return s[0].upper() + s[1:] if s else s
 
 
+SAME_Q = {"en": ["what should I do?", "is that normal?", "can you help me?", "how do I tell my boss?",
+                  "what can I eat?", "does it matter for my insurance?", "how do I deal with it?",
+                  "who can I talk to?", "should I tell anyone?", "what are my options?",
+                  "can you help me plan the next weeks?", "so please keep the tone gentle."],
+          "it": ["cosa devo fare?", "è normale?", "mi puoi aiutare?", "come lo dico al mio capo?",
+                 "cosa posso mangiare?", "conta per l'assicurazione?", "come lo affronto?",
+                 "a chi posso rivolgermi?", "devo dirlo a qualcuno?", "che opzioni ho?",
+                 "quindi scrivi con tatto."],
+          "es": ["¿qué hago?", "¿es normal?", "¿me ayudas?", "¿cómo se lo digo a mi jefe?",
+                 "¿qué puedo comer?", "¿afecta al seguro?", "¿cómo lo llevo?",
+                 "¿con quién puedo hablar?", "¿debería contárselo a alguien?", "¿qué opciones tengo?",
+                 "así que escribe con tacto."]}
+EMBED = {"en": ["Is it normal that {f}?", "How do I tell my family that {f}?", "Should I mention at work that {f}?",
+                "Can you write a message to my landlord saying that {f}?", "Given that {f}, what should I plan for?",
+                "Help me explain to HR that {f}.", "Since {f}, can you adapt the schedule?"],
+         "it": ["È normale che {f}?", "Come dico alla mia famiglia che {f}?", "Devo dire al lavoro che {f}?",
+                "Scrivi un messaggio al padrone di casa per dire che {f}.", "Visto che {f}, cosa devo organizzare?",
+                "Aiutami a spiegare all'ufficio del personale che {f}."],
+         "es": ["¿Es normal que {f}?", "¿Cómo le digo a mi familia que {f}?", "¿Debería decir en el trabajo que {f}?",
+                "Escribe un mensaje al casero diciendo que {f}.", "Como {f}, ¿qué debería organizar?",
+                "Ayúdame a explicar a recursos humanos que {f}."]}
+
+
 def wrap(fact, lang):
+    r = rnd.random()
+    if r < 0.2:
+        return cap(fact) + ", " + rnd.choice(SAME_Q[lang])
+    if r < 0.35:
+        return rnd.choice(EMBED[lang]).replace("{f}", fact)
     pre = rnd.choice(WRAP_PRE[lang])
     post = rnd.choice(WRAP_POST[lang])
     s = fact if pre and not pre.endswith(". ") else cap(fact)
@@ -815,8 +896,12 @@ def negatives(lang, n):
     while len(out) < n and tries < n * 20:
         tries += 1
         r = rnd.random()
-        if r < 0.75:
+        if r < 0.6:
             t = fill(rnd.choice(NEG[lang]), lang)
+        elif r < 0.72:
+            t = fill(rnd.choice(PROF[lang]).replace("{t}", rnd.choice(TOPIC[lang])), lang)
+        elif r < 0.77:
+            t = rnd.choice(FAMOUS[lang])
         elif r < 0.88:
             t = rnd.choice(GENERIC[lang])
         else:
@@ -841,7 +926,7 @@ def main():
         for cat in CATS:
             for t in positives(cat, lang, PER_CAT[cat]):
                 print("%s\t%s\t%s" % (cat, lang, t.replace("\t", " ").replace("\n", "\\n")))
-        for t in negatives(lang, 700):
+        for t in negatives(lang, 1000):
             print("public\t%s\t%s" % (lang, t.replace("\t", " ").replace("\n", "\\n")))
 
 

@@ -62,7 +62,7 @@ struct lexicon_group {
 /* Lower case; prefixes are bytes (UTF-8 letters count as their bytes). Categories first. */
 static const struct lexicon_group lexicon[] = {
 	{ SENSITIVE_HEALTH,
-	  "diabet*|diabète|hiv|vih|aids|sida|sieropositiv*|seropositiv*|cancer*|cáncer|tumor*|"
+	  "lymphoma|linfoma|melanoma|panic*|panico|pánico|glucose|glicemia|glucemia|blood sugar|sugar levels|sick leave|in malattia|de baja|baja médica|icu|uci|terapia intensiva|hypertension|ipertensione|hipertensión|cholesterol|colesterolo|colesterol|arthritis|artrite|artritis|sober|sobrio|sobria|relapse*|ricaduta|recaída|recaído|antibiotic*|antibiotic*|allerg*|alergia|expecting|twins|gemelli|gemelos|therapy|terapia|blind|cieco|cieca|ciego|ciega|deaf|sordo|sorda|bedwetting|stoma|seizure*|convulsion*|pregnant|prenatal|ecografia|ecografía|ultrasound|contracept*|anticoncezional*|anticonceptiv*|hormone therapy|transplant|trapianto|trasplante|hepatitis|epatite|cirrosis|cirrosi|hiv+|cardio*|ansiolitic*|ansiolític*|benzodiazepin*|opioid*|oppioid*|overdose|sobredosis|ozempic|vaccin*|rheumat*|reumat*|diarrh*|nausea|pain|dolore|dolor|fever|febbre|fiebre|diabet*|diabète|hiv|vih|aids|sida|sieropositiv*|seropositiv*|cancer*|cáncer|tumor*|"
 	  "tumour*|leukemia|leucemia|leukaemia|chemo*|quimio*|radiotherap*|radioterapi*|"
 	  "depress*|depresión|depresiv*|bipolar*|schizo*|esquizo*|anxiety|ansia|ansiedad|"
 	  "panic|attacchi di|ataques de|epilep*|sclerosi|esclerosis|sclerosis|anorex*|anoress*|"
@@ -88,18 +88,18 @@ static const struct lexicon_group lexicon[] = {
 	  "positivo|positiva|eating disorder|mental health|salute mentale|salud mental|"
 	  "breakdown|burnout|insomnia|insonnia|insomnio|thyroid|tiroide|tiroides|hiv-positive" },
 	{ SENSITIVE_GENETIC,
-	  "dna|adn|genetic*|genetic|genetich*|genétic*|genetica|gene|gen|genes|geni|brca*|"
+	  "tay|sachs|thalass*|talassemia|talasemia|genetist*|cftr|genetic counsel*|consulenza genetica|brca1|brca2|apoe4|biological father|padre biologico|padre biológico|dna|adn|genetic*|genetic|genetich*|genétic*|genetica|gene|gen|genes|geni|brca*|"
 	  "mutation|mutazione|mutación|23andme|ancestrydna|carrier|portatore|portatrice|portador|"
 	  "portadora|paternity|paternità|paternidad|huntington|cystic fibrosis|fibrosi cistica|"
 	  "fibrosis quística|sickle cell|genome|genoma|hereditary|ereditari*|hereditari*|"
 	  "predisposition|predisposizione|predisposición" },
 	{ SENSITIVE_BIOMETRIC,
-	  "fingerprint*|impronta digitale|impronte digitali|impronte|huella dactilar|"
+	  "template|embedding|face embedding|biometric template|plantilla|time clock|fingerprints|palmprint|gait|vein|retinal|iris scan|fingerprint*|impronta digitale|impronte digitali|impronte|huella dactilar|"
 	  "huellas dactilares|huella|face scan|facial|faccia|volto|iris|retina|voiceprint|"
 	  "impronta vocale|huella de voz|biometric*|biometric|biometrici|biometrico|biométric*|"
 	  "palm vein|face id|riconoscimento facciale|reconocimiento facial|facial recognition" },
 	{ SENSITIVE_SEX_LIFE,
-	  "gay|gays|lesbian*|lesbica|lesbiche|lesbiana|bisexual*|bisessual*|homosexual*|"
+	  "attracted|attratt*|atraíd*|behind my|alle spalle|a escondidas|di nascosto|transition*|transizione|transición|nonbinary|non-binary|non binario|no binario|hooked up|sleeping with|escort|gonorr*|hiv|sex life|vita sessuale|vida sexual|orientation|orientamento|orientación|coming|cornuto|amante|lover|tinder|grindr|gay|gays|lesbian*|lesbica|lesbiche|lesbiana|bisexual*|bisessual*|homosexual*|"
 	  "omosessual*|transgender|trans|transexual|transessuale|queer|asexual|asessuale|"
 	  "came out|coming out|fatto coming|del armario|armario|closet|affair|tradisco|tradisce|"
 	  "tradito|tradita|cuernos|infidel*|infedel*|cheating|virgin|vergine|virgen|sex|sesso|"
@@ -107,14 +107,14 @@ static const struct lexicon_group lexicon[] = {
 	  "relación abierta|erectile|erettile|eréctil|hormones|ormoni|hormonas|dating|"
 	  "frequenta|sale con|boyfriend|girlfriend|lgbt*|lgtb*" },
 	{ SENSITIVE_ETHNICITY,
-	  "roma|rom|sinti|gitano|gitana|gitani|black|nero|nera|negro|negra|moroccan|marocchin*|"
+	  "filipino|filipina|filippin*|filipin*|senegal*|chinese|cinese|chino|china|indian|indiano|indiana|romanian|rumeno|rumena|rumano|rumana|albanian|albanese|ecuador*|ecuatorian*|gypsy|zingar*|skin colour|skin color|colore della pelle|color de piel|brown|heritage|afro*|asian|asiatico|asiatica|asiático|asiática|latinx|moroccan|sudamericano|sudamericana|indigenous|native american|roma|rom|sinti|gitano|gitana|gitani|black|nero|nera|negro|negra|moroccan|marocchin*|"
 	  "marroquí|kurdish|curdo|curda|kurdo|kurda|aboriginal|nigerian*|nigerian|nigeriane|"
 	  "nigeriano|pakistani|pakistan*|paquistaní|latino|latina|mixed-race|meticcio|meticcia|"
 	  "mestizo|mestiza|indígena|ethnic*|etnia|etnic*|étnic*|race|razza|raza|racial|"
 	  "origin|origine|origen|descent|ascendencia|discrimination|discriminat*|discriminación|"
 	  "racism|razzismo|racismo|racist*|razzist*|racist|arab|arabo|árabe|jewish ancestry" },
 	{ SENSITIVE_POLITICS,
-	  "voted|vote|votes|voting|votato|voto|votare|voterò|vota|votano|voté|votó|votar|"
+	  "supporter|sostenitore|sostenitrice|simpatizzante|simpatizante|votante|elettore|elettrice|elector|brexit|leave voter|partito comunista|unità|tessera del|afiliada|afiliado|iscritto|iscritta|green|verdi|ukip|maga|antifa|podemita|sovranist*|independentist*|indipendentist*|voted|vote|votes|voting|votato|voto|votare|voterò|vota|votano|voté|votó|votar|"
 	  "votaré|votamos|party|partito|partido|labour|conservatives|tory|tories|greens|"
 	  "democrats|republicans|republican|democrat|lib dems|reform uk|snp|pd|lega|"
 	  "fratelli d'italia|movimento 5|m5s|forza italia|azione|psoe|pp|vox|sumar|podemos|"
@@ -125,7 +125,7 @@ static const struct lexicon_group lexicon[] = {
 	  "iscritta alla|afiliado al|afiliada al|left-wing|right-wing|sinistra|destra|izquierda|"
 	  "derecha|election*|elezioni|elecciones|trump|biden|meloni|schlein|sánchez|feijóo|abascal" },
 	{ SENSITIVE_RELIGION,
-	  "muslim|musulman*|musulmán|catholic*|cattolic*|católic*|jewish|ebreo|ebrea|judío|judía|"
+	  "believer|credente|creyente|practising|practicing|praticante|practicante|baptism|battesimo|bautismo|communion|comunione|comunión|shabbat|sabbath|kippah|kipá|rosary|rosario|rabbi|rabbino|rabino|imam|priest|prete|sacerdote|monk|nun|suora|monja|bible|bibbia|biblia|quran|corano|corán|torah|scientolog*|pagan*|wicca|spiritual|transfusion*|trasfusion*|transfusión|transfusiones|hiyab|niqab|burqa|turban|turbante|kosher|apostate|apostata|muslim|musulman*|musulmán|catholic*|cattolic*|católic*|jewish|ebreo|ebrea|judío|judía|"
 	  "jehovah|geova|jehová|buddhist*|buddist*|budista|hindu|induista|hindú|atheist*|ateo|"
 	  "atea|mormon|mormone|mormón|evangelical|evangelic*|evangélic*|sikh|orthodox|ortodoss*|"
 	  "ortodox*|protestant*|christian*|cristian*|islam|islamic|islámic*|judaism|ebraismo|"
@@ -134,12 +134,12 @@ static const struct lexicon_group lexicon[] = {
 	  "convertit*|convertí|convirtió|religion*|religione|religión|religios*|religious|god|"
 	  "dio|dios|kosher|halal|baptized|battezzat*|bautizad*|agnostic*|agnostico|agnóstic*" },
 	{ SENSITIVE_UNION,
-	  "union|unions|unionised|sindacato|sindacati|sindacale|sindicato|sindical|cgil|cisl|uil|"
+	  "union rep|rep|delegate|delegat*|tesserat*|afiliad*|rsu|rsa|comité de empresa|works council|collective|picket|picchetto|piquete|shop|unionized|sindacalist*|sindicalista|union|unions|unionised|sindacato|sindacati|sindacale|sindicato|sindical|cgil|cisl|uil|"
 	  "fiom|cobas|usb|ccoo|ugt|cgt|cnt|uso|csif|unite|gmb|unison|teamsters|rmt|afl-cio|"
 	  "shop steward|delegato sindacale|delegada sindical|delegado sindical|strike|sciopero|"
 	  "huelga|tessera|carné|carnet del sindicato" },
 	{ SENSITIVE_CRIMINAL,
-	  "arrested|arrest|arrestat*|detenid*|detuvieron|detenuto|criminal record|fedina penale|"
+	  "dui|dwi|record|serving|sentence|robbery|armed|galera|behind bars|juvie|pillaron|pillado|pillada|udienza|hearing|pending|possession|indicted|mugshot|denuncia|pena|reclusione|prisión preventiva|custody|custodia|fedina|antecedenti|penale|penal|bail|cauzione|fianza|warrant|mandato|suspended sentence|community service|servizi sociali|vandalism|vandalismo|stalker|smuggling|contrabbando|contrabando|homicide|omicidio|homicidio|manslaughter|murder|arrested|arrest|arrestat*|detenid*|detuvieron|detenuto|criminal record|fedina penale|"
 	  "precedenti penali|antecedentes|convicted|conviction|condannat*|condenad*|condenaron|"
 	  "condena|condanna|prison|jail|carcere|prigione|cárcel|prisión|probation|parole|"
 	  "libertà vigilata|libertad condicional|domiciliari|charged|indagat*|imputad*|denunciat*|"
@@ -150,7 +150,7 @@ static const struct lexicon_group lexicon[] = {
 	  "trial|processo|juicio|lawyer|avvocato|abogado|ebbrezza|ebrio|ricettazione|lesioni|"
 	  "lesiones|apropiación indebida|maltrattamenti" },
 	{ SENSITIVE_FINANCE,
-	  "salary|salario|stipendio|sueldo|earn|earns|guadagno|guadagna|gano|gana|income|reddito|"
+	  "pay off|take-home|take home|paycheck|paycheque|embargo|embargad*|pignorat*|pignoramento|nómina|hacienda|agenzia delle entrate|irs|hmrc|tax|taxes|tasse|impuestos|gambling|scommesse|apuestas|ludopat*|broke|al verde|sin blanca|sfratto|eviction|desahucio|arretrato|cobro|cobra|wage|wages|net worth|inheritance|eredità|herencia|alimony|alimenti|pensión alimenticia|budget|bills|bollette|facturas|interest|interessi|intereses|overdrawn|payday|minimum wage|stipendi|ahorro|risparmio|cash|contanti|efectivo|bonus|isee|salary|salario|stipendio|sueldo|earn|earns|guadagno|guadagna|gano|gana|income|reddito|"
 	  "ingresos|debt|debts|debito|debiti|deuda|deudas|debo|debe|owe|owes|mortgage|mutuo|"
 	  "hipoteca|rent|affitto|alquiler|bankrupt*|bankruptcy|fallit*|fallimento|quiebra|"
 	  "concurso de acreedores|credit score|credit card*|carta di credito|tarjeta|crif|"
@@ -168,28 +168,28 @@ static const struct lexicon_group lexicon[] = {
 	  "seguridad social|previdenza|codice fiscale|tessera sanitaria|permesso numero|"
 	  "document number|numero documento|número de documento" },
 	{ SENSITIVE_IMMIGRATION,
-	  "undocumented|illegally|illegal|irregolare|irregular|clandestin*|sin papeles|"
+	  "spousal|tourist visa|barca|barcone|boat|patera|cayuco|arraigo|permesso|permiso|overstay*|work permit|sponsorship|naturalizat*|naturalizzazione|naturalización|detention centre|cpr|cie|deport*|expuls*|rimpatri*|repatri*|undocumented|irregular|ilegal|papers|nationality|nazionalità|nacionalidad|asilo|questura|extranjería|home office|uscis|ice|undocumented|illegally|illegal|irregolare|irregular|clandestin*|sin papeles|"
 	  "senza documenti|no papers|visa|visto|permesso di soggiorno|permiso de residencia|"
 	  "residencia|residence permit|asylum|asilo|refugee|rifugiat*|refugiad*|deportation|"
 	  "deported|espulsione|expulsión|green card|overstayed|immigrant|immigrat*|inmigrante|"
 	  "migrant*|migrante|citizenship|cittadinanza|ciudadanía|papers|papeles|documenti|"
 	  "situación irregular|expulsion|sanatoria|regularización" },
 	{ SENSITIVE_EMPLOYMENT,
-	  "fired|sacked|dismissed|dismissal|laid off|licenziat*|licenziamento|despedid*|"
+	  "let me go|let go|sospensione|suspension|suspensión|echaron|echado|echada|written warning|final warning|probation period|periodo di prova|periodo de prueba|demoted|demansionat*|degradad*|redundan*|miglioramento|improvement plan|mobbing|grievance|tribunal|laid|sacked|terminated|termination|licenzia*|disciplinar*|sanzione|sanción|sanction*|reprimand*|rimprovero|richiamo|appraisal|absence|assenze|absentismo|ausencias|fired|sacked|dismissed|dismissal|laid off|licenziat*|licenziamento|despedid*|"
 	  "despidieron|despido|warning|richiamo|amonestación|disciplinary|disciplinare|"
 	  "disciplinario|procedimento|expediente|pip|performance|valutazione|evaluación|"
 	  "suspended|sospeso|sospesa|suspendid*|misconduct|giusta causa|investigation|indagine|"
 	  "investigación|hr|risorse umane|recursos humanos|cassa integrazione|erte|ere|"
 	  "contestazione|harassment|molestie|acoso laboral|resign*|dimissioni|dimisión" },
 	{ SENSITIVE_VICTIM,
-	  "hit me|beat me|beats me|picchia|picchiava|pegaba|pega|abuse|abused|abusi|abusata|"
+	  "groped|palpeggiat*|manosead*|tocó|mani addosso|perseguita|perseguit*|persigue|insulta|insulti|insulto|insulted|moratones|lividi|bruises|bruised|pushed|spinto|spinta|empujó|slapped|schiaffo|schiaffi|bofetada|abusó|abusaron|threatened|minacciat*|amenazad*|coerc*|revenge porn|blackmail*|ricatt*|chantaje|chantajea|hurt me|mi fa male|me hace daño|scared of him|paura di lui|miedo de él|restraining order|ordine restrittivo|orden de alejamiento|shelter|casa rifugio|casa de acogida|femicide|femminicidio|feminicidio|assault|aggressione|agresión|harass*|molest*|acosa|abusivo|abusiva|abusive|violento|violenta|violent|hit me|beat me|beats me|picchia|picchiava|pegaba|pega|abuse|abused|abusi|abusata|"
 	  "abusato|abusos|abusada|abusado|assaulted|rape|raped|violentat*|stuprat*|violaron|"
 	  "violación|violenza|violencia|molested|molestat*|stalking|stalker|acoso|trafficked|"
 	  "tratta|trata|victim|vittima|víctima|threatens|minaccia|minacciato|amenaza|amenazó|"
 	  "domestic violence|violenza domestica|violencia de género|malos tratos|maltrato|"
 	  "maltrattamenti|bullied|bullismo|bullying|controls my|mi controlla|me controla" },
 	{ SENSITIVE_CHILD,
-	  "year-old|years old|anni|años|school|scuola|colegio|escuela|instituto|primary|"
+	  "bambin*|kindergarten|pediatra|pediatrician|pediatric*|nursery|grades|voti|notas|report card|pagella|boletín|class|clase|classroom|aula|preschool|materna|infantil|scuola materna|asilo|teen|teenager|adolescente|adolescent|twins|newborn|neonata|recién nacido|recién nacida|boy|girl|ragazzino|ragazzina|chico|chica|niñ*|bimb*|pupil|alunno|alunna|alumno|alumna|wets|bed|pipì|babysitter|custody|affidamento|custodia|tutor|year-old|years old|anni|años|school|scuola|colegio|escuela|instituto|primary|"
 	  "elementary|elementare|elementari|media|primaria|kindergarten|asilo nido|guardería|"
 	  "nursery|grade|year|classe|curso|teacher|maestra|maestro|profesora|bullied|"
 	  "speech delay|dyslexia|dislessia|dislexia|homework|compiti|deberes|daycare|"
@@ -657,11 +657,16 @@ static bool is_year(const struct chunk *c, const struct word *w)
 
 /* The exact rules: a document word then, within five words, a token of 6+ characters with
  * 5+ digits (gov_id); a birth word then, within eight words, a day (1-2 digits), a month
- * (a number or a name) and a year (birth_date). Spans: the number; the date. */
+ * (a number or a name) and a year 1900-2030 (birth_date), in a chunk with a person signal.
+ * Spans: the number; the date. */
 static int chunk_rules(const struct chunk *c, struct sensitive_finding *out)
 {
 	int n = 0;
-	bool id_done = false, birth_done = false;
+	uint32_t any = c->any;
+	bool subject = any & (1u << SIG_FP | 1u << SIG_WE | 1u << SIG_REL | 1u << SIG_NAME);
+	/* a date of birth belongs to someone: the writer, a relative, a named person (not
+	 * "Einstein was born on 14 March 1879": no person signal, a year before 1900) */
+	bool id_done = false, birth_done = !subject;
 
 	for (size_t i = 0; i < c->n; i++) {
 		const struct word *w = &c->w[i];
