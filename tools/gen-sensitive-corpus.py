@@ -671,6 +671,62 @@ FAMOUS = {"en": ["Albert Einstein was born on 14 March 1879 in Ulm.", "Queen Vic
                  "Según su biografía, el poeta se convirtió al catolicismo de mayor.",
                  "El cantante salió del armario en una entrevista de 1998.",
                  "Las encuestas dicen que muchos jóvenes votan a la izquierda."]}
+# Ordinary sentences about the writer or someone identifiable: personal identifiers maybe
+# (the detectors' business), but no special category: public for this layer.
+NEUTRAL = {"en": ["{S} sent me the slides for tomorrow's meeting.", "{S} is coming to dinner on Saturday.",
+                  "{S} loves hiking in the mountains.", "Can you email {S} the report?",
+                  "{S} just moved to Berlin for a new job.", "{S} is learning to play the guitar.",
+                  "{S} asked me to book a table for six.", "I'm meeting {S} at the station at 5.",
+                  "Remind me to call {S} tomorrow morning.", "{S}'s flight lands at 10:40.",
+                  "Write a birthday card for {S}.", "{S} wants a recipe for banana bread.",
+                  "I need to reply to {S} about the invoice.", "I'm flying to Madrid next week.",
+                  "I have a meeting at 3 with the design team.", "My laptop is really slow today.",
+                  "I'm planning a trip to Japan with {S}.", "Mail {n}@example.com please.",
+                  "You can reach {S} at +44 20 7946 0958.", "I think {S} would like this book.",
+                  "{S} and I are renovating the kitchen.", "I bought a new bike yesterday.",
+                  "Tell {S} the deploy is done.", "{S} is the new project lead from Monday.",
+                  "My phone number changed, update the contact sheet.", "I'm vegetarian, suggest a recipe.",
+                  "{S} won the chess tournament!", "I can't decide between two job offers.",
+                  "{S} and I are getting married in June, help with the invitations."],
+           "it": ["{S} mi ha mandato le slide per la riunione di domani.", "{S} viene a cena sabato.",
+                  "A {S} piace fare trekking in montagna.", "Puoi mandare il report a {S}?",
+                  "{S} si è trasferit{o} a Berlino per un nuovo lavoro.", "{S} sta imparando la chitarra.",
+                  "{S} mi ha chiesto di prenotare un tavolo per sei.", "Vedo {S} alla stazione alle 5.",
+                  "Ricordami di chiamare {S} domattina.", "Il volo di {S} atterra alle 10:40.",
+                  "Scrivi un biglietto di auguri per {S}.", "Rispondo a {S} per la fattura.",
+                  "Sto andando a Madrid la settimana prossima.", "Ho una riunione alle 3 con il team.",
+                  "Il mio portatile è lentissimo oggi.", "Scrivi a {n}@example.it per favore.",
+                  "Puoi contattare {S} al 347 123 4567.", "{S} e io stiamo rifacendo la cucina.",
+                  "Ho comprato una bici nuova ieri.", "Di' a {S} che il rilascio è fatto.",
+                  "Sono vegetariano, suggeriscimi una ricetta.", "Non so scegliere tra due offerte di lavoro.",
+                  "{S} ha vinto il torneo di scacchi!"],
+           "es": ["{S} me mandó las diapositivas para la reunión de mañana.", "{S} viene a cenar el sábado.",
+                  "A {S} le encanta hacer senderismo.", "¿Puedes enviarle el informe a {S}?",
+                  "{S} se mudó a Berlín por un trabajo nuevo.", "{S} está aprendiendo a tocar la guitarra.",
+                  "{S} me pidió reservar una mesa para seis.", "Quedo con {S} en la estación a las 5.",
+                  "Recuérdame llamar a {S} mañana.", "El vuelo de {S} aterriza a las 10:40.",
+                  "Escribe una tarjeta de cumpleaños para {S}.", "Tengo que contestar a {S} por la factura.",
+                  "Me voy a Madrid la semana que viene.", "Tengo una reunión a las 3 con el equipo.",
+                  "Mi portátil va lentísimo hoy.", "Escribe a {n}@example.es por favor.",
+                  "Puedes llamar a {S} al 612 345 678.", "{S} y yo estamos reformando la cocina.",
+                  "Ayer me compré una bici nueva.", "Dile a {S} que el despliegue está hecho.",
+                  "Soy vegetariano, sugiéreme una receta.", "No sé elegir entre dos ofertas de trabajo.",
+                  "¡{S} ganó el torneo de ajedrez!"]}
+
+
+def neutral(lang):
+    s, g = subject(lang)
+    t = rnd.choice(NEUTRAL[lang]).replace("{n}", rnd.choice(["anna", "marco.rossi", "j.garcia", "sarah"]))
+    if t.startswith("{S}"):
+        s = cap(s)
+    t = t.replace("{S}", s).replace("{o}", "o" if g == "m" else "a")
+    if lang == "it":
+        t = t.replace("A il ", "Al ").replace("A la ", "Alla ").replace("a il ", "al ").replace("a la ", "alla ").replace("di il ", "del ").replace("di la ", "della ")
+    if lang == "es":
+        t = t.replace("a el ", "al ").replace("de el ", "del ").replace("A el ", "Al ")
+    return t
+
+
 CODE = [
     "def get_diagnosis(patient):\n    return patient.records[-1].diagnosis",
     "SELECT name, salary, birth_date FROM employees WHERE dept_id = 4;",
@@ -896,7 +952,9 @@ def negatives(lang, n):
     while len(out) < n and tries < n * 20:
         tries += 1
         r = rnd.random()
-        if r < 0.6:
+        if r < 0.2:
+            t = neutral(lang)
+        elif r < 0.6:
             t = fill(rnd.choice(NEG[lang]), lang)
         elif r < 0.72:
             t = fill(rnd.choice(PROF[lang]).replace("{t}", rnd.choice(TOPIC[lang])), lang)
@@ -926,7 +984,7 @@ def main():
         for cat in CATS:
             for t in positives(cat, lang, PER_CAT[cat]):
                 print("%s\t%s\t%s" % (cat, lang, t.replace("\t", " ").replace("\n", "\\n")))
-        for t in negatives(lang, 1000):
+        for t in negatives(lang, 1200):
             print("public\t%s\t%s" % (lang, t.replace("\t", " ").replace("\n", "\\n")))
 
 
