@@ -335,7 +335,7 @@ static inline unsigned char word_byte(unsigned char c)
 /* U+2018/U+2019 (curly apostrophes, E2 80 98/99) separate words like ASCII quotes. */
 static inline bool curly_quote(const unsigned char *p, size_t i, size_t n)
 {
-	return p[i] == 0xe2 && i + 2 < n + 0 && p[i + 1] == 0x80 &&
+	return p[i] == 0xe2 && i + 2 < n && p[i + 1] == 0x80 &&
 	       (p[i + 2] == 0x98 || p[i + 2] == 0x99);
 }
 
@@ -732,15 +732,14 @@ static void foreach_chunk(const char *text, size_t len,
 	if (!text)
 		return;
 	while (pos < len) {
-		bool more = true, question = false;
+		bool question = false;
 		c.text = p;
 		c.n = 0;
 		c.any = 0;
 		c.start = SIZE_MAX;
 		c.prev_person = prev_person;
 		while (c.n < SENSITIVE_CHUNK_WORDS &&
-		       (more = next_word(p, len, &pos, &c.w[c.n], c.n ? &c.w[c.n - 1] : NULL,
-					 &question))) {
+		       next_word(p, len, &pos, &c.w[c.n], c.n ? &c.w[c.n - 1] : NULL, &question)) {
 			if (c.start == SIZE_MAX)
 				c.start = c.w[c.n].start;
 			c.any |= c.w[c.n].mask;
@@ -756,7 +755,6 @@ static void foreach_chunk(const char *text, size_t len,
 		chunk_features(&c, &f);
 		fn(userdata, &c, &f);
 		prev_person = f.person;
-		(void) more;
 	}
 }
 
