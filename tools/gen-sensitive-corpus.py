@@ -465,17 +465,20 @@ FACTS = {
 
 # child: always about a specific child
 CHILD = {
-    "en": ["my {age}-year-old {kid} goes to {school}", "my {kid} is in year {grade} at {school}",
+    "en": ["my {age}-year-old {kid} goes to {school}", "my toddler bites other kids at nursery",
+           "my {age}-year-old {kid} won't go to bed before midnight", "my {kid} is in year {grade} at {school}",
            "my {kid} {kname} is {age} and has trouble reading",
            "{kname}, my {age}-year-old, got bullied at {school} today",
            "our {kid} starts at {school} in September", "my {kid} has a speech delay and sees a therapist at {school}",
            "my neighbour's {kid} {kname} is {age} and walks home from {school} alone"],
-    "it": ["mio figlio di {age} anni va alla {school}", "mia figlia fa la {grade}a alla {school}",
+    "it": ["mio figlio di {age} anni va alla {school}", "mia figlia di {age} anni non vuole andare all'asilo",
+           "il mio bambino di {age} anni morde gli altri bambini all'asilo", "mia figlia fa la {grade}a alla {school}",
            "mio figlio {kname} ha {age} anni e fa fatica a leggere",
            "{kname}, mia figlia di {age} anni, è stata presa in giro alla {school}",
            "nostro figlio comincia alla {school} a settembre",
            "il figlio della mia vicina, {kname}, ha {age} anni e torna da solo dalla {school}"],
-    "es": ["mi hijo de {age} años va al {school}", "mi hija está en {grade}º en el {school}",
+    "es": ["mi hijo de {age} años va al {school}", "mi hija de {age} años no quiere ir a la guardería",
+           "mi niño de {age} años muerde a otros niños en la guardería", "mi hija está en {grade}º en el {school}",
            "mi hijo {kname} tiene {age} años y le cuesta leer",
            "{kname}, mi hija de {age} años, sufre acoso en el {school}",
            "nuestro hijo empieza en el {school} en septiembre",
@@ -651,6 +654,32 @@ TOPIC = {"en": ["{cond}", "{drug}", "the history of {party}", "trade unions", "w
                 "el proceso penal", "las hipotecas", "la solicitud de asilo", "la violencia de género",
                 "el desarrollo infantil", "los test genéticos", "los pasaportes biométricos", "los derechos LGTBI",
                 "el racismo en el deporte", "los despidos", "la alimentación en el embarazo"]}
+# The writer's curiosity about a topic, not a fact about anyone: public.
+CURIOUS = {"en": ["I'm curious: can {cond} ever be cured?", "I read that {cond} is now manageable, is that true?",
+                  "My friend asked me what {cond} is, how do I explain it simply?",
+                  "I've always wondered how {drug} works.", "I saw a documentary about {cond} yesterday, tell me more.",
+                  "I'm trying to understand {topic}, can you help?", "I heard {party} wants to change the pension system, what's the plan?",
+                  "We're organising a fundraiser for {cond} research, write an invitation.",
+                  "Our company wants to support employees with {cond}, draft a policy.",
+                  "I'd like to volunteer for a charity that helps people with {cond}.",
+                  "I want to become a nurse, what degree do I need?", "Someone on the radio said {party} is polling well, is that right?",
+                  "I need statistics on {topic} for my thesis.", "I'm a lawyer; what's the usual sentence for {crime}?"],
+           "it": ["Sono curioso: {cond} si può curare?", "Ho letto che {cond} oggi si gestisce bene, è vero?",
+                  "Un'amica mi ha chiesto cos'è {cond}, come glielo spiego?", "Mi sono sempre chiesto come funziona {drug}.",
+                  "Ieri ho visto un documentario su {cond}, dimmi di più.", "Sto cercando di capire {topic}, mi aiuti?",
+                  "Ho sentito che {party} vuole cambiare le pensioni, qual è il piano?",
+                  "Organizziamo una raccolta fondi per la ricerca su {cond}, scrivi un invito.",
+                  "La nostra azienda vuole aiutare i dipendenti con {cond}, scrivi una policy.",
+                  "Vorrei fare volontariato per chi ha {cond}.", "Mi servono statistiche su {topic} per la tesi.",
+                  "Sono avvocato: qual è la pena tipica per {crime}?"],
+           "es": ["Tengo curiosidad: ¿{cond} se puede curar?", "He leído que {cond} ya se controla bien, ¿es verdad?",
+                  "Una amiga me preguntó qué es {cond}, ¿cómo se lo explico?", "Siempre me he preguntado cómo funciona {drug}.",
+                  "Ayer vi un documental sobre {cond}, cuéntame más.", "Intento entender {topic}, ¿me ayudas?",
+                  "He oído que {party} quiere cambiar las pensiones, ¿cuál es el plan?",
+                  "Organizamos una recogida de fondos para investigar {cond}, escribe una invitación.",
+                  "Nuestra empresa quiere apoyar a empleados con {cond}, redacta una política.",
+                  "Quiero hacer voluntariado con personas con {cond}.", "Necesito estadísticas sobre {topic} para mi tesis.",
+                  "Soy abogado: ¿cuál es la pena habitual por {crime}?"]}
 FAMOUS = {"en": ["Albert Einstein was born on 14 March 1879 in Ulm.", "Queen Victoria was born on 24 May 1819.",
                  "Charles Darwin was born on 12 February 1809 in Shrewsbury.",
                  "The composer was born on 27 January 1756 in Salzburg.",
@@ -885,13 +914,13 @@ SAME_Q = {"en": ["what should I do?", "is that normal?", "can you help me?", "ho
                  "¿qué puedo comer?", "¿afecta al seguro?", "¿cómo lo llevo?",
                  "¿con quién puedo hablar?", "¿debería contárselo a alguien?", "¿qué opciones tengo?",
                  "así que escribe con tacto."]}
-EMBED = {"en": ["Is it normal that {f}?", "How do I tell my family that {f}?", "Should I mention at work that {f}?",
+EMBED = {"en": ["Can I still travel if {f}?", "Am I allowed to work overtime if {f}?", "Is it normal that {f}?", "How do I tell my family that {f}?", "Should I mention at work that {f}?",
                 "Can you write a message to my landlord saying that {f}?", "Given that {f}, what should I plan for?",
                 "Help me explain to HR that {f}.", "Since {f}, can you adapt the schedule?"],
-         "it": ["È normale che {f}?", "Come dico alla mia famiglia che {f}?", "Devo dire al lavoro che {f}?",
+         "it": ["Posso ancora viaggiare se {f}?", "Posso fare gli straordinari se {f}?", "È normale che {f}?", "Come dico alla mia famiglia che {f}?", "Devo dire al lavoro che {f}?",
                 "Scrivi un messaggio al padrone di casa per dire che {f}.", "Visto che {f}, cosa devo organizzare?",
                 "Aiutami a spiegare all'ufficio del personale che {f}."],
-         "es": ["¿Es normal que {f}?", "¿Cómo le digo a mi familia que {f}?", "¿Debería decir en el trabajo que {f}?",
+         "es": ["¿Puedo viajar si {f}?", "¿Puedo hacer horas extra si {f}?", "¿Es normal que {f}?", "¿Cómo le digo a mi familia que {f}?", "¿Debería decir en el trabajo que {f}?",
                 "Escribe un mensaje al casero diciendo que {f}.", "Como {f}, ¿qué debería organizar?",
                 "Ayúdame a explicar a recursos humanos que {f}."]}
 
@@ -956,8 +985,10 @@ def negatives(lang, n):
             t = neutral(lang)
         elif r < 0.6:
             t = fill(rnd.choice(NEG[lang]), lang)
-        elif r < 0.72:
+        elif r < 0.66:
             t = fill(rnd.choice(PROF[lang]).replace("{t}", rnd.choice(TOPIC[lang])), lang)
+        elif r < 0.72:
+            t = fill(rnd.choice(CURIOUS[lang]).replace("{topic}", rnd.choice(TOPIC[lang])), lang)
         elif r < 0.77:
             t = rnd.choice(FAMOUS[lang])
         elif r < 0.88:

@@ -200,7 +200,9 @@ static const struct lexicon_group lexicon[] = {
 	  "i|i'm|im|i've|i'd|i'll|me|my|mine|myself|io|mi|mio|mia|miei|mie|sono|ho|sto|soffro|"
 	  "prendo|faccio|vado|m'hanno|personalmente|yo|mis|mío|mía|míos|mías|soy|estoy|tengo|"
 	  "tuve|fui|estuve|hice|voy|padezco|sufro|tomo|debo|nací|perdí|pasé|recibí|intenté|"
-	  "sigo|conmigo|me he|llevo|guadagno|gano|sono stato|sono stata" },
+	  "sigo|conmigo|me he|llevo|guadagno|gano|sono stato|sono stata|puedo|quiero|necesito|"
+	  "debería|creo|siento|posso|voglio|devo|dovrei|credo|sento|vorrei|quisiera|can i|"
+	  "should i|do i|am i|have i" },
 	{ SIG_WE,
 	  "we|our|ours|us|noi|nostro|nostra|nostri|nostre|ci|nosotros|nosotras|nuestro|nuestra|"
 	  "nuestros|nuestras" },
@@ -429,6 +431,9 @@ enum {
 	F_LEX_QUESTION,
 	F_LEX_THIRD_PREV,
 	F_GLOBAL, /* + one of the G_ below, category 31 */
+	F_NEAR,   /* + subject kind * 4 + distance bucket: a category word close after a subject
+		   * word ("soy diabético", "my wife is pregnant"), crossed with the category and
+		   * alone (category 31) */
 };
 enum {
 	G_FP,
@@ -502,6 +507,28 @@ static void chunk_features(const struct chunk *c, struct sensitive_features *f)
 			capword = true;
 	}
 	f->n_ngram = f->n;
+	/* Who the category word is about: the nearest subject word in the four words before it
+	 * (first person, plural, described person, named person), by distance. */
+	for (size_t i = 0; i < c->n; i++) {
+		uint32_t wc = c->w[i].mask & ((1u << SENSITIVE_CATEGORY_COUNT_) - 1);
+		if (!wc)
+			continue;
+		for (size_t d = 1; d <= 4 && d <= i; d++) {
+			uint32_t m = c->w[i - d].mask;
+			unsigned kind = m & (1u << SIG_FP)	? 0
+					: m & (1u << SIG_WE)	? 1
+					: m & (1u << SIG_REL)	? 2
+					: m & (1u << SIG_NAME) ? 3
+							       : 4;
+			if (kind == 4)
+				continue;
+			unsigned id = F_NEAR + kind * 4 + (d == 1 ? 0 : d == 2 ? 1 : 2);
+			push(f, sig_feature(id, 31));
+			for (uint32_t b = wc; b; b &= b - 1)
+				push(f, sig_feature(id, (unsigned) __builtin_ctz(b)));
+			break;
+		}
+	}
 	for (unsigned k = 0; k < SENSITIVE_CATEGORY_COUNT_; k++) {
 		if (!(cats & (1u << k)))
 			continue;
