@@ -680,6 +680,37 @@ CURIOUS = {"en": ["I'm curious: can {cond} ever be cured?", "I read that {cond} 
                   "Nuestra empresa quiere apoyar a empleados con {cond}, redacta una política.",
                   "Quiero hacer voluntariado con personas con {cond}.", "Necesito estadísticas sobre {topic} para mi tesis.",
                   "Soy abogado: ¿cuál es la pena habitual por {crime}?"]}
+# News about people nobody can identify, and templates for tasks on the topic: public.
+NEWS = {"en": ["Police arrested three men after the robbery, the BBC reported.",
+               "A 34-year-old man was convicted of {crime} on Tuesday, the court said.",
+               "Two people were arrested for {crime} in Leeds last night.",
+               "The hospital says the number of patients with {cond} rose by 12% this year.",
+               "A survey found that one in five workers has been disciplined at least once.",
+               "Officials detained 40 migrants at the border, the ministry said.",
+               "The union announced that 3,000 members will strike on Monday.",
+               "Write a template for a disciplinary letter that managers can reuse.",
+               "Draft a generic warning letter template for late attendance.",
+               "Create a form with fields for name, date of birth and passport number.",
+               "Write a template consent form for a genetic study.",
+               "Design an onboarding checklist for new employees."],
+        "it": ["I carabinieri hanno arrestato tre uomini dopo la rapina, riporta l'ANSA.",
+               "Un uomo di 34 anni è stato condannato per {crime}, ha detto il tribunale.",
+               "Due persone sono state arrestate per {crime} a Milano ieri sera.",
+               "L'ospedale dice che i pazienti con {cond} sono aumentati del 12%.",
+               "Fermati 40 migranti al confine, fa sapere il ministero.",
+               "Il sindacato annuncia che 3.000 iscritti sciopereranno lunedì.",
+               "Scrivi un modello di lettera di contestazione disciplinare riutilizzabile.",
+               "Crea un modulo con i campi nome, data di nascita e numero di passaporto.",
+               "Scrivi un modello di consenso informato per uno studio genetico."],
+        "es": ["La Guardia Civil detuvo a tres hombres tras el atraco, según El País.",
+               "Un hombre de 34 años fue condenado por {crime}, informó el juzgado.",
+               "Dos personas fueron detenidas por {crime} en Valencia anoche.",
+               "El hospital dice que los pacientes con {cond} aumentaron un 12%.",
+               "Detenidos 40 migrantes en la frontera, según el ministerio.",
+               "El sindicato anuncia que 3.000 afiliados harán huelga el lunes.",
+               "Escribe una plantilla de carta de sanción disciplinaria reutilizable.",
+               "Crea un formulario con los campos nombre, fecha de nacimiento y número de pasaporte.",
+               "Escribe una plantilla de consentimiento para un estudio genético."]}
 FAMOUS = {"en": ["Albert Einstein was born on 14 March 1879 in Ulm.", "Queen Victoria was born on 24 May 1819.",
                  "Charles Darwin was born on 12 February 1809 in Shrewsbury.",
                  "The composer was born on 27 January 1756 in Salzburg.",
@@ -989,8 +1020,10 @@ def negatives(lang, n):
             t = fill(rnd.choice(PROF[lang]).replace("{t}", rnd.choice(TOPIC[lang])), lang)
         elif r < 0.72:
             t = fill(rnd.choice(CURIOUS[lang]).replace("{topic}", rnd.choice(TOPIC[lang])), lang)
-        elif r < 0.77:
+        elif r < 0.75:
             t = rnd.choice(FAMOUS[lang])
+        elif r < 0.79:
+            t = fill(rnd.choice(NEWS[lang]), lang)
         elif r < 0.88:
             t = rnd.choice(GENERIC[lang])
         else:
@@ -1015,7 +1048,7 @@ def main():
         for cat in CATS:
             for t in positives(cat, lang, PER_CAT[cat]):
                 print("%s\t%s\t%s" % (cat, lang, t.replace("\t", " ").replace("\n", "\\n")))
-        for t in negatives(lang, 1200):
+        for t in negatives(lang, 1300):
             print("public\t%s\t%s" % (lang, t.replace("\t", " ").replace("\n", "\\n")))
 
 

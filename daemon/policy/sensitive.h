@@ -83,7 +83,7 @@ struct sensitive_finding {
 #define SENSITIVE_CHUNK_WORDS 48
 /* The classifier's decision threshold on the calibrated probability (see
  * docs/policy-special.md for how it was chosen). */
-#define SENSITIVE_THRESHOLD 0.3f
+#define SENSITIVE_THRESHOLD 0.5f
 
 struct sensitive_result {
 	size_t n;                                    /* findings in v */
