@@ -10,6 +10,7 @@
 
 #include "policy/policy.h"
 #include "policy/sensitive.h"
+#include "policy/vault.h"
 #include "sensitive-corpus.h"
 
 #define CORPUS_DIR MOLLY_SOURCE_DIR "/tests/data/sensitive-corpus/"
@@ -134,6 +135,31 @@ TEST(detector_findings_carry_layer_and_score)
 	ASSERT_EQ(d.n_findings, 1);
 	ASSERT_STREQ(d.findings[0].layer, "detector");
 	ASSERT_TRUE(d.findings[0].score == 1.0f);
+	policy_decision_done(&d);
+	return 0;
+}
+
+/* For T3 the vault replaces a special-category finding's span like any other, and the
+ * answer's placeholder comes back as the original words. */
+TEST(vault_round_trip)
+{
+	_cleanup_(policy_freep) struct policy *p = NULL;
+	_cleanup_(vault_freep) struct vault *v = NULL;
+	const char *text = "I am HIV positive and need advice on medication";
+	struct policy_decision d;
+	char *red = NULL, *back = NULL;
+	size_t n;
+
+	ASSERT_OK(policy_new_defaults(&p));
+	ASSERT_OK(vault_new(&v));
+	ASSERT_OK(evaluate(p, text, &d));
+	ASSERT_OK(vault_redact(v, text, strlen(text), d.findings, d.n_findings,
+			       POLICY_CLASS_PERSONAL, &red, &n));
+	ASSERT_TRUE(strstr(red, "HIV") == NULL);
+	ASSERT_OK(vault_restore(v, red, n, &back, &n));
+	ASSERT_STREQ(back, text);
+	free(red);
+	free(back);
 	policy_decision_done(&d);
 	return 0;
 }
