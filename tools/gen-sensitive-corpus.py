@@ -680,6 +680,23 @@ CURIOUS = {"en": ["I'm curious: can {cond} ever be cured?", "I read that {cond} 
                   "Nuestra empresa quiere apoyar a empleados con {cond}, redacta una política.",
                   "Quiero hacer voluntariado con personas con {cond}.", "Necesito estadísticas sobre {topic} para mi tesis.",
                   "Soy abogado: ¿cuál es la pena habitual por {crime}?"]}
+# How-to questions: "I" is the asker, not the subject of anything sensitive.
+HOWTO = {"en": ["How do I work out the total interest on a {money} loan?", "How do I get a union recognised by a company?",
+                "How can I support a colleague with {cond}?", "How do I write an essay about {topic}?",
+                "How do I explain {topic} to my kids?", "How can I volunteer at a {cond} charity?",
+                "How do I cite a study on {cond} in APA style?", "How do I register to vote?",
+                "How do I become a foster parent?", "How can I find a good immigration lawyer for my clients?",
+                "How do I set up a donation page for {cond} research?", "How should I answer a customer who asks about {topic}?"],
+         "it": ["Come faccio a calcolare la rata di un mutuo da {money}?", "Come si fonda un sindacato in azienda?",
+                "Come posso aiutare un collega con {cond}?", "Come faccio a scrivere un tema su {topic}?",
+                "Come spiego {topic} ai bambini?", "Come posso fare volontariato per la ricerca su {cond}?",
+                "Come faccio a iscrivermi alle liste elettorali?", "Come posso diventare genitore affidatario?"],
+         "es": ["¿Cómo calculo la cuota de una hipoteca de {money}?", "¿Cómo se crea un sindicato en la empresa?",
+                "¿Cómo puedo ayudar a un compañero con {cond}?", "¿Cómo hago una redacción sobre {topic}?",
+                "¿Cómo explico {topic} a los niños?", "¿Cómo puedo hacer voluntariado en una asociación de {cond}?",
+                "¿Cómo me inscribo en el censo electoral?", "¿Cómo puedo ser familia de acogida?"]}
+
+
 # News about people nobody can identify, and templates for tasks on the topic: public.
 NEWS = {"en": ["Police arrested three men after the robbery, the BBC reported.",
                "A 34-year-old man was convicted of {crime} on Tuesday, the court said.",
@@ -974,6 +991,17 @@ def subject(lang):
     return s, g
 
 
+# English drops the "I" in casual writing: "Got fired today."
+DROP = {"health": ["Diagnosed with {cond} {time}, need advice.", "Just found out I'm pregnant.",
+                   "Been on {drug} for a year now.", "Got my {cond} diagnosis {time}."],
+        "criminal": ["Got arrested for {crime} {time}.", "Just got out of prison after two years."],
+        "employment": ["Got fired {time}.", "Got a written warning at work today.", "Just got laid off."],
+        "finance": ["Been behind on rent for three months.", "Just got rejected for a loan because of my debts."],
+        "victim": ["Got assaulted on the way home {time}.", "Been getting threats from my ex for weeks."],
+        "politics": ["Voted for {party} {time}, no regrets."], "sex_life": ["Finally came out as gay to my parents."],
+        "immigration": ["Been here without papers since 2019."], "religion": ["Converted to Islam {time}."]}
+
+
 def positives(cat, lang, n):
     out = set()
     tries = 0
@@ -986,6 +1014,10 @@ def positives(cat, lang, n):
                 "{grade}", str(rnd.randint(1, 5))).replace("{school}", rnd.choice(SCHOOL[lang])).replace(
                 "{kname}", rnd.choice(KNAME[lang]))
             out.add(wrap(t, lang))
+            continue
+        if lang == "en" and cat in DROP and rnd.random() < 0.12:
+            t = fill(rnd.choice(DROP[cat]), lang)
+            out.add(t if rnd.random() < 0.5 else t + " " + rnd.choice(["Any advice?", "What now?", "Help me plan."]))
             continue
         first, third = rnd.choice(FACTS[cat][lang])
         if rnd.random() < 0.5:
@@ -1024,6 +1056,8 @@ def negatives(lang, n):
             t = rnd.choice(FAMOUS[lang])
         elif r < 0.79:
             t = fill(rnd.choice(NEWS[lang]), lang)
+        elif r < 0.84:
+            t = fill(rnd.choice(HOWTO[lang]).replace("{topic}", rnd.choice(TOPIC[lang])), lang)
         elif r < 0.88:
             t = rnd.choice(GENERIC[lang])
         else:
@@ -1048,7 +1082,7 @@ def main():
         for cat in CATS:
             for t in positives(cat, lang, PER_CAT[cat]):
                 print("%s\t%s\t%s" % (cat, lang, t.replace("\t", " ").replace("\n", "\\n")))
-        for t in negatives(lang, 1300):
+        for t in negatives(lang, 1400):
             print("public\t%s\t%s" % (lang, t.replace("\t", " ").replace("\n", "\\n")))
 
 

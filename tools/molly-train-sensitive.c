@@ -110,6 +110,8 @@ struct bin {
 	float w[BIN_N];
 	float g2[BIN_N];
 	float bias, bias_g2;
+	float avg_w[BIN_N]; /* the mean of the weights after each epoch of the second half */
+	float avg_bias;
 };
 
 static float bin_logit(const struct bin *b, const struct chunk_feats *c)
@@ -193,7 +195,16 @@ static void bin_train(struct bin *b, const struct item_feats *items, size_t n, b
 					bin_step(b, c, 1.0f, w_pos);
 			}
 		}
+		/* Averaging the second half's epochs: the last epoch alone swings with the order
+		 * of the last few hundred examples. */
+		if (ep >= EPOCHS / 2) {
+			for (size_t i = 0; i < BIN_N; i++)
+				b->avg_w[i] += b->w[i] / (float) (EPOCHS - EPOCHS / 2);
+			b->avg_bias += b->bias / (float) (EPOCHS - EPOCHS / 2);
+		}
 	}
+	memcpy(b->w, b->avg_w, sizeof(b->w));
+	b->bias = b->avg_bias;
 	free(order);
 }
 

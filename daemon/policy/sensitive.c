@@ -51,6 +51,10 @@ enum {
 	SIG_DOC,    /* passport, licence, carta d'identità: the gov_id rule's anchor */
 	SIG_BIRTH,  /* born, nato, nací, date of birth: the birth_date rule's anchor */
 	SIG_MONTH,  /* a month name (dates for the birth_date rule) */
+	SIG_START,  /* "got", "diagnosed", "just": first person implied when a sentence starts
+		     * with it ("Got a written warning today") */
+	SIG_LABEL,  /* "DOB", "bday", "date of birth": a form label, the birth_date rule needs
+		     * no person signal after it */
 	SIG_COUNT_,
 };
 
@@ -201,8 +205,7 @@ static const struct lexicon_group lexicon[] = {
 	  "prendo|faccio|vado|m'hanno|personalmente|yo|mis|mío|mía|míos|mías|soy|estoy|tengo|"
 	  "tuve|fui|estuve|hice|voy|padezco|sufro|tomo|debo|nací|perdí|pasé|recibí|intenté|"
 	  "sigo|conmigo|me he|llevo|guadagno|gano|sono stato|sono stata|puedo|quiero|necesito|"
-	  "debería|creo|siento|posso|voglio|devo|dovrei|credo|sento|vorrei|quisiera|can i|"
-	  "should i|do i|am i|have i" },
+	  "debería|creo|siento|posso|voglio|devo|dovrei|credo|sento|vorrei|quisiera|am i|have i" },
 	{ SIG_WE,
 	  "we|our|ours|us|noi|nostro|nostra|nostri|nostre|ci|nosotros|nosotras|nuestro|nuestra|"
 	  "nuestros|nuestras" },
@@ -244,7 +247,8 @@ static const struct lexicon_group lexicon[] = {
 	  "sobre|artículo|novela|diferencia|síntomas|causas|riesgos|millones|ley|derechos|"
 	  "noticias|gobierno|encuestas|typically|usually|in general|di solito|en general|"
 	  "is it true|is there|are there|can you explain|tell me about|parlami|háblame|"
-	  "does|do|do you|cosa significa|qué significa|what does" },
+	  "does|do|do you|cosa significa|qué significa|what does|do i|can i|should i|how do|"
+	  "how can|come faccio|come posso|cómo puedo|cómo hago" },
 	{ SIG_THIRD,
 	  "he|she|his|her|him|they|their|lui|lei|suo|sua|él|ella|su|sus" },
 	{ SIG_DOC,
@@ -252,8 +256,15 @@ static const struct lexicon_group lexicon[] = {
 	  "id|identità|identidad|insurance|security|seguridad|fiscale|sanitaria|documento|"
 	  "document" },
 	{ SIG_BIRTH,
-	  "born|birth|birthday|dob|nato|nata|nascita|compleanno|compie|nací|nació|nacido|nacida|"
+	  "born|birth|birthday|dob|bday|b-day|birthdate|nato|nata|nascita|compleanno|compie|nací|nació|nacido|nacida|"
 	  "nacimiento|cumpleaños|cumple" },
+	{ SIG_START,
+	  "got|been|had|just|finally|diagnosed|found|started|lost|went|came|broke|quit|failed|"
+	  "spent|tested|getting|having|feeling|struggling|dealing|recovering|pregnant|arrested|"
+	  "fired|sacked|married|divorced|separated|living|working|taking|waiting|currently" },
+	{ SIG_LABEL,
+	  "dob|bday|b-day|birthdate|birthday|of birth|di nascita|de nacimiento|nascita|"
+	  "nacimiento|cumpleaños|compleanno" },
 	{ SIG_MONTH,
 	  "january|february|march|april|may|june|july|august|september|october|november|"
 	  "december|gennaio|febbraio|marzo|aprile|maggio|giugno|luglio|agosto|settembre|"
@@ -468,7 +479,11 @@ static void push(struct sensitive_features *f, uint32_t h)
 static void chunk_features(const struct chunk *c, struct sensitive_features *f)
 {
 	uint32_t any = c->any, cats = any & ((1u << SENSITIVE_CATEGORY_COUNT_) - 1);
-	bool fp = any & (1u << SIG_FP), we = any & (1u << SIG_WE), rel = any & (1u << SIG_REL);
+	/* a sentence that starts "Got ...", "Diagnosed ..." drops its "I" */
+	bool implicit = c->n && (c->w[0].mask & (1u << SIG_START)) &&
+			!(any & (1u << SIG_WE | 1u << SIG_REL | 1u << SIG_NAME));
+	bool fp = (any & (1u << SIG_FP)) || implicit, we = any & (1u << SIG_WE);
+	bool rel = any & (1u << SIG_REL);
 	bool name = any & (1u << SIG_NAME), gen = any & (1u << SIG_GEN);
 	bool third = any & (1u << SIG_THIRD), capword = false;
 	unsigned n_cats = (unsigned) __builtin_popcount(cats);
@@ -581,7 +596,7 @@ static void chunk_features(const struct chunk *c, struct sensitive_features *f)
 	if (rel && gen)
 		push(f, sig_feature(F_GLOBAL, G_REL_GEN));
 	f->person = fp || we || rel || name;
-	f->gate = cats || f->person || c->prev_person;
+	f->gate = cats || f->person || c->prev_person || implicit;
 }
 
 /* Reads the next word at or after *pos, stopping at a sentence end. Returns false at a
@@ -693,7 +708,7 @@ static int chunk_rules(const struct chunk *c, struct sensitive_finding *out)
 	bool subject = any & (1u << SIG_FP | 1u << SIG_WE | 1u << SIG_REL | 1u << SIG_NAME);
 	/* a date of birth belongs to someone: the writer, a relative, a named person (not
 	 * "Einstein was born on 14 March 1879": no person signal, a year before 1900) */
-	bool id_done = false, birth_done = !subject;
+	bool id_done = false, birth_done = false;
 
 	for (size_t i = 0; i < c->n; i++) {
 		const struct word *w = &c->w[i];
@@ -709,7 +724,8 @@ static int chunk_rules(const struct chunk *c, struct sensitive_finding *out)
 					break;
 				}
 			}
-		if (!birth_done && (w->mask & (1u << SIG_BIRTH))) {
+		if (!birth_done && (w->mask & (1u << SIG_BIRTH)) &&
+		    (subject || (w->mask & (1u << SIG_LABEL)))) {
 			size_t first = 0, last = 0;
 			unsigned small = 0, month = 0, year = 0;
 			for (size_t j = i + 1; j < c->n && j <= i + 8; j++) {
