@@ -33,7 +33,8 @@ SUBJ = {
            ("Marco", "m"), ("Sarah", "f"), ("John Miller", "m"), ("Laura", "f"),
            ("Mr. Thompson", "m"), ("Mrs. Garcia", "f"), ("our employee Tom", "m"),
            ("my patient", "f"), ("my tenant", "m"), ("my 15-year-old son", "m"),
-           ("my flatmate", "f"), ("Dave from accounting", "m"), ("my mother-in-law", "f")],
+           ("my flatmate", "f"), ("Dave from accounting", "m"), ("my mother-in-law", "f"),
+           ("Jake", "m"), ("Priya", "f"), ("Connor", "m"), ("Aisha", "f"), ("Tyler", "m")],
     "it": [("mia moglie", "f"), ("mio marito", "m"), ("mio figlio", "m"), ("mia figlia", "f"),
            ("mia madre", "f"), ("mio padre", "m"), ("mio fratello", "m"), ("mia sorella", "f"),
            ("il mio capo", "m"), ("la mia collega Giulia", "f"), ("il mio vicino", "m"),
@@ -41,7 +42,8 @@ SUBJ = {
            ("il mio ragazzo", "m"), ("mia nonna", "f"), ("mio zio", "m"), ("Marco", "m"),
            ("Francesca", "f"), ("Luca Bianchi", "m"), ("la signora Rossi", "f"),
            ("il dottor Ferri", "m"), ("un mio dipendente", "m"), ("una mia paziente", "f"),
-           ("il mio inquilino", "m"), ("mia suocera", "f"), ("Paolo", "m"), ("Chiara", "f")],
+           ("il mio inquilino", "m"), ("mia suocera", "f"), ("Paolo", "m"), ("Chiara", "f"),
+           ("Giacomo", "m"), ("Ilaria", "f"), ("Tommaso", "m"), ("Noemi", "f")],
     "es": [("mi mujer", "f"), ("mi marido", "m"), ("mi hijo", "m"), ("mi hija", "f"),
            ("mi madre", "f"), ("mi padre", "m"), ("mi hermano", "m"), ("mi hermana", "f"),
            ("mi jefe", "m"), ("mi compañera Lucía", "f"), ("mi vecino", "m"),
@@ -49,7 +51,8 @@ SUBJ = {
            ("mi abuela", "f"), ("mi tío", "m"), ("Javier", "m"), ("Carmen", "f"),
            ("Pablo Martínez", "m"), ("la señora López", "f"), ("el señor Ruiz", "m"),
            ("un empleado mío", "m"), ("una paciente mía", "f"), ("mi inquilino", "m"),
-           ("mi suegra", "f"), ("Diego", "m"), ("Lucía", "f")],
+           ("mi suegra", "f"), ("Diego", "m"), ("Lucía", "f"), ("Iker", "m"), ("Ainhoa", "f"),
+           ("Gonzalo", "m"), ("Nerea", "f")],
 }
 
 # ---------------------------------------------------------------- fillers

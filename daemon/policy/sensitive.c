@@ -55,6 +55,7 @@ enum {
 		     * with it ("Got a written warning today") */
 	SIG_LABEL,  /* "DOB", "bday", "date of birth": a form label, the birth_date rule needs
 		     * no person signal after it */
+	SIG_VERB3,  /* is, has, was, è, ha, es, tiene: after a capitalised first word, a name */
 	SIG_COUNT_,
 };
 
@@ -66,7 +67,7 @@ struct lexicon_group {
 /* Lower case; prefixes are bytes (UTF-8 letters count as their bytes). Categories first. */
 static const struct lexicon_group lexicon[] = {
 	{ SENSITIVE_HEALTH,
-	  "lymphoma|linfoma|melanoma|panic*|panico|pánico|glucose|glicemia|glucemia|blood sugar|sugar levels|sick leave|in malattia|de baja|baja médica|icu|uci|terapia intensiva|hypertension|ipertensione|hipertensión|cholesterol|colesterolo|colesterol|arthritis|artrite|artritis|sober|sobrio|sobria|relapse*|ricaduta|recaída|recaído|antibiotic*|antibiotic*|allerg*|alergia|expecting|twins|gemelli|gemelos|therapy|terapia|blind|cieco|cieca|ciego|ciega|deaf|sordo|sorda|bedwetting|stoma|seizure*|convulsion*|pregnant|prenatal|ecografia|ecografía|ultrasound|contracept*|anticoncezional*|anticonceptiv*|hormone therapy|transplant|trapianto|trasplante|hepatitis|epatite|cirrosis|cirrosi|hiv+|cardio*|ansiolitic*|ansiolític*|benzodiazepin*|opioid*|oppioid*|overdose|sobredosis|ozempic|vaccin*|rheumat*|reumat*|diarrh*|nausea|pain|dolore|dolor|fever|febbre|fiebre|diabet*|diabète|hiv|vih|aids|sida|sieropositiv*|seropositiv*|cancer*|cáncer|tumor*|"
+	  "kidney*|liver|fegato|higado|lungs|polmoni|pulmones|heart|cuore|corazon|pacemaker|marcapasos|nodule|nodulo|lump|cyst*|cisti|quiste|biops*|x-ray|radiografia|fracture*|frattura|fractura|broken leg|gesso|escayola|stitches|dose|dosi|dosis|specialist|specialista|especialista|oncolog*|cardiolog*|gynaecolog*|gynecolog*|ginecolog*|neurolog*|urolog*|dermatolog*|counselling|counseling|ambulance|ambulanza|ambulancia|emergency room|pronto soccorso|urgencias|a&e|prostat*|utero|uterus|ovar*|thyroid|tiroid*|colon|bowel|intestin*|stomach|stomaco|estomago|ulcer*|ulcera|blood pressure|pressione|tension|sugar|zuccheri|azucar|lymphoma|linfoma|melanoma|panic*|panico|pánico|glucose|glicemia|glucemia|blood sugar|sugar levels|sick leave|in malattia|de baja|baja médica|icu|uci|terapia intensiva|hypertension|ipertensione|hipertensión|cholesterol|colesterolo|colesterol|arthritis|artrite|artritis|sober|sobrio|sobria|relapse*|ricaduta|recaída|recaído|antibiotic*|antibiotic*|allerg*|alergia|expecting|twins|gemelli|gemelos|therapy|terapia|blind|cieco|cieca|ciego|ciega|deaf|sordo|sorda|bedwetting|stoma|seizure*|convulsion*|pregnant|prenatal|ecografia|ecografía|ultrasound|contracept*|anticoncezional*|anticonceptiv*|hormone therapy|transplant|trapianto|trasplante|hepatitis|epatite|cirrosis|cirrosi|hiv+|cardio*|ansiolitic*|ansiolític*|benzodiazepin*|opioid*|oppioid*|overdose|sobredosis|ozempic|vaccin*|rheumat*|reumat*|diarrh*|nausea|pain|dolore|dolor|fever|febbre|fiebre|diabet*|diabète|hiv|vih|aids|sida|sieropositiv*|seropositiv*|cancer*|cáncer|tumor*|"
 	  "tumour*|leukemia|leucemia|leukaemia|chemo*|quimio*|radiotherap*|radioterapi*|"
 	  "depress*|depresión|depresiv*|bipolar*|schizo*|esquizo*|anxiety|ansia|ansiedad|"
 	  "panic|attacchi di|ataques de|epilep*|sclerosi|esclerosis|sclerosis|anorex*|anoress*|"
@@ -103,7 +104,7 @@ static const struct lexicon_group lexicon[] = {
 	  "impronta vocale|huella de voz|biometric*|biometric|biometrici|biometrico|biométric*|"
 	  "palm vein|face id|riconoscimento facciale|reconocimiento facial|facial recognition" },
 	{ SENSITIVE_SEX_LIFE,
-	  "attracted|attratt*|atraíd*|behind my|alle spalle|a escondidas|di nascosto|transition*|transizione|transición|nonbinary|non-binary|non binario|no binario|hooked up|sleeping with|escort|gonorr*|hiv|sex life|vita sessuale|vida sexual|orientation|orientamento|orientación|coming|cornuto|amante|lover|tinder|grindr|gay|gays|lesbian*|lesbica|lesbiche|lesbiana|bisexual*|bisessual*|homosexual*|"
+	  "with men|with women|con uomini|con donne|con hombres|con mujeres|fantasi*|crush|same-sex|stesso sesso|mismo sexo|attracted|attratt*|atraíd*|behind my|alle spalle|a escondidas|di nascosto|transition*|transizione|transición|nonbinary|non-binary|non binario|no binario|hooked up|sleeping with|escort|gonorr*|hiv|sex life|vita sessuale|vida sexual|orientation|orientamento|orientación|coming|cornuto|amante|lover|tinder|grindr|gay|gays|lesbian*|lesbica|lesbiche|lesbiana|bisexual*|bisessual*|homosexual*|"
 	  "omosessual*|transgender|trans|transexual|transessuale|queer|asexual|asessuale|"
 	  "came out|coming out|fatto coming|del armario|armario|closet|affair|tradisco|tradisce|"
 	  "tradito|tradita|cuernos|infidel*|infedel*|cheating|virgin|vergine|virgen|sex|sesso|"
@@ -265,6 +266,9 @@ static const struct lexicon_group lexicon[] = {
 	{ SIG_LABEL,
 	  "dob|bday|b-day|birthdate|birthday|of birth|di nascita|de nacimiento|nascita|"
 	  "nacimiento|cumpleaños|compleanno" },
+	{ SIG_VERB3,
+	  "is|has|was|had|got|gets|does|did|works|lives|told|said|just|è|ha|era|aveva|lavora|vive|"
+	  "es|tiene|está|fue|tenía|trabaja|vive|dijo|me|mi" },
 	{ SIG_MONTH,
 	  "january|february|march|april|may|june|july|august|september|october|november|"
 	  "december|gennaio|febbraio|marzo|aprile|maggio|giugno|luglio|agosto|settembre|"
@@ -352,31 +356,72 @@ static inline bool curly_quote(const unsigned char *p, size_t i, size_t n)
 	       (p[i + 2] == 0x98 || p[i + 2] == 0x99);
 }
 
+/* Latin-1 letters (UTF-8 C3 80..C3 BF) without their accents, lower case: people often type
+ * "diabetico", "depresion", "perche" without them. 0: not a letter (×, ÷), kept as is. */
+static const unsigned char latin1_fold[64] = {
+	'a', 'a', 'a', 'a', 'a', 'a', 'a', 'c', 'e', 'e', 'e', 'e', 'i', 'i', 'i', 'i',
+	'd', 'n', 'o', 'o', 'o', 'o', 'o', 0,	'o', 'u', 'u', 'u', 'u', 'y', 't', 's',
+	'a', 'a', 'a', 'a', 'a', 'a', 'a', 'c', 'e', 'e', 'e', 'e', 'i', 'i', 'i', 'i',
+	'd', 'n', 'o', 'o', 'o', 'o', 'o', 0,	'o', 'u', 'u', 'u', 'u', 'y', 't', 'y',
+};
+
+/* Words of four letters and more are read without accents; shorter ones keep them, where
+ * the accent is the word (è/e, él/el, qué/que, sí/si, mí/mi). */
+#define FOLD_MIN_CHARS 4
+
+/* The tokenizer's byte at p[i] and how many bytes it stands for (*width). */
+static inline unsigned char fold_at(const unsigned char *p, size_t i, size_t n, bool fold,
+				    size_t *width)
+{
+	*width = 1;
+	if (fold && p[i] == 0xc3 && i + 1 < n && p[i + 1] >= 0x80 && p[i + 1] <= 0xbf &&
+	    latin1_fold[p[i + 1] - 0x80]) {
+		*width = 2;
+		return latin1_fold[p[i + 1] - 0x80];
+	}
+	return word_byte(p[i]);
+}
+
+/* The end of the word that starts at i, and its number of characters. */
+static inline size_t word_end(const unsigned char *p, size_t i, size_t n, size_t *chars)
+{
+	size_t c = 0;
+
+	while (i < n && word_byte(p[i]) && !curly_quote(p, i, n)) {
+		c += (p[i] & 0xc0) != 0x80;
+		i++;
+	}
+	*chars = c;
+	return i;
+}
+
 static void lex_add_entry(const char *w, size_t n, uint32_t mask)
 {
+	const unsigned char *p = (const unsigned char *) w;
 	uint32_t h[2] = { FNV_INIT, FNV_INIT }, len[2] = { 0, 0 };
 	unsigned words = 0;
-	bool in = false, prefix = n && w[n - 1] == '*';
+	bool prefix = n && w[n - 1] == '*';
+	size_t i = 0;
 
 	if (prefix)
 		n--;
-	/* the entry's words the way the tokenizer cuts them ("i'm" is the pair "i" "m") */
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = word_byte((unsigned char) w[i]);
-		if (!c) {
-			if (in)
-				words++;
-			in = false;
+	/* the entry's words the way the tokenizer cuts and folds them ("i'm" is the pair "i"
+	 * "m") */
+	while (i < n) {
+		size_t chars, e, wd;
+		if (!word_byte(p[i])) {
+			i++;
 			continue;
 		}
-		if (!in && words >= 2)
+		if (words >= 2)
 			return; /* three words and more: not supported */
-		in = true;
-		h[words] = FNV_STEP(h[words], c);
-		len[words]++;
-	}
-	if (in)
+		e = word_end(p, i, n, &chars);
+		for (; i < e; i += wd) {
+			h[words] = FNV_STEP(h[words], fold_at(p, i, e, chars >= FOLD_MIN_CHARS, &wd));
+			len[words]++;
+		}
 		words++;
+	}
 	if (words == 1 && prefix) {
 		if (len[0] < 32)
 			prefix_lengths |= 1u << len[0];
@@ -412,6 +457,7 @@ struct word {
 	uint8_t len;         /* bytes, capped at 255 */
 	uint8_t digits;      /* ASCII digits in it */
 	bool cap;            /* starts with an ASCII capital, not all capitals */
+	bool fold;           /* read without accents (FOLD_MIN_CHARS) */
 };
 
 struct chunk {
@@ -484,7 +530,10 @@ static void chunk_features(const struct chunk *c, struct sensitive_features *f)
 			!(any & (1u << SIG_WE | 1u << SIG_REL | 1u << SIG_NAME));
 	bool fp = (any & (1u << SIG_FP)) || implicit, we = any & (1u << SIG_WE);
 	bool rel = any & (1u << SIG_REL);
-	bool name = any & (1u << SIG_NAME), gen = any & (1u << SIG_GEN);
+	/* "Jake is gay": a capitalised first word the lexicon does not know, then a verb */
+	bool cap_name = c->n >= 2 && c->w[0].cap && !c->w[0].mask && c->w[0].len >= 3 &&
+			(c->w[1].mask & (1u << SIG_VERB3));
+	bool name = (any & (1u << SIG_NAME)) || cap_name, gen = any & (1u << SIG_GEN);
 	bool third = any & (1u << SIG_THIRD), capword = false;
 	unsigned n_cats = (unsigned) __builtin_popcount(cats);
 
@@ -499,11 +548,8 @@ static void chunk_features(const struct chunk *c, struct sensitive_features *f)
 			push(f, mix32(pair_hash(c->w[i - 1].hash, w->hash)));
 		/* " word " 4-grams, the first MAX_GRAMS_PER_WORD of them */
 		buf[bl++] = ' ';
-		for (uint32_t k = w->start; k < w->end && bl < sizeof(buf) - 1; k++) {
-			unsigned char b = word_byte(c->text[k]);
-			if (b)
-				buf[bl++] = b;
-		}
+		for (size_t k = w->start, wd; k < w->end && bl < sizeof(buf) - 1; k += wd)
+			buf[bl++] = fold_at(c->text, k, w->end, w->fold, &wd);
 		if (w->end - w->start <= sizeof(buf) - 3)
 			buf[bl++] = ' ';
 		if (bl < 4) {
@@ -639,23 +685,21 @@ static bool next_word(const unsigned char *p, size_t n, size_t *pos, struct word
 	}
 
 	uint32_t h = FNV_INIT, pre[32];
-	size_t start = i, len = 0;
+	size_t start = i, len = 0, chars, end = word_end(p, i, n, &chars), wd;
 	unsigned digits = 0, upper = 0;
-	while (i < n) {
-		unsigned char c = word_byte(p[i]);
-		if (!c || curly_quote(p, i, n))
-			break;
+	bool fold = chars >= FOLD_MIN_CHARS;
+	for (; i < end; i += wd) {
+		unsigned char c = fold_at(p, i, end, fold, &wd);
 		digits += c >= '0' && c <= '9';
 		upper += p[i] >= 'A' && p[i] <= 'Z';
 		h = FNV_STEP(h, c);
 		len++;
 		if (len < 32)
 			pre[len] = h;
-		i++;
 	}
-	*w = (struct word){ .start = (uint32_t) start, .end = (uint32_t) i, .hash = h,
+	*w = (struct word){ .start = (uint32_t) start, .end = (uint32_t) end, .hash = h,
 			    .len = (uint8_t) MIN(len, 255u), .digits = (uint8_t) MIN(digits, 255u),
-			    .pair_start = (uint32_t) start };
+			    .pair_start = (uint32_t) start, .fold = fold };
 	w->cap = p[start] >= 'A' && p[start] <= 'Z' && upper < len;
 	w->mask = lex_get(lex_key(h, (uint32_t) len, KEY_WORD));
 	for (uint32_t pl = prefix_lengths & ((len < 31 ? (2u << len) : 0u) - 1u); pl;
