@@ -11,7 +11,8 @@
  *  2. binary logistic regression, personal vs public, AdaGrad with L2, over the chunks
  *     sensitive_scan() would score. A public item's chunks are all negatives; a special
  *     item is one positive, its highest-scoring chunk (multiple-instance learning: "I have
- *     diabetes. Can you suggest a diet?" is personal because of its first sentence);
+ *     diabetes. Can you suggest a diet?" is personal because of its first sentence); the
+ *     weights are the mean of those after each of the last half of the epochs;
  *  3. calibration: the same training on a deterministic 80 % of the items, then Platt
  *     scaling (a, b) fitted on the other 20 %; the final weights are trained on all items;
  *  4. the category model: multinomial logistic regression over the same features, on each

@@ -8,10 +8,11 @@
  * Per sentence (a chunk of at most SENSITIVE_CHUNK_WORDS words; a text is cut at . ! ? ; and
  * newlines), three layers:
  *   1. lexicon: one multilingual (EN/IT/ES) table of words, word prefixes ("diabet*") and
- *      word pairs, looked up by hash while the words are read. It marks candidate categories
- *      with their spans, and the subject signals: first person (I, my, sono, ho, soy,
- *      tengo...), a described person (my wife, mio figlio, mi jefe, Mr., a first name), and
- *      cues of general discussion (what is, explain, history, people...). Two exact rules
+ *      word pairs, looked up by hash while the words are read (words of 4+ letters without
+ *      their accents). It marks candidate categories with their spans, and the subject
+ *      signals: first person (I, my, sono, ho, soy, tengo...; "Got ..." at a sentence start),
+ *      a described person (my wife, mio figlio, mi jefe, Mr., a first name, "Jake is ..."),
+ *      and cues of general discussion (what is, explain, history, people...). Two exact rules
  *      fire on their own (score 1): a document word followed by a number-like token
  *      (gov_id) and a birth word followed by a date (birth_date).
  *   2. classifier: binary logistic regression (personal vs public) over hashed word unigrams
