@@ -13,6 +13,7 @@
 #include "detect.h"
 #include "policy.h"
 #include "rules.h"
+#include "sensitive.h"
 
 struct policy_member {
 	char *name;
@@ -224,6 +225,7 @@ int policy_evaluate(const struct policy *p, const struct policy_request *req,
 		    struct policy_decision *ret)
 {
 	struct detect_matches m = { 0 };
+	struct sensitive_result sr;
 	struct policy_finding *f = NULL;
 	size_t n = 0, cap = 0;
 	enum policy_class class;
@@ -250,15 +252,40 @@ int policy_evaluate(const struct policy *p, const struct policy_request *req,
 							  .byte_start = m.v[i].start,
 							  .byte_end = m.v[i].end,
 							  .class = detect_kind_class(m.v[i].kind),
-							  .rule = detect_kind_name(m.v[i].kind) };
+							  .rule = detect_kind_name(m.v[i].kind),
+							  .score = 1.0f, .layer = "detector" };
 	}
 	detect_matches_done(&m);
 	for (size_t i = 0; i < p->n_rules; i++) {
+		size_t n0 = n;
 		r = rule_apply(p->rules[i], req, &f, &n, &cap);
 		if (r < 0)
 			goto fail;
+		for (size_t k = n0; k < n; k++) {
+			f[k].score = 1.0f;
+			f[k].layer = "rule";
+		}
 	}
-	if (p->n_rules && n > 1)
+	/* the special categories (sensitive.h): class personal, about the user or someone */
+	sensitive_scan(req->text, req->len, &sr);
+	if (sr.n && n + sr.n > cap) {
+		struct policy_finding *v = realloc(f, (n + sr.n) * sizeof(*f));
+		if (!v) {
+			r = -ENOMEM;
+			goto fail;
+		}
+		f = v;
+		cap = n + sr.n;
+	}
+	for (size_t i = 0; i < sr.n; i++) {
+		const char *layer = sensitive_layer_name(sr.v[i].layer);
+		f[n++] = (struct policy_finding){ .kind = sensitive_category_name(sr.v[i].category),
+						  .byte_start = sr.v[i].start,
+						  .byte_end = sr.v[i].end,
+						  .class = POLICY_CLASS_PERSONAL, .rule = layer,
+						  .score = sr.v[i].score, .layer = layer };
+	}
+	if ((p->n_rules || sr.n) && n > 1)
 		qsort(f, n, sizeof(*f), cmp_finding);
 
 	/* Character offsets: one walk counting the bytes that start a UTF-8 sequence. The
@@ -302,6 +329,7 @@ int policy_evaluate(const struct policy *p, const struct policy_request *req,
 		.redact_for_t3 = (tiers & POLICY_TIER(3)) != 0,
 		.findings = f,
 		.n_findings = n,
+		.special_score = sr.max_score,
 	};
 	return 0;
 fail:
