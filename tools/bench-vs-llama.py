@@ -6,15 +6,18 @@ the measuring and the table. Every figure is a ratio, Molly / llama.cpp (> 1: Mo
 taken per round with the two sides run back to back, the one that goes first alternating from
 round to round; the figure is the median of the rounds' ratios, with their min and max.
 
-CPU share. The other side of a 2-core VM is often someone else's build, and then a run's
-tok/s are not the program's. Each timed run's CPU share is its CPU time over threads x wall:
-molly-bench reports it for its timed runs (pp_cpu_util, tg_cpu_util); for llama-bench this
-program reads the child's CPU time (the sum of /proc/PID/task/*/schedstat, nanoseconds) when
-llama-bench --progress announces a timed run and again when that run's result line arrives,
-and getrusage (wait4) of the whole child is kept beside it. For a server, the process's CPU
-time over the timed load. A round in which a side got less than --min-util (0.85) is run again,
-at most --max-tries times; after that it is kept, marked noisy, and left out of the median
-unless every round was noisy.
+CPU share. The other vCPU of a 2-core VM is often someone else's build, and then a run's tok/s
+are not the program's. Both benchmarks announce each timed run on stderr (llama-bench
+--progress, molly-bench --progress) and write something the moment it ends; this program reads
+the child's threads' /proc/PID/task/*/schedstat (CPU time, and time spent runnable but waiting
+for a CPU, in ns) at both moments. A run's share is CPU / (CPU + waiting): what the program got
+of the CPU time it asked for. A round in which either side's share of any timed run is below
+--min-share (0.85) is run again, at most --max-tries times; after that it is kept, marked
+noisy, and left out of the median unless every round was noisy. (CPU / (threads x wall), the
+figure molly-bench calls cpu_util, is reported as well; it cannot be the rule, since it is
+also low when a program leaves its own threads idle: Molly's prefill of the 100m models does,
+about a fifth of the time.) The servers: the same share, of the server process over the timed
+load. getrusage (wait4) of each whole benchmark child is kept in the JSON.
 """
 import argparse
 import ctypes
@@ -68,33 +71,37 @@ def log(msg):
 # ---- CPU time of a running child ----
 
 def child_cpu_ns(pid):
-    """CPU time of every thread of pid, in ns (schedstat), or from /proc/PID/stat ticks."""
-    total, seen = 0, False
+    """(CPU ns, runnable-but-waiting ns) summed over pid's threads (schedstat), or None."""
+    run = wait = 0
+    seen = False
     try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                    total += int(f.read().split()[0])
-                    seen = True
-            except (OSError, ValueError, IndexError):
-                pass
+        tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return None
-    if seen:
-        return total
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) * 10**9 // os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                x = f.read().split()
+            run, wait, seen = run + int(x[0]), wait + int(x[1]), True
+        except (OSError, ValueError, IndexError):
+            pass  # the thread ended
+    return (run, wait) if seen else None
 
 
-def run_traced(cmd, env=None):
-    """Runs cmd; returns (stdout lines, events, rusage util data). Each event is
-    (stream, line, monotonic time, child CPU ns at that moment)."""
+def share_of(c0, c1, wall, threads):
+    """(share, cpu_util) between two child_cpu_ns readings wall seconds apart."""
+    if c0 is None or c1 is None or wall <= 0:
+        return 0.0, 0.0
+    run, wait = c1[0] - c0[0], c1[1] - c0[1]
+    return (run / (run + wait) if run + wait > 0 else 0.0), run / 1e9 / (threads * wall)
+
+
+def run_traced(cmd):
+    """Runs cmd; returns (stdout lines, events, whole-run rusage). Each event is one read from
+    the child's stdout or stderr: (stream, complete lines in it, monotonic time, the child's
+    CPU ns at that moment). A line cut by the read goes with the read that completes it."""
     t0 = time.monotonic()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          preexec_fn=die_with_parent)
     sel = selectors.DefaultSelector()
     sel.register(p.stdout, selectors.EVENT_READ, "out")
@@ -106,17 +113,16 @@ def run_traced(cmd, env=None):
         for key, _ in sel.select():
             chunk = os.read(key.fileobj.fileno(), 65536)
             now, cpu = time.monotonic(), child_cpu_ns(p.pid)
-            if not chunk:
+            if chunk:
+                *lines, bufs[key.data] = (bufs[key.data] + chunk).split(b"\n")
+            else:  # end of the stream: what is left is its last line
                 sel.unregister(key.fileobj)
                 open_streams -= 1
-                continue
-            bufs[key.data] += chunk
-            *lines, bufs[key.data] = bufs[key.data].split(b"\n")
-            for raw in lines:
-                line = raw.decode(errors="replace")
-                events.append((key.data, line, now, cpu))
-                (out_lines if key.data == "out" else err_tail).append(line)
-                del err_tail[:-40]
+                lines, bufs[key.data] = [bufs[key.data]] if bufs[key.data] else [], b""
+            lines = [raw.decode(errors="replace") for raw in lines]
+            events.append((key.data, lines, now, cpu))
+            (out_lines if key.data == "out" else err_tail).extend(lines)
+            del err_tail[:-40]
     _, status, ru = os.wait4(p.pid, 0)
     wall = time.monotonic() - t0
     rc = os.waitstatus_to_exitcode(status)
@@ -128,39 +134,63 @@ def run_traced(cmd, env=None):
 
 # ---- one engine comparison ----
 
+TIMED_RUN = re.compile(r"benchmark \d+/\d+: (prompt|generation) run \d+/\d+$"  # llama-bench
+                       r"|^molly-bench: (pp|tg) run \d+/\d+$")
+
+
+def timed_runs(a, events):
+    """{"pp": (share, cpu_util), "tg": ...}: each timed run from its announcement to the next
+    read from the child (the worst, if there are several reps)."""
+    out, start = {}, None
+    for stream, lines, t, cpu in events:
+        if start is not None:
+            what, t0, c0 = start
+            share, util = share_of(c0, cpu, t - t0, a.threads)
+            prev = out.get(what)
+            out[what] = (share, util) if prev is None or share < prev[0] else prev
+            start = None
+        for line in lines:
+            m = TIMED_RUN.search(line) if stream == "err" else None
+            if m:
+                # a start and its end in one read leave no window: counted as share 0
+                start = ("pp" if m.group(1) == "prompt" or m.group(2) == "pp" else "tg", t, cpu)
+                if line is not lines[-1]:
+                    out[start[0]], start = (0.0, 0.0), None
+    return out
+
+
+def side_result(a, tok, runs, ru):
+    r = {"pp": tok["pp"], "tg": tok["tg"],
+         "whole_cpu_util": ru["cpu_s"] / (a.threads * ru["wall_s"])}
+    for k in ("pp", "tg"):
+        r[k + "_share"], r[k + "_cpu_util"] = runs.get(k, (0.0, 0.0))
+    return r
+
+
 def molly_bench(a, model):
-    out, _, ru = run_traced([f"{a.molly_bin}/molly-bench", "--model", model, "--threads",
-                             str(a.threads), "--pp", str(a.pp), "--tg", str(a.tg), "--reps", "1",
-                             "--json"])
+    out, events, ru = run_traced([f"{a.molly_bin}/molly-bench", "--model", model, "--threads",
+                                  str(a.threads), "--pp", str(a.pp), "--tg", str(a.tg), "--reps",
+                                  "1", "--json", "--progress"])
     j = json.loads(out[-1])
-    return {"pp": j["pp_tok_s"], "tg": j["tg_tok_s"], "pp_util": j["pp_cpu_util"],
-            "tg_util": j["tg_cpu_util"],
-            "whole_util": ru["cpu_s"] / (a.threads * ru["wall_s"]), "simd": j.get("simd")}
+    r = side_result(a, {"pp": j["pp_tok_s"], "tg": j["tg_tok_s"]}, timed_runs(a, events), ru)
+    r["simd"] = j.get("simd")
+    return r
 
 
 def llama_bench(a, model):
     out, events, ru = run_traced([f"{a.llama_bin}/llama-bench", "-m", model, "-t", str(a.threads),
                                   "-p", str(a.pp), "-n", str(a.tg), "-r", "1", "-o", "jsonl",
                                   "--progress"])
-    res, util, start, info = {}, {}, None, {}
-    for stream, line, t, cpu in events:
-        m = re.search(r"benchmark \d+/\d+: (prompt|generation) run", line)
-        if stream == "err" and m:
-            start = ("pp" if m.group(1) == "prompt" else "tg", t, cpu)
-            continue
-        if start is not None and cpu is not None and start[2] is not None:
-            util[start[0]] = (cpu - start[2]) / 1e9 / (a.threads * (t - start[1]))
-            start = None
-        if stream == "out" and line.startswith("{"):
-            j = json.loads(line)
-            info = j
-            res["pp" if j["n_gen"] == 0 else "tg"] = j["avg_ts"]
-    if "pp" not in res or "tg" not in res:
+    tok, info = {}, {}
+    for line in out:
+        if line.startswith("{"):
+            info = json.loads(line)
+            tok["pp" if info["n_gen"] == 0 else "tg"] = info["avg_ts"]
+    if "pp" not in tok or "tg" not in tok:
         raise RuntimeError("llama-bench printed no pp/tg result")
-    return {"pp": res["pp"], "tg": res["tg"], "pp_util": util.get("pp", 0.0),
-            "tg_util": util.get("tg", 0.0),
-            "whole_util": ru["cpu_s"] / (a.threads * ru["wall_s"]),
-            "cpu_info": info.get("cpu_info"), "build": info.get("build_commit")}
+    r = side_result(a, tok, timed_runs(a, events), ru)
+    r["cpu_info"], r["build"] = info.get("cpu_info"), info.get("build_commit")
+    return r
 
 
 def engine_case(a, rnd, name):
@@ -171,17 +201,20 @@ def engine_case(a, rnd, name):
     tries = []
     for attempt in range(1, a.max_tries + 1):
         r = {s: fn(a, model) for s, fn in sides}
-        low = min(r[s][k] for s in r for k in ("pp_util", "tg_util"))
-        tries.append(low)
-        if low >= a.min_util:
+        low = min(r[s][k] for s in r for k in ("pp_share", "tg_share"))
+        tries.append(round(low, 3))
+        if low >= a.min_share:
             break
     row = {"round": rnd, "model": name, "first": sides[0][0], "tries": attempt,
-           "noisy": low < a.min_util, "molly": r["molly"], "llama": r["llama"],
+           "noisy": low < a.min_share, "molly": r["molly"], "llama": r["llama"],
            "pp_ratio": r["molly"]["pp"] / r["llama"]["pp"],
-           "tg_ratio": r["molly"]["tg"] / r["llama"]["tg"], "min_util_per_try": tries}
+           "tg_ratio": r["molly"]["tg"] / r["llama"]["tg"], "lowest_share_per_try": tries}
     log(f"round {rnd} {name}: pp {r['molly']['pp']:.1f}/{r['llama']['pp']:.1f} = "
         f"{row['pp_ratio']:.2f}, tg {r['molly']['tg']:.1f}/{r['llama']['tg']:.1f} = "
-        f"{row['tg_ratio']:.2f}, lowest cpu share {low:.2f}, tries {attempt}"
+        f"{row['tg_ratio']:.2f}; share pp {r['molly']['pp_share']:.2f}/{r['llama']['pp_share']:.2f} "
+        f"tg {r['molly']['tg_share']:.2f}/{r['llama']['tg_share']:.2f}, cpu_util pp "
+        f"{r['molly']['pp_cpu_util']:.2f}/{r['llama']['pp_cpu_util']:.2f} tg "
+        f"{r['molly']['tg_cpu_util']:.2f}/{r['llama']['tg_cpu_util']:.2f}; tries {attempt}"
         + (" (noisy)" if row["noisy"] else ""))
     return row
 
@@ -203,7 +236,7 @@ class Server:
     """One server process (mollyd or llama-server) on a free loopback port."""
 
     def __init__(self, a, kind, with_adapters, tmp):
-        self.kind, self.port = kind, free_port()
+        self.kind, self.port, self.bad_utf8 = kind, free_port(), 0
         self.adapter_names = [f"a{i}" for i in range(N_ADAPTERS)] if with_adapters else []
         model = f"{a.models}/{SERVE_MODEL}.gguf"
         logf = open(f"{tmp}/{kind}-{int(with_adapters)}.log", "wb")
@@ -268,9 +301,11 @@ def prompt_for(rng):
 
 def load(a, srv, streams, rng):
     """streams concurrent completions of a.serve_tokens tokens; each prompt differs, so no
-    server can reuse a cached prefix. Returns aggregate generated tok/s and the CPU share."""
+    server can reuse a cached prefix. Returns aggregate generated tok/s (from the first
+    request's start to the last answer), the server's CPU share and cpu_util over that time,
+    and the mean prompt length in tokens (as the server counted it)."""
     bodies = [json.dumps(srv.body(prompt_for(rng), i, a.serve_tokens)) for i in range(streams)]
-    done, errors = [None] * streams, []
+    done, errors, bad_utf8 = [None] * streams, [], []
     barrier = threading.Barrier(streams + 1)
 
     def one(i):
@@ -280,10 +315,16 @@ def load(a, srv, streams, rng):
         try:
             c.request("POST", "/v1/completions", bodies[i], {"Content-Type": "application/json"})
             resp = c.getresponse()
-            j = json.loads(resp.read())
+            raw = resp.read()
+            try:
+                text = raw.decode()
+            except UnicodeDecodeError:  # counted, not fatal: the speed is still the speed
+                bad_utf8.append(i)
+                text = raw.decode(errors="replace")
+            j = json.loads(text)
             if resp.status != 200:
                 raise RuntimeError(f"HTTP {resp.status}: {j}")
-            done[i] = (time.monotonic(), j["usage"]["completion_tokens"])
+            done[i] = (time.monotonic(), j["usage"]["completion_tokens"], j["usage"]["prompt_tokens"])
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(f"{srv.kind} stream {i}: {e}")
 
@@ -294,14 +335,18 @@ def load(a, srv, streams, rng):
     t0, c0 = time.monotonic(), child_cpu_ns(srv.proc.pid)
     for t in ts:
         t.join()
-    c1 = child_cpu_ns(srv.proc.pid)
+    t1, c1 = time.monotonic(), child_cpu_ns(srv.proc.pid)
     if errors:
         raise RuntimeError("; ".join(errors))
     wall = max(d[0] for d in done) - t0
     tokens = sum(d[1] for d in done)
     if tokens != streams * a.serve_tokens:
         raise RuntimeError(f"{srv.kind}: {tokens} tokens generated, not {streams * a.serve_tokens}")
-    return tokens / wall, (c1 - c0) / 1e9 / (a.threads * wall)
+    share, util = share_of(c0, c1, t1 - t0, a.threads)
+    if bad_utf8:
+        log(f"{srv.kind}: {len(bad_utf8)} of {streams} answers were not valid UTF-8")
+    srv.bad_utf8 += len(bad_utf8)
+    return tokens / wall, share, util, sum(d[2] for d in done) / streams
 
 
 def serve_case(a, rnd, with_adapters, tmp):
@@ -314,21 +359,24 @@ def serve_case(a, rnd, with_adapters, tmp):
             load(a, srv, N_ADAPTERS, rng)  # warm-up: every adapter once, pages faulted in
             for streams in a.streams:
                 for attempt in range(1, a.max_tries + 1):
-                    tok_s, util = load(a, srv, streams, rng)
-                    if util >= a.min_util:
+                    tok_s, share, util, prompt = load(a, srv, streams, rng)
+                    if share >= a.min_share:
                         break
-                res[(kind, streams)] = {"tok_s": tok_s, "util": util, "tries": attempt}
+                res[(kind, streams)] = {"tok_s": tok_s, "share": share, "cpu_util": util,
+                                        "tries": attempt, "prompt_tokens": prompt}
         finally:
             srv.stop()
+        res[(kind, "bad_utf8")] = srv.bad_utf8
     rows = []
     for streams in a.streams:
         m, l = res[("molly", streams)], res[("llama", streams)]
         row = {"round": rnd, "streams": streams, "adapters": N_ADAPTERS if with_adapters else 0,
                "first": order[0], "molly": m, "llama": l, "ratio": m["tok_s"] / l["tok_s"],
-               "noisy": min(m["util"], l["util"]) < a.min_util}
+               "noisy": min(m["share"], l["share"]) < a.min_share,
+               "answers_not_utf8": {k: res[(k, "bad_utf8")] for k in order}}
         log(f"round {rnd} serve {streams} streams, {row['adapters']} adapters: "
             f"{m['tok_s']:.1f}/{l['tok_s']:.1f} = {row['ratio']:.2f} (cpu share "
-            f"{m['util']:.2f}/{l['util']:.2f})" + (" (noisy)" if row["noisy"] else ""))
+            f"{m['share']:.2f}/{l['share']:.2f}, cpu_util {m['cpu_util']:.2f}/{l['cpu_util']:.2f})" + (" (noisy)" if row["noisy"] else ""))
         rows.append(row)
     return rows
 
@@ -361,7 +409,7 @@ def cpu_description():
     mod = re.search(r"^model\s*:\s*(\d+)", info, re.M)
     return {"model_name": d.get("Model name", "?"), "family": fam and int(fam.group(1)),
             "model": mod and int(mod.group(1)), "cpus": os.cpu_count(), "isa": isa,
-            "l3": d.get("L3 cache", "?")}
+            "l3": d.get("L3 cache")}
 
 
 def fmt_stat(s):
@@ -384,7 +432,7 @@ def main():
     p.add_argument("--tg", type=int, default=64)
     p.add_argument("--serve-tokens", type=int, default=64)
     p.add_argument("--streams", default="4,8")
-    p.add_argument("--min-util", type=float, default=0.85)
+    p.add_argument("--min-share", type=float, default=0.85)
     p.add_argument("--max-tries", type=int, default=5)
     p.add_argument("--engine-models", default=",".join(ENGINE_MODELS))
     p.add_argument("--no-serve", action="store_true")
@@ -423,9 +471,10 @@ def run(a):
     result = {"started": started, "priority": a.priority, "seconds": round(time.monotonic() - t_start, 1),
               "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "cpu": cpu,
               "llama_cpu_info": llama_cpu,
-              "llama_build": next((r["llama"].get("build") for r in engine_rows), None),
+              "llama_build": (re.search(r"llama\.cpp-([0-9a-f]+)", a.llama_bin) or
+                              re.search(r"(.*)", a.llama_bin)).group(1),
               "molly_simd": next((r["molly"].get("simd") for r in engine_rows), None),
-              "threads": a.threads, "rounds": a.rounds, "min_util": a.min_util,
+              "threads": a.threads, "rounds": a.rounds, "min_share": a.min_share,
               "max_tries": a.max_tries, "engine": [], "serve": [],
               "raw": {"engine": engine_rows, "serve": serve_rows}}
     for name in models:
@@ -453,7 +502,8 @@ def run(a):
         print(json.dumps(result, indent=1))
         return
     print(f"CPU: {cpu['model_name']} (family {cpu['family']}, model {cpu['model']}), "
-          f"{cpu['cpus']} CPUs, L3 {cpu['l3']}; {' '.join(cpu['isa'])}")
+          f"{cpu['cpus']} CPUs" + (f", L3 {cpu['l3']}" if cpu["l3"] else "") +
+          f"; {' '.join(cpu['isa'])}")
     print(f"llama.cpp {result['llama_build']}: {llama_cpu}; Molly kernels: {result['molly_simd']}")
     print(f"{a.threads} threads, {a.rounds} rounds, started {started}, {result['seconds']:.0f} s; "
           f"load average {load_before[0]:.1f} before, {result['loadavg_after'][0]:.1f} after; "
@@ -461,16 +511,20 @@ def run(a):
     print("ratio = Molly / llama.cpp (> 1: Molly faster): median (min-max) over rounds; "
           "tok/s: medians")
     print()
-    print(f"| case | pp{a.pp} ratio | tg{a.tg} ratio | Molly pp / tg tok/s | llama.cpp pp / tg tok/s |")
+    print(f"| model | pp{a.pp} ratio | tg{a.tg} ratio | Molly pp / tg tok/s | llama.cpp pp / tg tok/s |")
     print("| --- | --- | --- | --- | --- |")
     for e in result["engine"]:
         print(f"| {e['model']} | {fmt_stat(e['pp_ratio'])} | {fmt_stat(e['tg_ratio'])} | "
               f"{e['molly_pp']:.1f} / {e['molly_tg']:.1f} | {e['llama_pp']:.1f} / {e['llama_tg']:.1f} |")
+    if not result["serve"]:
+        return
+    print()
+    print(f"| {SERVE_MODEL}, /v1/completions of {a.serve_tokens} tokens | mollyd / llama-server | "
+          "mollyd tok/s | llama-server tok/s |")
+    print("| --- | --- | --- | --- |")
     for s in result["serve"]:
-        what = (f"serve {SERVE_MODEL}, {s['streams']} streams, "
-                + (f"{s['adapters']} adapters" if s["adapters"] else "no adapter"))
-        print(f"| {what} | | {fmt_stat(s['ratio'])} | {s['molly_tok_s']:.1f} | {s['llama_tok_s']:.1f} |")
-
+        what = f"{s['streams']} streams, " + (f"{s['adapters']} adapters" if s["adapters"] else "no adapter")
+        print(f"| {what} | {fmt_stat(s['ratio'])} | {s['molly_tok_s']:.1f} | {s['llama_tok_s']:.1f} |")
 
 if __name__ == "__main__":
     main()

@@ -30,7 +30,7 @@ bin=${MOLLY_BIN_DIR:-$src/build/release/bin}
 dir=${MOLLY_BENCH_DIR:-/var/tmp/molly-bench-vs-llama}
 case ${1:-} in -h | --help) sed -n '3,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 
-need=(mollyd molly-egress-worker molly-bench molly-mkmodel molly-mkadapter)
+need=(mollyd molly-bench molly-mkmodel molly-mkadapter)
 for t in "${need[@]}"; do
 	[ -x "$bin/$t" ] && continue
 	if [ -z "${MOLLY_BIN_DIR:-}" ]; then
