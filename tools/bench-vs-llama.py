@@ -236,7 +236,7 @@ class Server:
     """One server process (mollyd or llama-server) on a free loopback port."""
 
     def __init__(self, a, kind, with_adapters, tmp):
-        self.kind, self.port, self.bad_utf8 = kind, free_port(), 0
+        self.kind, self.port, self.bad_utf8, self.unparsed = kind, free_port(), 0, 0
         self.adapter_names = [f"a{i}" for i in range(N_ADAPTERS)] if with_adapters else []
         model = f"{a.models}/{SERVE_MODEL}.gguf"
         logf = open(f"{tmp}/{kind}-{int(with_adapters)}.log", "wb")
@@ -255,7 +255,7 @@ class Server:
         else:
             cmd = [f"{a.llama_bin}/llama-server", "-m", model, "-t", str(a.threads), "-tb",
                    str(a.threads), "-c", "4096", "-np", "8", "--host", "127.0.0.1", "--port",
-                   str(self.port), "--no-webui"]
+                   str(self.port), "--no-webui", "--metrics"]
             for n in self.adapter_names:
                 cmd += ["--lora", f"{a.models}/adapters/{n}.gguf"]
             if self.adapter_names:
@@ -276,6 +276,19 @@ class Server:
                 pass
             time.sleep(0.2)
         raise RuntimeError(f"{kind} did not come up; log: {self.logpath}")
+
+    def generated(self):
+        """llama-server: its count of generated tokens (/metrics). It runs every answer through
+        its chat-output parser, which refuses one (HTTP 500, "does not match the expected
+        Content-only format") when a random model ends up with a lone byte token, not UTF-8,
+        in the text: the tokens were generated all the same (ignore_eos), so they are counted
+        here, from the server. mollyd: None (its answers' usage counts)."""
+        if self.kind != "llama":
+            return None
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        c.request("GET", "/metrics")
+        m = re.search(r"^llamacpp:tokens_predicted_total\s+(\S+)", c.getresponse().read().decode(), re.M)
+        return int(float(m.group(1)))
 
     def body(self, prompt, i, tokens):
         b = {"prompt": prompt, "max_tokens": tokens, "temperature": 0, "ignore_eos": True}
@@ -305,7 +318,7 @@ def load(a, srv, streams, rng):
     request's start to the last answer), the server's CPU share and cpu_util over that time,
     and the mean prompt length in tokens (as the server counted it)."""
     bodies = [json.dumps(srv.body(prompt_for(rng), i, a.serve_tokens)) for i in range(streams)]
-    done, errors, bad_utf8 = [None] * streams, [], []
+    done, errors, bad_utf8, unparsed = [None] * streams, [], [], []
     barrier = threading.Barrier(streams + 1)
 
     def one(i):
@@ -316,21 +329,27 @@ def load(a, srv, streams, rng):
             c.request("POST", "/v1/completions", bodies[i], {"Content-Type": "application/json"})
             resp = c.getresponse()
             raw = resp.read()
+            t = time.monotonic()
             try:
                 text = raw.decode()
             except UnicodeDecodeError:  # counted, not fatal: the speed is still the speed
                 bad_utf8.append(i)
                 text = raw.decode(errors="replace")
+            if srv.kind == "llama" and resp.status == 500 and "Content-only" in text:
+                unparsed.append(i)  # generated, then refused (see Server)
+                done[i] = (t, None, None)
+                return
             j = json.loads(text)
             if resp.status != 200:
                 raise RuntimeError(f"HTTP {resp.status}: {j}")
-            done[i] = (time.monotonic(), j["usage"]["completion_tokens"], j["usage"]["prompt_tokens"])
+            done[i] = (t, j["usage"]["completion_tokens"], j["usage"]["prompt_tokens"])
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(f"{srv.kind} stream {i}: {e}")
 
     ts = [threading.Thread(target=one, args=(i,)) for i in range(streams)]
     for t in ts:
         t.start()
+    m0 = srv.generated()
     barrier.wait()
     t0, c0 = time.monotonic(), child_cpu_ns(srv.proc.pid)
     for t in ts:
@@ -339,14 +358,17 @@ def load(a, srv, streams, rng):
     if errors:
         raise RuntimeError("; ".join(errors))
     wall = max(d[0] for d in done) - t0
-    tokens = sum(d[1] for d in done)
+    tokens = srv.generated() - m0 if m0 is not None else sum(d[1] for d in done)
     if tokens != streams * a.serve_tokens:
         raise RuntimeError(f"{srv.kind}: {tokens} tokens generated, not {streams * a.serve_tokens}")
     share, util = share_of(c0, c1, t1 - t0, a.threads)
-    if bad_utf8:
-        log(f"{srv.kind}: {len(bad_utf8)} of {streams} answers were not valid UTF-8")
+    if bad_utf8 or unparsed:
+        log(f"{srv.kind}: of {streams} answers, {len(bad_utf8)} not UTF-8, {len(unparsed)} "
+            "refused by the chat-output parser")
     srv.bad_utf8 += len(bad_utf8)
-    return tokens / wall, share, util, sum(d[2] for d in done) / streams
+    srv.unparsed += len(unparsed)
+    prompts = [d[2] for d in done if d[2] is not None]
+    return tokens / wall, share, util, sum(prompts) / max(len(prompts), 1)
 
 
 def serve_case(a, rnd, with_adapters, tmp):
@@ -367,13 +389,15 @@ def serve_case(a, rnd, with_adapters, tmp):
         finally:
             srv.stop()
         res[(kind, "bad_utf8")] = srv.bad_utf8
+        res[(kind, "unparsed")] = srv.unparsed
     rows = []
     for streams in a.streams:
         m, l = res[("molly", streams)], res[("llama", streams)]
         row = {"round": rnd, "streams": streams, "adapters": N_ADAPTERS if with_adapters else 0,
                "first": order[0], "molly": m, "llama": l, "ratio": m["tok_s"] / l["tok_s"],
                "noisy": min(m["share"], l["share"]) < a.min_share,
-               "answers_not_utf8": {k: res[(k, "bad_utf8")] for k in order}}
+               "answers_not_utf8": {k: res[(k, "bad_utf8")] for k in order},
+               "answers_refused_by_llama_parser": res[("llama", "unparsed")]}
         log(f"round {rnd} serve {streams} streams, {row['adapters']} adapters: "
             f"{m['tok_s']:.1f}/{l['tok_s']:.1f} = {row['ratio']:.2f} (cpu share "
             f"{m['share']:.2f}/{l['share']:.2f}, cpu_util {m['cpu_util']:.2f}/{l['cpu_util']:.2f})" + (" (noisy)" if row["noisy"] else ""))
@@ -486,7 +510,9 @@ def run(a):
             "molly_pp": statistics.median(r["molly"]["pp"] for r in rows),
             "llama_pp": statistics.median(r["llama"]["pp"] for r in rows),
             "molly_tg": statistics.median(r["molly"]["tg"] for r in rows),
-            "llama_tg": statistics.median(r["llama"]["tg"] for r in rows)})
+            "llama_tg": statistics.median(r["llama"]["tg"] for r in rows),
+            "cpu_util": {f"{side}_{k}": statistics.median(r[side][k + "_cpu_util"] for r in rows)
+                         for side in ("molly", "llama") for k in ("pp", "tg")}})
     for with_adapters in (0, N_ADAPTERS):
         for streams in a.streams:
             rows = [r for r in serve_rows if r["streams"] == streams and r["adapters"] == with_adapters]
@@ -509,13 +535,16 @@ def run(a):
           f"load average {load_before[0]:.1f} before, {result['loadavg_after'][0]:.1f} after; "
           f"priority: {a.priority}")
     print("ratio = Molly / llama.cpp (> 1: Molly faster): median (min-max) over rounds; "
-          "tok/s: medians")
+          "tok/s, cpu_util (CPU / (threads x wall) of the timed runs): medians")
     print()
-    print(f"| model | pp{a.pp} ratio | tg{a.tg} ratio | Molly pp / tg tok/s | llama.cpp pp / tg tok/s |")
-    print("| --- | --- | --- | --- | --- |")
+    print(f"| model | pp{a.pp} ratio | tg{a.tg} ratio | Molly pp / tg tok/s | llama.cpp pp / tg tok/s "
+          "| cpu_util pp / tg: Molly; llama.cpp |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for e in result["engine"]:
+        u = e["cpu_util"]
         print(f"| {e['model']} | {fmt_stat(e['pp_ratio'])} | {fmt_stat(e['tg_ratio'])} | "
-              f"{e['molly_pp']:.1f} / {e['molly_tg']:.1f} | {e['llama_pp']:.1f} / {e['llama_tg']:.1f} |")
+              f"{e['molly_pp']:.1f} / {e['molly_tg']:.1f} | {e['llama_pp']:.1f} / {e['llama_tg']:.1f} "
+              f"| {u['molly_pp']:.2f} / {u['molly_tg']:.2f}; {u['llama_pp']:.2f} / {u['llama_tg']:.2f} |")
     if not result["serve"]:
         return
     print()
