@@ -461,6 +461,7 @@ def main():
     p.add_argument("--engine-models", default=",".join(ENGINE_MODELS))
     p.add_argument("--no-serve", action="store_true")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--save", metavar="FILE", help="also write the JSON there")
     p.add_argument("--no-priority", action="store_true")
     a = p.parse_args()
     # bench-vs-llama.sh starts this in a session of its own (setsid -w); when that parent goes
@@ -524,6 +525,9 @@ def run(a):
                 "molly_tok_s": statistics.median(r["molly"]["tok_s"] for r in rows),
                 "llama_tok_s": statistics.median(r["llama"]["tok_s"] for r in rows)})
 
+    if a.save:
+        with open(a.save, "w") as f:
+            json.dump(result, f, indent=1)
     if a.json:
         print(json.dumps(result, indent=1))
         return

@@ -5,6 +5,7 @@
 #
 #   tools/bench-vs-llama.sh [--rounds N (5)] [--json] [--no-serve] [--threads T (2)]
 #                           [--engine-models 1b-q8_0,...] [--streams 4,8] [--max-tries 5]
+#                           [--save FILE.json]
 #
 # 1. Builds the pinned llama.cpp with ../shared/peers/llama-cpp.sh (cached after the first
 #    build, which takes 10-20 minutes on 2 cores).
@@ -28,7 +29,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 shared=${MOLLY_SHARED_DIR:-$src/../shared}
 bin=${MOLLY_BIN_DIR:-$src/build/release/bin}
 dir=${MOLLY_BENCH_DIR:-/var/tmp/molly-bench-vs-llama}
-case ${1:-} in -h | --help) sed -n '3,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case ${1:-} in -h | --help) sed -n '3,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 
 need=(mollyd molly-bench molly-mkmodel molly-mkadapter)
 for t in "${need[@]}"; do
