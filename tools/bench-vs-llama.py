@@ -373,9 +373,9 @@ def load(a, srv, streams, rng):
 
 def serve_case(a, rnd, with_adapters, tmp):
     order = ["molly", "llama"] if rnd % 2 else ["llama", "molly"]
-    rng = random.Random(rnd * 100 + with_adapters)
     res = {}
     for kind in order:
+        rng = random.Random(rnd * 100 + with_adapters)  # both servers get the same prompts
         srv = Server(a, kind, with_adapters, tmp)
         try:
             load(a, srv, N_ADAPTERS, rng)  # warm-up: every adapter once, pages faulted in
