@@ -301,8 +301,8 @@ class Server:
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
+            try:  # idle, both stop at once; with requests in flight (^C) it need not wait
+                self.proc.wait(5)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -346,7 +346,7 @@ def load(a, srv, streams, rng):
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(f"{srv.kind} stream {i}: {e}")
 
-    ts = [threading.Thread(target=one, args=(i,)) for i in range(streams)]
+    ts = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(streams)]
     for t in ts:
         t.start()
     m0 = srv.generated()

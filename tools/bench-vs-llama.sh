@@ -19,29 +19,26 @@
 #    (ignore_eos), stream i on adapter i mod 8 (mollyd: "model": "a<i>"; llama-server: the
 #    per-request "lora": [{"id": i, "scale": 1}], adapters loaded with
 #    --lora-init-without-apply); aggregate generated tok/s.
-# A run in which either side got less than 85% of threads x wall of CPU is repeated (at most 5
-# tries, then kept and marked noisy); see tools/bench-vs-llama.py. As root it runs with its
-# session's autogroup at nice -20 (raise_priority() there; --no-priority: as it is). Progress
-# goes to stderr, the table (or JSON) to stdout. Molly's binaries come from $MOLLY_BIN_DIR
-# (build/release/bin), built here if missing. Not part of CI.
+# A round in which either side got less than 85% of the CPU time its threads were ready to use
+# in a timed run (schedstat) is repeated (at most 5 tries, then kept and marked noisy); see
+# tools/bench-vs-llama.py. As root it runs with its session's autogroup at nice -20
+# (raise_priority() there; --no-priority: as it is). Progress goes to stderr, the table (or
+# JSON) to stdout. Molly's binaries: $MOLLY_BIN_DIR as they are, else build/release/bin, brought
+# up to date first. Not part of CI.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 shared=${MOLLY_SHARED_DIR:-$src/../shared}
 bin=${MOLLY_BIN_DIR:-$src/build/release/bin}
 dir=${MOLLY_BENCH_DIR:-/var/tmp/molly-bench-vs-llama}
-case ${1:-} in -h | --help) sed -n '3,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case ${1:-} in -h | --help) sed -n '3,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 
 need=(mollyd molly-bench molly-mkmodel molly-mkadapter)
+if [ -z "${MOLLY_BIN_DIR:-}" ]; then
+	[ -f "$src/build/release/build.ninja" ] || (cd "$src" && cmake --preset release >/dev/null)
+	cmake --build "$src/build/release" --target "${need[@]}" >/dev/null
+fi
 for t in "${need[@]}"; do
-	[ -x "$bin/$t" ] && continue
-	if [ -z "${MOLLY_BIN_DIR:-}" ]; then
-		echo "bench-vs-llama.sh: building Molly (release)" >&2
-		[ -f "$src/build/release/build.ninja" ] || cmake --preset release -S "$src" >/dev/null
-		cmake --build "$src/build/release" --target "${need[@]}" >&2
-		break
-	fi
-	echo "bench-vs-llama.sh: $bin/$t is missing" >&2
-	exit 1
+	[ -x "$bin/$t" ] || { echo "bench-vs-llama.sh: $bin/$t is missing" >&2; exit 1; }
 done
 
 llama=$("$shared/peers/llama-cpp.sh")
@@ -60,5 +57,5 @@ for i in 0 1 2 3 4 5 6 7; do
 		--seed $((i + 1)) --format gguf --out "$f" >&2
 done
 
-exec setsid -w python3 "$src/tools/bench-vs-llama.py" --molly-bin "$bin" --llama-bin "$llama" --models "$dir" \
-	"$@"
+exec setsid -w python3 "$src/tools/bench-vs-llama.py" --molly-bin "$bin" --llama-bin "$llama" \
+	--models "$dir" "$@"
