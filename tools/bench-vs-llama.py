@@ -287,7 +287,8 @@ class Server:
             return None
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
         c.request("GET", "/metrics")
-        m = re.search(r"^llamacpp:tokens_predicted_total\s+(\S+)", c.getresponse().read().decode(), re.M)
+        text = c.getresponse().read().decode()
+        m = re.search(r"^llamacpp:tokens_predicted_total\s+(\S+)", text, re.M)
         return int(float(m.group(1)))
 
     def body(self, prompt, i, tokens):
@@ -400,7 +401,8 @@ def serve_case(a, rnd, with_adapters, tmp):
                "answers_refused_by_llama_parser": res[("llama", "unparsed")]}
         log(f"round {rnd} serve {streams} streams, {row['adapters']} adapters: "
             f"{m['tok_s']:.1f}/{l['tok_s']:.1f} = {row['ratio']:.2f} (cpu share "
-            f"{m['share']:.2f}/{l['share']:.2f}, cpu_util {m['cpu_util']:.2f}/{l['cpu_util']:.2f})" + (" (noisy)" if row["noisy"] else ""))
+            f"{m['share']:.2f}/{l['share']:.2f}, cpu_util {m['cpu_util']:.2f}/{l['cpu_util']:.2f})"
+            + (" (noisy)" if row["noisy"] else ""))
         rows.append(row)
     return rows
 
@@ -493,7 +495,8 @@ def run(a):
 
     cpu = cpu_description()
     llama_cpu = next((r["llama"].get("cpu_info") for r in engine_rows), None)
-    result = {"started": started, "priority": a.priority, "seconds": round(time.monotonic() - t_start, 1),
+    result = {"started": started, "priority": a.priority,
+              "seconds": round(time.monotonic() - t_start, 1),
               "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "cpu": cpu,
               "llama_cpu_info": llama_cpu,
               "llama_build": (re.search(r"llama\.cpp-([0-9a-f]+)", a.llama_bin) or
@@ -516,7 +519,8 @@ def run(a):
                          for side in ("molly", "llama") for k in ("pp", "tg")}})
     for with_adapters in (0, N_ADAPTERS):
         for streams in a.streams:
-            rows = [r for r in serve_rows if r["streams"] == streams and r["adapters"] == with_adapters]
+            rows = [r for r in serve_rows
+                    if r["streams"] == streams and r["adapters"] == with_adapters]
             if not rows:
                 continue
             result["serve"].append({
@@ -556,7 +560,8 @@ def run(a):
           "mollyd tok/s | llama-server tok/s |")
     print("| --- | --- | --- | --- |")
     for s in result["serve"]:
-        what = f"{s['streams']} streams, " + (f"{s['adapters']} adapters" if s["adapters"] else "no adapter")
+        what = f"{s['streams']} streams, " + (f"{s['adapters']} adapters" if s["adapters"]
+                                              else "no adapter")
         print(f"| {what} | {fmt_stat(s['ratio'])} | {s['molly_tok_s']:.1f} | {s['llama_tok_s']:.1f} |")
 
 if __name__ == "__main__":

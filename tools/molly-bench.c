@@ -344,7 +344,8 @@ static int run(int argc, char **argv)
 static void progress(const struct bench_opts *o, const char *what, int i, bool start)
 {
 	if (o->progress)
-		fprintf(stderr, "molly-bench: %s run %d/%d%s\n", what, i + 1, o->reps, start ? "" : " done");
+		fprintf(stderr, "molly-bench: %s run %d/%d%s\n", what, i + 1, o->reps,
+			start ? "" : " done");
 }
 
 /* pp, tg and the bandwidth roofline of one model (the default mode). */
