@@ -1450,6 +1450,37 @@ TEST(load_errors)
 	return 0;
 }
 
+/* Model output made valid UTF-8 for JSON and D-Bus: bad bytes become U+FFFD, good text stays. */
+TEST(utf8_make_valid)
+{
+	static const struct {
+		const char *in, *want;
+	} cases[] = {
+		{ "plain ascii", "plain ascii" },
+		{ "caf\xc3\xa9 \xe6\x88\x91 \xf0\x9f\xa6\x99", "caf\xc3\xa9 \xe6\x88\x91 \xf0\x9f\xa6\x99" },
+		{ "a\xb2" "b", "a\xef\xbf\xbd" "b" },                 /* lone continuation byte */
+		{ "\xc3", "\xef\xbf\xbd" },                         /* cut short */
+		{ "\xe6\x88", "\xef\xbf\xbd\xef\xbf\xbd" },        /* cut short: each byte */
+		{ "\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd" },        /* overlong */
+		{ "\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" }, /* surrogate */
+		{ "\xf5x\xff", "\xef\xbf\xbdx\xef\xbf\xbd" },
+	};
+	char buf[64];
+
+	for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+		size_t n = strlen(cases[i].in), m;
+
+		memcpy(buf, cases[i].in, n);
+		m = utf8_make_valid(buf, n, sizeof(buf));
+		if (m != strlen(cases[i].want) || memcmp(buf, cases[i].want, m) != 0)
+			TEST_FAIL_("case %zu: got %zu bytes '%.*s'", i, m, (int) m, buf);
+	}
+	/* no room for the replacement: whole characters only, never a partial one */
+	memcpy(buf, "ab\xb2", 3);
+	ASSERT_EQ(utf8_make_valid(buf, 3, 4), 2u);
+	return 0;
+}
+
 /* ---- speed and threads ---- */
 
 static char *make_text(size_t size)

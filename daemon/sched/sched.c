@@ -642,7 +642,10 @@ static void step_locked_finish(struct sched *s)
 			pe->ev.token = id;
 			pe->ev.logprob = sampler_logprob(logits, n_vocab, id);
 			len = eog ? 0 : detok_push(&q->detok, id, pe->text, sizeof(pe->text) - 1);
-			pe->ev.text_len = len > 0 ? (size_t) len : 0;
+			/* events carry UTF-8 (JSON, D-Bus): a lone byte token becomes U+FFFD */
+			pe->ev.text_len = len > 0 ? utf8_make_valid(pe->text, (size_t) len,
+								     sizeof(pe->text) - 1)
+						  : 0;
 		}
 		if (eog) {
 			seq_finish(s, q, SCHED_FINISH_STOP, 0, NULL);
@@ -654,7 +657,9 @@ static void step_locked_finish(struct sched *s)
 
 			if (n > 0 && pe && pe->ev.text_len + (size_t) n < sizeof(pe->text)) {
 				memcpy(pe->text + pe->ev.text_len, tail, (size_t) n);
-				pe->ev.text_len += (size_t) n;
+				/* a character cut short by the end is not UTF-8 either */
+				pe->ev.text_len += utf8_make_valid(pe->text + pe->ev.text_len, (size_t) n,
+								   sizeof(pe->text) - 1 - pe->ev.text_len);
 			}
 			seq_finish(s, q, SCHED_FINISH_LENGTH, 0, NULL);
 			continue;
