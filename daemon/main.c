@@ -583,11 +583,12 @@ static void begin_stop(struct daemon *d, const char *why)
 	if (d->stopping)
 		return;
 	d->stopping = true;
+	dbus_front_stop_accepting(d->dbus);
+	http_front_stop_accepting(d->http);
+	/* logged once the fronts refuse new requests: tests wait for this line */
 	log_info("%s: stopping (in-flight work gets up to %llu ms)", why,
 		 (unsigned long long) (d->config->stop_timeout_ns / 1000000ull));
 	(void) sd_notify(false, "STOPPING=1\nSTATUS=Stopping");
-	dbus_front_stop_accepting(d->dbus);
-	http_front_stop_accepting(d->http);
 
 	d->drain_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (d->drain_fd < 0 ||
@@ -617,8 +618,29 @@ static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void
 	case SIGHUP:
 		(void) daemon_reload(d, &e);
 		break;
+	/* only in test mode (test_mode_wanted) */
+	case SIGUSR1:
+		manager_test_hold(d->manager, UINT64_MAX);
+		log_warning("TEST ONLY: SIGUSR1: the scheduler's hold is lifted");
+		break;
+	case SIGUSR2:
+		manager_test_hold(d->manager, 1);
+		log_warning("TEST ONLY: SIGUSR2: the scheduler holds after one more token");
+		break;
 	}
 	return 0;
+}
+
+/* TEST ONLY: with MOLLY_TEST=1, SIGUSR1 lifts the scheduler's hold (MOLLY_TEST_HOLD_AFTER_TOKENS,
+ * manager.c) and SIGUSR2 sets it again after one more generated token, so a test can keep work
+ * in flight across an event of its choosing (a reload, a look at /metrics) and then let it
+ * finish. The handlers are logged once they have acted. Otherwise both signals keep their
+ * default action. */
+static bool test_mode_wanted(void)
+{
+	const char *t = getenv("MOLLY_TEST");
+
+	return t && strcmp(t, "1") == 0;
 }
 
 /* ---- watchdog ---- */
@@ -728,6 +750,10 @@ static int run(int argc, char **argv)
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGHUP);
+	if (test_mode_wanted()) {
+		sigaddset(&mask, SIGUSR1);
+		sigaddset(&mask, SIGUSR2);
+	}
 	/* Blocked before any thread starts, so every thread inherits it and signalfd sees all. */
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
 
@@ -781,6 +807,12 @@ static int run(int argc, char **argv)
 	(void) sd_event_add_signal(d.event, NULL, SIGTERM, on_signal, &d);
 	(void) sd_event_add_signal(d.event, NULL, SIGINT, on_signal, &d);
 	(void) sd_event_add_signal(d.event, NULL, SIGHUP, on_signal, &d);
+	if (test_mode_wanted()) {
+		log_warning("TEST ONLY: MOLLY_TEST=1: SIGUSR1 and SIGUSR2 lift and set the "
+			    "scheduler's hold");
+		(void) sd_event_add_signal(d.event, NULL, SIGUSR1, on_signal, &d);
+		(void) sd_event_add_signal(d.event, NULL, SIGUSR2, on_signal, &d);
+	}
 
 	r = dbus_front_new(d.event, d.manager, &hooks, &d.dbus, &e);
 	if (r < 0) {

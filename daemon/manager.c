@@ -12,6 +12,7 @@
  * back for stop strings, tokens for logprobs) is touched only on the scheduler's thread.
  */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
@@ -27,6 +28,7 @@
 #include "basic/sha256.h"
 #include "basic/time-util.h"
 #include "core/config.h"
+#include "core/log.h"
 #include "egress/client.h"
 #include "engine/model.h"
 #include "engine/vocab.h"
@@ -409,6 +411,38 @@ static bool test_switch(const char *name)
 	return t && strcmp(t, "1") == 0 && v && strcmp(v, "1") == 0;
 }
 
+/* TEST ONLY (MOLLY_TEST=1 MOLLY_TEST_HOLD_AFTER_TOKENS=N): the scheduler stops computing after
+ * N generated tokens (sched_test_hold), so the tests of queueing, cancellation and shutdown
+ * see requests that are certainly still waiting or streaming, on a fast machine as on a slow
+ * one. Without MOLLY_TEST=1 the variable is ignored, with a warning. mollyd's SIGUSR1 and
+ * SIGUSR2 lift and set the hold later (daemon/main.c). */
+static int apply_test_hold(struct sched *s, struct errmsg *e)
+{
+	const char *t = getenv("MOLLY_TEST"), *v = getenv("MOLLY_TEST_HOLD_AFTER_TOKENS");
+	unsigned long long n;
+	char *end;
+
+	if (!v)
+		return 0;
+	if (!t || strcmp(t, "1") != 0) {
+		log_warning("MOLLY_TEST_HOLD_AFTER_TOKENS is set without MOLLY_TEST=1: ignored");
+		return 0;
+	}
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	if (errno || end == v || *end || v[0] == '-')
+		return errmsg_set(e, -EINVAL, "MOLLY_TEST_HOLD_AFTER_TOKENS=%s is not a token count", v);
+	log_warning("TEST ONLY: the scheduler holds after %llu generated tokens "
+		    "(MOLLY_TEST_HOLD_AFTER_TOKENS); requests will not finish", n);
+	sched_test_hold(s, n);
+	return 0;
+}
+
+void manager_test_hold(struct manager *m, uint64_t after_tokens)
+{
+	sched_test_hold(m->sched, after_tokens);
+}
+
 int manager_new_with_egress(struct config *config, struct egress_client *egress,
 			    struct manager **ret, struct errmsg *e)
 {
@@ -474,6 +508,9 @@ int manager_new_with_egress(struct config *config, struct egress_client *egress,
 	r = sched_new(m->model, &sp, &m->sched, e);
 	if (r < 0)
 		return errmsg_prefix(e, r, "scheduler");
+	r = apply_test_hold(m->sched, e);
+	if (r < 0)
+		return r;
 	r = manager_judge_new(m->sched, m->model->vocab, m->has_family, m->family, m->max_context,
 			      &m->judge);
 	if (r < 0)

@@ -200,6 +200,9 @@ int manager_start(struct manager *m);
 /* Stops accepting (new submits fail with MANAGER_ERR_UNAVAILABLE) and waits up to timeout_ns
  * for in-flight work, then cancels what is left; every request still gets its final event. */
 void manager_drain(struct manager *m, uint64_t timeout_ns);
+/* TEST ONLY: holds the scheduler after after_tokens more generated tokens; UINT64_MAX lifts the
+ * hold (sched_test_hold). mollyd: MOLLY_TEST_HOLD_AFTER_TOKENS, SIGUSR1, SIGUSR2. */
+void manager_test_hold(struct manager *m, uint64_t after_tokens);
 bool manager_is_stopping(struct manager *m);
 
 /*

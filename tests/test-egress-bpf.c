@@ -328,10 +328,12 @@ static void collect(const struct egress_denial *d, void *userdata)
 		s->d[s->n++] = *d;
 }
 
-/* Waits (up to 2 s) until at least want denials arrived. */
+/* Waits until at least want denials arrived (or the generous test deadline passed). */
 static int wait_denials(struct egress *eg, struct seen *s, int want)
 {
-	for (int i = 0; i < 200 && s->n < want; i++) {
+	double deadline = test_wait_deadline_();
+
+	while (s->n < want && test_now_s_() < deadline) {
 		struct pollfd p = { .fd = egress_fd(eg), .events = POLLIN };
 
 		if (poll(&p, 1, 10) > 0 && egress_process(eg, collect, s) < 0)
@@ -826,7 +828,9 @@ static void on_exit_cb(pid_t pid, enum egress_tier tier, int status, void *userd
 
 static int wait_exit(struct egress *eg, struct exit_seen *x, int want)
 {
-	for (int i = 0; i < 300 && x->n < want; i++) {
+	double deadline = test_wait_deadline_();
+
+	while (x->n < want && test_now_s_() < deadline) {
 		struct pollfd p = { .fd = egress_fd(eg), .events = POLLIN };
 
 		if (poll(&p, 1, 10) > 0)
@@ -1011,9 +1015,7 @@ static int child_helper_dies(void)
 	ASSERT_EQ(try_here("tcp", AF_INET, "127.0.0.1", p1), EPERM);
 	ASSERT_EQ(try_here("udp", AF_INET6, "::1", p1), EPERM);
 	/* the worker was told (PR_SET_PDEATHSIG) and is gone with it */
-	for (int i = 0; i < 200 && kill(pid, 0) == 0; i++)
-		usleep(10000);
-	ASSERT_TRUE(kill(pid, 0) < 0);
+	ASSERT_TRUE(TEST_WAIT_UNTIL(kill(pid, 0) < 0));
 	/* nothing more can be changed, and the API says so */
 	ASSERT_ERR(egress_set_allowed(eg, EGRESS_CORE, NULL, 0, &e), -ENOTCONN);
 	ASSERT_ERR(egress_spawn_worker(eg, EGRESS_T1, argv, &dummy, &dfd, &e), -ENOTCONN);
@@ -1118,9 +1120,7 @@ TEST(sealed_core_stays_filtered_until_exit)
 	ASSERT_EQ(r, 0);
 	ASSERT_TRUE(n > 0);
 	/* once the core has exited, the helper removes the rest */
-	for (int i = 0; i < 300 && access(root, F_OK) == 0; i++)
-		usleep(10000);
-	ASSERT_TRUE(access(root, F_OK) < 0 && errno == ENOENT);
+	ASSERT_TRUE(TEST_WAIT_UNTIL(access(root, F_OK) < 0 && errno == ENOENT));
 	return 0;
 }
 
@@ -1160,9 +1160,7 @@ TEST(core_crash_cleans_up)
 	worker = atoi(msg);
 	*strrchr(root, '/') = 0;
 	/* the helper saw the control socket close: workers killed, subtree removed */
-	for (int i = 0; i < 300 && access(root, F_OK) == 0; i++)
-		usleep(10000);
-	ASSERT_TRUE(access(root, F_OK) < 0 && errno == ENOENT);
+	ASSERT_TRUE(TEST_WAIT_UNTIL(access(root, F_OK) < 0 && errno == ENOENT));
 	ASSERT_TRUE(worker > 0 && kill(worker, 0) < 0 && errno == ESRCH);
 	return 0;
 }

@@ -217,7 +217,7 @@ TEST(credential_permissions)
 enum script {
 	S_OK,          /* a chat stream, split mid-JSON, with usage */
 	S_500,
-	S_HANG,        /* reads the request, answers nothing */
+	S_HANG,        /* reads the request, answers nothing until server_stop() */
 	S_CLOSE,       /* closes without answering */
 	S_CONTEXT,     /* 400 context_length_exceeded */
 	S_MIDDROP,     /* a chunk of text, then the connection drops */
@@ -313,7 +313,9 @@ static void *server_main(void *userdata)
 				     "\"context_length_exceeded\"}}");
 			break;
 		case S_HANG:
-			for (int k = 0; k < 300 && !atomic_load(&s->stop); k++)
+			/* until the test stops the server: only the client's timeout or a
+			 * cancellation can end the call, however slow the machine */
+			while (!atomic_load(&s->stop))
 				usleep(10000);
 			break;
 		case S_CLOSE:
@@ -482,7 +484,6 @@ TEST(call_always_fails_is_bounded)
 	struct server s = { .scripts = { S_500 }, .n_scripts = 1 };
 	struct collect c = { 0 };
 	struct remote_target *t = NULL;
-	uint64_t t0 = mono_ms();
 	uint64_t id;
 
 	ASSERT_OK(server_start(&s));
@@ -491,9 +492,9 @@ TEST(call_always_fails_is_bounded)
 	ASSERT_EQ(c.final.error, REMOTE_ERR_SERVER);
 	ASSERT_EQ(c.final.http_status, 500);
 	ASSERT_STREQ(c.message, "boom");
-	/* 1 + 3 retries, no more; backoff ≤ 40 ms each. */
+	/* 1 + 3 retries, no more (how long the backoff took depends on the machine: not
+	 * asserted) */
 	ASSERT_EQ(atomic_load(&s.connections), 4);
-	ASSERT_TRUE(mono_ms() - t0 < 1500);
 	/* Cooling down now: no new call goes out. */
 	ASSERT_TRUE(!remote_target_available(t));
 	{
@@ -536,9 +537,10 @@ TEST(call_timeout)
 	ASSERT_EQ(c.final.type, REMOTE_EVENT_ERROR);
 	ASSERT_EQ(c.final.error, REMOTE_ERR_TIMEOUT);
 	/* Two attempts of 200 ms (the server takes one connection at a time, so the second
-	 * waits in its backlog), then the error. */
+	 * waits in its backlog), then the error. A timeout never fires early; the server never
+	 * answers, so only the timeouts can have ended the call (no upper bound: it would be
+	 * a bound on the machine's speed). */
 	ASSERT_TRUE(mono_ms() - t0 >= 380);
-	ASSERT_TRUE(mono_ms() - t0 < 2000);
 	remote_target_free(t);
 	server_stop(&s);
 	return 0;
@@ -633,23 +635,25 @@ TEST(cancel_hanging_call)
 	struct errmsg e = { { 0 } };
 	char url[64];
 	struct remote_request r = { .prompt = "x", .temperature = 1, .top_p = 1 };
-	uint64_t id, t0;
+	uint64_t id;
 
 	ASSERT_OK(server_start(&s));
 	snprintf(url, sizeof(url), "http://127.0.0.1:%u", s.port);
-	struct remote_target_config cfg = { .name = "h", .url = url, .timeout_ns = 10000000000ull };
+	/* an hour: nothing but the cancellation can end this call */
+	struct remote_target_config cfg = { .name = "h", .url = url,
+					    .timeout_ns = 3600ull * 1000000000ull };
 	pthread_mutex_init(&c.lock, NULL);
 	pthread_cond_init(&c.cond, NULL);
 	ASSERT_OK(remote_target_new(&cfg, &t, &e));
 	ASSERT_OK(remote_submit(t, &r, on_event, &c, &id));
-	usleep(100000);
-	t0 = mono_ms();
+	/* the call is in flight once the server has read the request */
+	while (atomic_load(&s.requests) < 1)
+		usleep(1000);
+	ASSERT_TRUE(strstr(s.last_request, "POST /v1/completions ") != NULL);
 	ASSERT_OK(remote_cancel(t, id));
 	collect_wait(&c);
 	ASSERT_EQ(c.final.type, REMOTE_EVENT_DONE);
 	ASSERT_STREQ(c.finish, "cancelled");
-	ASSERT_TRUE(mono_ms() - t0 < 2000);
-	ASSERT_TRUE(strstr(s.last_request, "POST /v1/completions ") != NULL);
 	ASSERT_ERR(remote_cancel(t, id), -ENOENT);
 	remote_target_free(t);
 	server_stop(&s);

@@ -573,8 +573,8 @@ TEST(large_vocab)
 		secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
 		fprintf(stderr, "  config %d: %.2f ms per token, %u distinct\n", cfg,
 			secs * 1000 / DRAWS, distinct);
+		/* the time is printed, not asserted: speed is the benchmarks' business */
 		ASSERT_TRUE(distinct > (cfg == 0 ? 2u : 80u));
-		ASSERT_TRUE(secs < 10.0);
 	}
 	return 0;
 }

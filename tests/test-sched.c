@@ -433,6 +433,64 @@ TEST(limits_and_errors)
 	return 0;
 }
 
+/* The test-only hold: after N generated tokens no step computes, requests stay where they are,
+ * cancellations still finish theirs; lifting the hold lets the rest finish exactly as before. */
+TEST(test_hold)
+{
+	_cleanup_(model_freep) struct model *m = load("models/stories260K.gguf");
+	_cleanup_(sched_freep) struct sched *s = NULL;
+	struct result res[3], ref;
+	struct errmsg e = {};
+	struct sched_stats st;
+	const struct spec sp = { .prompt = "Once upon a time", .max_tokens = 12 };
+
+	if (!m)
+		return TEST_SKIP;
+	ASSERT_OK(solo(m, &sp, false, &ref));
+	ASSERT_OK(sched_new(m, &(struct sched_params){ .max_sequences = 1, .n_threads = 1 }, &s,
+			    &e));
+	sched_test_hold(s, 3);
+	for (int i = 0; i < 3; i++)
+		ASSERT_OK(submit(s, m, &sp, &res[i]));
+	/* the first runs until 3 tokens exist, then nothing moves however often we step */
+	for (int i = 0; i < 50; i++)
+		ASSERT_TRUE(sched_step(s) >= 0);
+	ASSERT_EQ(sched_step(s), 0);
+	sched_get_stats(s, &st);
+	ASSERT_EQ(st.tokens_generated, 3u);
+	ASSERT_EQ(st.running, 1u);
+	ASSERT_EQ(st.waiting, 2u);
+	ASSERT_EQ(res[0].n, 3u);
+	ASSERT_TRUE(!res[0].done && !res[1].done && !res[2].done);
+	/* held, a cancellation of a running and of a waiting request still completes */
+	ASSERT_OK(sched_cancel(s, res[0].id));
+	ASSERT_OK(sched_cancel(s, res[2].id));
+	ASSERT_EQ(sched_step(s), 0);
+	ASSERT_TRUE(res[0].done && res[0].finish == SCHED_FINISH_CANCELLED);
+	ASSERT_TRUE(res[2].done && res[2].finish == SCHED_FINISH_CANCELLED && res[2].n == 0);
+	ASSERT_TRUE(!res[1].done && res[1].n == 0);
+	/* lifted: the one left finishes, the same as alone */
+	sched_test_hold(s, UINT64_MAX);
+	ASSERT_OK(run_until_done(s, &res[1], 1, true));
+	ASSERT_OK(same_result(&res[1], &ref, "after the hold"));
+
+	/* on the scheduler's own thread: held at once, sched_drain's timeout cancels what waits */
+	s = sched_free(s);
+	ASSERT_OK(sched_new(m, &(struct sched_params){ .max_sequences = 1, .n_threads = 1 }, &s,
+			    &e));
+	sched_test_hold(s, 0);
+	ASSERT_OK(sched_start(s));
+	ASSERT_OK(submit(s, m, &sp, &res[0]));
+	ASSERT_OK(submit(s, m, &sp, &res[1]));
+	sched_drain(s, 1000000); /* 1 ms: nothing can finish while held */
+	s = sched_free(s);       /* joins the thread: every event has been delivered */
+	for (int i = 0; i < 2; i++) {
+		ASSERT_TRUE(res[i].done && res[i].finish == SCHED_FINISH_CANCELLED);
+		ASSERT_EQ(res[i].n, 0u);
+	}
+	return 0;
+}
+
 static int first_token_clock;
 
 struct fair_result {

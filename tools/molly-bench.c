@@ -3,7 +3,7 @@
  * molly-bench: prompt-processing and generation speed of the engine, and how close decode
  * comes to the memory-bandwidth bound.
  *
- *   molly-bench --model M [--threads T] [--pp N] [--tg N] [--reps R] [--json]
+ *   molly-bench --model M [--threads T] [--pp N] [--tg N] [--reps R] [--json] [--progress]
  *
  * pp: N prompt tokens decoded as one batch from an empty context. tg: N tokens decoded one
  * at a time from an empty context (as llama-bench's tg). Each is repeated R times; median,
@@ -19,6 +19,11 @@
  * other processes took the cores and the tok/s figures of that run are not the engine's.
  * repacked_bytes: weights repacked at load (model.h; MOLLY_REPACK=0 turns it off), included
  * in load_s.
+ *
+ * --progress writes "molly-bench: pp run I/R" (or tg) to stderr right before each timed run
+ * and "... done" right after it, as llama-bench --progress announces its runs, so that a
+ * program watching both (tools/bench-vs-llama.py) can measure each timed run's CPU from
+ * outside the same way for either.
  *
  * The program is one mode (model_bench()) behind the option parser: other modes (e.g. a
  * server load test) belong in their own function beside it.
@@ -279,13 +284,15 @@ static struct stats summarize(const struct sample *s, int n)
 
 static void usage(FILE *f)
 {
-	fputs("usage: molly-bench --model M [--threads T] [--pp N] [--tg N] [--reps R] [--json]\n", f);
+	fputs("usage: molly-bench --model M [--threads T] [--pp N] [--tg N] [--reps R] [--json]\n"
+	      "                   [--progress]\n",
+	      f);
 }
 
 struct bench_opts {
 	const char *path;
 	int threads, pp, tg, reps;
-	bool json;
+	bool json, progress;
 };
 
 static int model_bench(const struct bench_opts *o);
@@ -296,7 +303,8 @@ static int run(int argc, char **argv)
 		{ "model", required_argument, NULL, 'm' }, { "threads", required_argument, NULL, 't' },
 		{ "pp", required_argument, NULL, 'p' },    { "tg", required_argument, NULL, 'g' },
 		{ "reps", required_argument, NULL, 'r' },  { "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },        {}
+		{ "progress", no_argument, NULL, 'P' },    { "help", no_argument, NULL, 'h' },
+		{}
 	};
 	struct bench_opts o = { .threads = (int) sysconf(_SC_NPROCESSORS_ONLN), .pp = 128, .tg = 64,
 				.reps = 5 };
@@ -306,7 +314,7 @@ static int run(int argc, char **argv)
 		long v = 0;
 		char *end = NULL;
 
-		if (c != 'm' && c != 'j' && c != 'h' && optarg) {
+		if (c != 'm' && c != 'j' && c != 'P' && c != 'h' && optarg) {
 			v = strtol(optarg, &end, 10);
 			if (*end || v < 0 || v > 1000000) {
 				fprintf(stderr, "molly-bench: bad number '%s'\n", optarg);
@@ -320,6 +328,7 @@ static int run(int argc, char **argv)
 		case 'g': o.tg = (int) v; break;
 		case 'r': o.reps = (int) v; break;
 		case 'j': o.json = true; break;
+		case 'P': o.progress = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return -EINVAL;
 		}
@@ -329,6 +338,14 @@ static int run(int argc, char **argv)
 		return -EINVAL;
 	}
 	return model_bench(&o);
+}
+
+/* --progress: one line before and one after each timed run (unbuffered stderr). */
+static void progress(const struct bench_opts *o, const char *what, int i, bool start)
+{
+	if (o->progress)
+		fprintf(stderr, "molly-bench: %s run %d/%d%s\n", what, i + 1, o->reps,
+			start ? "" : " done");
 }
 
 /* pp, tg and the bandwidth roofline of one model (the default mode). */
@@ -369,12 +386,22 @@ static int model_bench(const struct bench_opts *o)
 	if (tg > 0 && (r = run_tg(m, pool, 2, &tg_v[0])) < 0)
 		return r;
 	for (int i = 0; i < reps; i++) {
-		if (pp > 0 && (r = run_pp(m, pool, pp, &pp_v[i])) < 0)
-			return r;
+		if (pp > 0) {
+			progress(o, "pp", i, true);
+			r = run_pp(m, pool, pp, &pp_v[i]);
+			if (r < 0)
+				return r;
+			progress(o, "pp", i, false);
+		}
 		if (i < 5)
 			bw_best = MAX(bw_best, bw_measure(pool, &bw));
-		if (tg > 0 && (r = run_tg(m, pool, tg, &tg_v[i])) < 0)
-			return r;
+		if (tg > 0) {
+			progress(o, "tg", i, true);
+			r = run_tg(m, pool, tg, &tg_v[i]);
+			if (r < 0)
+				return r;
+			progress(o, "tg", i, false);
+		}
 	}
 	for (int i = reps; i < 5; i++)
 		bw_best = MAX(bw_best, bw_measure(pool, &bw));

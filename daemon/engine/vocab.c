@@ -1595,6 +1595,78 @@ int64_t detok_push(struct detok *d, int32_t id, char *out, size_t cap)
 	return (int64_t) emit;
 }
 
+/* The length of the well-formed UTF-8 sequence at s[0, n), or 0 when s[0] does not start one. */
+static size_t utf8_valid_at(const uint8_t *s, size_t n)
+{
+	size_t need;
+	uint8_t lo = 0x80, hi = 0xbf;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		need = 2;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		need = 3;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		need = 4;
+	else
+		return 0;
+	if (n < need)
+		return 0;
+	if (s[0] == 0xe0)
+		lo = 0xa0;
+	else if (s[0] == 0xed)
+		hi = 0x9f;
+	else if (s[0] == 0xf0)
+		lo = 0x90;
+	else if (s[0] == 0xf4)
+		hi = 0x8f;
+	if (s[1] < lo || s[1] > hi)
+		return 0;
+	for (size_t i = 2; i < need; i++)
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+	return need;
+}
+
+size_t utf8_make_valid(char *s, size_t n, size_t cap)
+{
+	static const char replacement[] = "\xef\xbf\xbd";
+	const uint8_t *u = (const uint8_t *) s;
+	size_t i = 0, k, out;
+	char *copy;
+
+	while (i < n && (k = utf8_valid_at(u + i, n - i)) > 0)
+		i += k;
+	if (i == n)
+		return n; /* the common case: nothing to copy */
+	/* rebuild from the first bad byte, reading from a copy of the rest */
+	copy = malloc(n - i);
+	if (!copy)
+		return i; /* keep the valid prefix rather than invalid bytes */
+	memcpy(copy, s + i, n - i);
+	u = (const uint8_t *) copy;
+	out = i;
+	for (size_t j = 0; j < n - i;) {
+		k = utf8_valid_at(u + j, n - i - j);
+		if (k == 0) {
+			if (out + 3 > cap)
+				break;
+			memcpy(s + out, replacement, 3);
+			out += 3;
+			j++;
+		} else {
+			if (out + k > cap)
+				break;
+			memcpy(s + out, u + j, k);
+			out += k;
+			j += k;
+		}
+	}
+	free(copy);
+	return out;
+}
+
 int64_t detok_flush(struct detok *d, char *out, size_t cap)
 {
 	size_t n;

@@ -99,3 +99,12 @@ void detok_init(struct detok *d, const struct vocab *v, bool render_special);
 int64_t detok_push(struct detok *d, int32_t id, char *out, size_t cap);
 /* Flushes what is still held (an incomplete character at the end). */
 int64_t detok_flush(struct detok *d, char *out, size_t cap);
+
+/*
+ * Model output is bytes: a byte token (<0xB2>) alone, or a character cut short at the end, is
+ * not UTF-8, and JSON and D-Bus strings must be. Rewrites s[0, n) in place (cap bytes of room)
+ * with every byte that is not part of a well-formed sequence (RFC 3629: lone continuation
+ * bytes, C0/C1/F5..FF, overlong, surrogate and truncated forms) replaced by U+FFFD; what does
+ * not fit in cap is dropped, whole characters only. Returns the new length (n when s was valid).
+ */
+size_t utf8_make_valid(char *s, size_t n, size_t cap);

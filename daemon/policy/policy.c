@@ -13,6 +13,7 @@
 #include "detect.h"
 #include "policy.h"
 #include "rules.h"
+#include "sensitive.h"
 
 struct policy_member {
 	char *name;
@@ -238,6 +239,7 @@ int policy_evaluate(const struct policy *p, const struct policy_request *req,
 		    struct policy_decision *ret)
 {
 	struct detect_matches m = { 0 };
+	struct sensitive_result sr;
 	struct policy_finding *f = NULL;
 	size_t n = 0, cap = 0;
 	enum policy_class class;
@@ -270,11 +272,35 @@ int policy_evaluate(const struct policy *p, const struct policy_request *req,
 	}
 	detect_matches_done(&m);
 	for (size_t i = 0; i < p->n_rules; i++) {
+		size_t n0 = n;
 		r = rule_apply(p->rules[i], req, &f, &n, &cap);
 		if (r < 0)
 			goto fail;
+		for (size_t k = n0; k < n; k++) {
+			f[k].score = 1.0f;
+			f[k].layer = POLICY_LAYER_RULE;
+		}
 	}
-	if (p->n_rules && n > 1)
+	/* the special categories (sensitive.h): class personal, about the user or someone */
+	sensitive_scan(req->text, req->len, &sr);
+	if (sr.n && n + sr.n > cap) {
+		struct policy_finding *v = realloc(f, (n + sr.n) * sizeof(*f));
+		if (!v) {
+			r = -ENOMEM;
+			goto fail;
+		}
+		f = v;
+		cap = n + sr.n;
+	}
+	for (size_t i = 0; i < sr.n; i++) {
+		const char *layer = sensitive_layer_name(sr.v[i].layer);
+		f[n++] = (struct policy_finding){ .kind = sensitive_category_name(sr.v[i].category),
+						  .byte_start = sr.v[i].start,
+						  .byte_end = sr.v[i].end,
+						  .class = POLICY_CLASS_PERSONAL, .rule = layer,
+						  .score = sr.v[i].score, .layer = layer };
+	}
+	if ((p->n_rules || sr.n) && n > 1)
 		qsort(f, n, sizeof(*f), cmp_finding);
 
 	/* Character offsets: one walk counting the bytes that start a UTF-8 sequence. The
@@ -314,6 +340,7 @@ int policy_evaluate(const struct policy *p, const struct policy_request *req,
 		.redact_for_t3 = (tiers & POLICY_TIER(3)) != 0,
 		.findings = f,
 		.n_findings = n,
+		.special_score = sr.max_score,
 	};
 	return 0;
 fail:

@@ -46,13 +46,15 @@ const char *policy_tiers_format(uint32_t tiers, char *buf, size_t size);
 struct policy_finding {
 	const char *kind;  /* "email", "phone", "iban", "card", "us_ssn", "it_codice_fiscale",
 			    * "es_dni", "es_nie", "ip", "address", "api_key", "jwt", "private_key",
-			    * "secret", or "rule" for user rules */
+			    * "secret", "rule" for user rules, or a special category of
+			    * sensitive.h ("health", "sex_life", "politics", ...; class personal) */
 	size_t start;      /* character (code point) offsets in the text, [start, end) */
 	size_t end;
 	size_t byte_start; /* the same span in bytes */
 	size_t byte_end;
 	enum policy_class class;
-	const char *rule;  /* the built-in detector's name or the [Rule NAME] */
+	const char *rule;  /* the built-in detector's name, the [Rule NAME], or the layer's name
+			    * for a special category */
 	float score;       /* 0..1: 1 for exact detectors and user rules; a calibrated probability
 			    * for classifier findings */
 	const char *layer; /* which layer fired (a static string): POLICY_LAYER_DETECTOR,
@@ -97,8 +99,8 @@ struct policy_decision {
 	bool redact_for_t3;            /* T3 permitted only after redaction */
 	struct policy_finding *findings; /* owned */
 	size_t n_findings;
-	float special_score;           /* the special-category classifier's highest calibrated
-					* probability; 0 when it did not run or fire */
+	float special_score;           /* the special-category layer's highest calibrated
+					* probability over the text, 0 when it scored nothing */
 };
 
 struct policy;

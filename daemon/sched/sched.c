@@ -113,6 +113,10 @@ struct sched {
 	bool thread_started;
 	bool stopping;
 	bool accepting;
+	/* Tests (sched_test_hold): no step computes once this many tokens were generated;
+	 * UINT64_MAX when not held. poked: a cancellation to run while held. */
+	uint64_t hold_after_tokens;
+	bool poked;
 
 	struct seq **waiting; /* FIFO, [queue_length + max_sequences] (preempted go to the front) */
 	uint32_t n_waiting;
@@ -505,6 +509,11 @@ static void add_rows(struct sched *s, struct seq *q, uint32_t count, uint32_t *n
 		};
 }
 
+static bool held_locked(const struct sched *s)
+{
+	return s->stats.tokens_generated >= s->hold_after_tokens;
+}
+
 static int step_locked_build(struct sched *s, uint32_t *ret_rows, uint32_t *ret_logits)
 {
 	uint32_t n_rows = 0, budget = s->p.step_tokens, n_logits = 0, n_loras = 0;
@@ -527,6 +536,12 @@ static int step_locked_build(struct sched *s, uint32_t *ret_rows, uint32_t *ret_
 		} else {
 			i++;
 		}
+	}
+	s->poked = false;
+	if (held_locked(s)) {
+		*ret_rows = 0;
+		*ret_logits = 0;
+		return 0;
 	}
 	admit(s);
 
@@ -627,7 +642,10 @@ static void step_locked_finish(struct sched *s)
 			pe->ev.token = id;
 			pe->ev.logprob = sampler_logprob(logits, n_vocab, id);
 			len = eog ? 0 : detok_push(&q->detok, id, pe->text, sizeof(pe->text) - 1);
-			pe->ev.text_len = len > 0 ? (size_t) len : 0;
+			/* events carry UTF-8 (JSON, D-Bus): a lone byte token becomes U+FFFD */
+			pe->ev.text_len = len > 0 ? utf8_make_valid(pe->text, (size_t) len,
+								     sizeof(pe->text) - 1)
+						  : 0;
 		}
 		if (eog) {
 			seq_finish(s, q, SCHED_FINISH_STOP, 0, NULL);
@@ -639,7 +657,9 @@ static void step_locked_finish(struct sched *s)
 
 			if (n > 0 && pe && pe->ev.text_len + (size_t) n < sizeof(pe->text)) {
 				memcpy(pe->text + pe->ev.text_len, tail, (size_t) n);
-				pe->ev.text_len += (size_t) n;
+				/* a character cut short by the end is not UTF-8 either */
+				pe->ev.text_len += utf8_make_valid(pe->text + pe->ev.text_len, (size_t) n,
+								   sizeof(pe->text) - 1 - pe->ev.text_len);
 			}
 			seq_finish(s, q, SCHED_FINISH_LENGTH, 0, NULL);
 			continue;
@@ -703,7 +723,9 @@ static void *sched_thread(void *arg)
 
 	for (;;) {
 		pthread_mutex_lock(&s->lock);
-		while (!s->stopping && s->n_waiting == 0 && s->n_running == 0)
+		/* Held (tests), the thread wakes only to run cancellations. */
+		while (!s->stopping && ((s->n_waiting == 0 && s->n_running == 0) ||
+					(held_locked(s) && !s->poked)))
 			pthread_cond_wait(&s->wake, &s->lock);
 		bool stop = s->stopping;
 		pthread_mutex_unlock(&s->lock);
@@ -779,6 +801,7 @@ int sched_new(const struct model *m, const struct sched_params *params, struct s
 	s->m = m;
 	s->p = p;
 	s->accepting = true;
+	s->hold_after_tokens = UINT64_MAX;
 	s->max_rows = p.step_tokens + p.max_sequences;
 	s->max_blocks = (p.max_context + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
 	pthread_mutex_init(&s->lock, NULL);
@@ -973,8 +996,10 @@ int sched_cancel(struct sched *s, uint64_t id)
 			s->waiting[i]->cancel = true;
 			r = 0;
 		}
-	if (r == 0)
+	if (r == 0) {
+		s->poked = true;
 		pthread_cond_signal(&s->wake);
+	}
 	pthread_mutex_unlock(&s->lock);
 	return r;
 }
@@ -999,6 +1024,17 @@ void sched_drain(struct sched *s, uint64_t timeout_ns)
 		s->running[i]->cancel = true;
 	for (uint32_t i = 0; i < s->n_waiting; i++)
 		s->waiting[i]->cancel = true;
+	s->poked = true;
+	pthread_cond_signal(&s->wake);
+	pthread_mutex_unlock(&s->lock);
+}
+
+void sched_test_hold(struct sched *s, uint64_t after_tokens)
+{
+	pthread_mutex_lock(&s->lock);
+	s->hold_after_tokens = after_tokens > UINT64_MAX - s->stats.tokens_generated
+				       ? UINT64_MAX
+				       : s->stats.tokens_generated + after_tokens;
 	pthread_cond_signal(&s->wake);
 	pthread_mutex_unlock(&s->lock);
 }

@@ -122,6 +122,14 @@ int sched_cancel(struct sched *s, uint64_t id);
  * timeout_ns has passed, then cancels what is left. */
 void sched_drain(struct sched *s, uint64_t timeout_ns);
 
+/*
+ * Tests only: once after_tokens more tokens have been generated (counted from now; 0: at once),
+ * the scheduler computes nothing more from the next step on; requests stay waiting or running,
+ * and cancellations (sched_cancel, sched_drain's timeout) still finish theirs. UINT64_MAX
+ * lifts the hold. It makes "still queued" and "still streaming" certain instead of likely.
+ */
+void sched_test_hold(struct sched *s, uint64_t after_tokens);
+
 struct sched_stats {
 	uint32_t waiting;
 	uint32_t running;

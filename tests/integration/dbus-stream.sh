@@ -11,11 +11,35 @@ bus_start
 # depend on how fast this build generates (a release build finishes 6 × 480 tokens in the
 # drain time a sanitizer build needs for a fraction of them).
 write_config "StopTimeoutSec=0" "[DBus]" "StreamBufferBytes=4K"
-mollyd_start
+# test mode: SIGUSR2 holds the scheduler after one more token and SIGUSR1 lifts the hold, so a
+# stream is certainly still running when it is cancelled or when SIGTERM comes
+MOLLY_TEST=1 mollyd_start
 
-"$PYDBUS" - "$BUS_ADDR" <<'PY' || fail "stream checks"
+# hold.py: hold(pid, log) and lift(pid, log) send the signal and wait until mollyd logs that it
+# acted on it
+cat >"$T/hold.py" <<'PY'
+import os, signal, time
+
+def _signal(pid, log, sig, line):
+    before = open(log).read().count(line)
+    os.kill(pid, sig)
+    deadline = time.time() + float(os.environ.get("MOLLY_TEST_WAIT_S", "120"))
+    while open(log).read().count(line) <= before:
+        if time.time() > deadline:
+            raise SystemExit("mollyd did not act on " + line)
+        time.sleep(0.02)
+
+def hold(pid, log):
+    _signal(pid, log, signal.SIGUSR2, "SIGUSR2: the scheduler holds")
+
+def lift(pid, log):
+    _signal(pid, log, signal.SIGUSR1, "SIGUSR1: the scheduler's hold is lifted")
+PY
+
+PYTHONPATH=$T "$PYDBUS" - "$BUS_ADDR" "$MOLLYD_PID" "$T/mollyd.log" <<'PY' || fail "stream checks"
 import json, os, sys, time
 import dbus
+from hold import hold, lift
 
 bus = dbus.bus.BusConnection(sys.argv[1])
 obj = bus.get_object("org.molly.Daemon1", "/org/molly/Daemon1")
@@ -25,7 +49,8 @@ props = dbus.Interface(obj, "org.freedesktop.DBus.Properties")
 def running():
     return int(props.Get("org.molly.Daemon1", "RunningSequences"))
 
-def wait_idle(what, timeout=60):
+# a generous bound (MOLLY_TEST_WAIT_S): it turns a hang into a message, never a speed limit
+def wait_idle(what, timeout=float(os.environ.get("MOLLY_TEST_WAIT_S", "120"))):
     t = time.time()
     while running() > 0:
         if time.time() - t > timeout:
@@ -38,7 +63,7 @@ lazy_fd, lazy = inf.Stream({"prompt": "Once upon a time", "max_tokens": dbus.UIn
                             "ignore_eos": True, "logprobs": True})
 t = time.time()
 text, info = inf.Generate({"prompt": "Once upon a time", "max_tokens": dbus.UInt32(8),
-                           "temperature": 0.0}, timeout=60)
+                           "temperature": 0.0}, timeout=600)
 assert info["completion_tokens"] == 8, info
 print(f"a Generate beside a non-reading stream took {time.time() - t:.2f} s")
 wait_idle("the non-reading stream")
@@ -57,10 +82,12 @@ f = os.fdopen(fd.take(), "r")
 f.readline()
 t = time.time()
 f.close()
-wait_idle("the closed stream", timeout=20)
+wait_idle("the closed stream")
 print(f"closing the fd cancelled within {time.time() - t:.2f} s")
 
-# 3. Cancel from another connection is refused unless root (we are root here: allowed).
+# 3. Cancel from another connection is refused unless root (we are root here: allowed). The
+#    stream is held after its first token, so it is certainly running when the Cancel comes.
+hold(int(sys.argv[2]), sys.argv[3])
 fd, h = inf.Stream({"prompt": "Once upon a time", "max_tokens": dbus.UInt32(480),
                     "ignore_eos": True})
 bus2 = dbus.bus.BusConnection(sys.argv[1])
@@ -70,18 +97,21 @@ inf2.Cancel(h)
 f = os.fdopen(fd.take(), "r")
 last = json.loads(f.readlines()[-1])
 assert last["type"] == "done" and last["finish_reason"] == "cancelled", last
+lift(int(sys.argv[2]), sys.argv[3])
 print("ok")
 PY
 pass "a non-reading client is cut off without stalling others; closing the fd cancels"
 
 # --- SIGTERM while streaming: every client gets a final event, errors for the cut ones ---
-"$PYDBUS" - "$BUS_ADDR" "$MOLLYD_PID" > "$T/sigterm.out" 2>&1 <<'PY' &
+PYTHONPATH=$T "$PYDBUS" - "$BUS_ADDR" "$MOLLYD_PID" "$T/mollyd.log" > "$T/sigterm.out" 2>&1 <<'PY' &
 import json, os, signal, sys, time
 import dbus
+from hold import hold
 
 bus = dbus.bus.BusConnection(sys.argv[1])
 inf = dbus.Interface(bus.get_object("org.molly.Daemon1", "/org/molly/Daemon1"),
                      "org.molly.Inference1")
+hold(int(sys.argv[2]), sys.argv[3])  # nothing can finish before the SIGTERM
 files = []
 for i in range(6):
     fd, h = inf.Stream({"prompt": "Once upon a time", "max_tokens": dbus.UInt32(480),

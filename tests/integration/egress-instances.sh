@@ -33,22 +33,19 @@ URL=http://127.0.0.1:$3
 TimeoutSec=5
 CONF
 }
-PA=$(ht_free_port)
-PB=$(ht_free_port)
-mkconf "$HT_TMP/A" "$PA" "$a_PORT"
-mkconf "$HT_TMP/B" "$PB" "$b_PORT"
+# port 0: each daemon binds a port the kernel picks, and logs it
+mkconf "$HT_TMP/A" 0 "$a_PORT"
+mkconf "$HT_TMP/B" 0 "$b_PORT"
 "$HT_MOLLYD" --config "$HT_TMP/A/mollyd.conf" >"$HT_TMP/A.log" 2>&1 &
 PIDA=$!
 RT_PIDS+=("$PIDA")
 "$HT_MOLLYD" --config "$HT_TMP/B/mollyd.conf" >"$HT_TMP/B.log" 2>&1 &
 PIDB=$!
 RT_PIDS+=("$PIDB")
-for port in "$PA" "$PB"; do
-	for ((i = 0; i < 600; i++)); do
-		[ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$port/health")" = 200 ] && break
-		sleep 0.1
-	done
-done
+URLA=$(ht_await_daemon "$HT_TMP/A.log" "$PIDA") || ht_fail "daemon A did not start: $(tail -5 "$HT_TMP/A.log")"
+URLB=$(ht_await_daemon "$HT_TMP/B.log" "$PIDB") || ht_fail "daemon B did not start: $(tail -5 "$HT_TMP/B.log")"
+PA=${URLA##*:}
+PB=${URLB##*:}
 for l in A B; do
 	if grep -q 'egress enforcement could not start' "$HT_TMP/$l.log"; then
 		ht_skip "egress enforcement could not start: $(grep -m1 'could not start' "$HT_TMP/$l.log")"
@@ -62,7 +59,7 @@ SB=$(eg_subtree "$PIDB") || ht_fail "daemon B has no subtree: $(cat "$HT_TMP/B.l
 ht_ok "two subtrees: $SA and $SB"
 
 ask() { # PORT EXPECTED
-	curl -s --max-time 30 "http://127.0.0.1:$1/v1/completions" -H 'Content-Type: application/json' \
+	curl -s --max-time "$MOLLY_TEST_WAIT_S" "http://127.0.0.1:$1/v1/completions" -H 'Content-Type: application/json' \
 		-d '{"prompt": "Hi", "max_tokens": 4}' >"$HT_TMP/ans"
 	python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["choices"][0]["text"]; sys.exit(t != sys.argv[2])' \
 		"$HT_TMP/ans" "$2" || ht_fail "port $1: $(cat "$HT_TMP/ans")"
@@ -74,11 +71,10 @@ ht_ok "both daemons answer through their own T1 worker"
 
 kill -TERM "$PIDA"
 wait "$PIDA"
-for ((i = 0; i < 50; i++)); do [ -d "$SA" ] || break; sleep 0.1; done
-[ -d "$SA" ] && ht_fail "A's subtree $SA is left behind"
+no_dir() { [ ! -d "$1" ]; }
+wait_until "$MOLLY_TEST_WAIT_S" no_dir "$SA" || ht_fail "A's subtree $SA is left behind"
 ask "$PB" "from B's target"
 kill -TERM "$PIDB"
 wait "$PIDB"
-for ((i = 0; i < 50; i++)); do [ -d "$SB" ] || break; sleep 0.1; done
-[ -d "$SB" ] && ht_fail "B's subtree $SB is left behind"
+wait_until "$MOLLY_TEST_WAIT_S" no_dir "$SB" || ht_fail "B's subtree $SB is left behind"
 ht_ok "stopping A leaves B working; each removes its own subtree"

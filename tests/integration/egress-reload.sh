@@ -38,11 +38,8 @@ sed -i "s|^URL=http://127.0.0.1:$old_PORT\$|URL=http://localhost:$new_PORT|" "$H
 grep -q "URL=http://localhost:$new_PORT" "$HT_TMP/mollyd.conf" || ht_fail "config not rewritten"
 n=$(grep -c 'configuration reloaded' "$HT_TMP/mollyd.log")
 kill -HUP "$HT_PID"
-for ((i = 0; i < 150; i++)); do
-	[ "$(grep -c 'configuration reloaded' "$HT_TMP/mollyd.log")" -gt "$n" ] && break
-	sleep 0.1
-done
-[ "$(grep -c 'configuration reloaded' "$HT_TMP/mollyd.log")" -gt "$n" ] || ht_fail "no reload"
+reloaded_since() { [ "$(grep -c 'configuration reloaded' "$HT_TMP/mollyd.log")" -gt "$1" ]; }
+wait_until "$MOLLY_TEST_WAIT_S" reloaded_since "$n" || ht_fail "no reload"
 grep -q 'reload: egress' "$HT_TMP/mollyd.log" && ht_fail "reload warned: $(grep 'reload: egress' "$HT_TMP/mollyd.log")"
 ht_req POST /v1/completions '{"prompt": "Twice", "max_tokens": 4}'
 ht_expect_status 200 "after the reload"
@@ -56,11 +53,11 @@ w=$(eg_wait_worker 1) || ht_fail "no t1 worker"
 kill -KILL "$w"
 nw=$(eg_wait_worker 1 "$w") || ht_fail "the t1 worker was not restarted"
 grep -q "the T1 worker (pid $w) is gone" "$HT_TMP/mollyd.log" || ht_fail "the death was not logged"
-for ((i = 0; i < 50; i++)); do
+answers_again() {
 	ht_req POST /v1/completions '{"prompt": "Thrice", "max_tokens": 4}'
-	[ "$HT_STATUS" = 200 ] && break
-	sleep 0.1
-done
+	[ "$HT_STATUS" = 200 ]
+}
+wait_until "$MOLLY_TEST_WAIT_S" answers_again
 ht_expect_status 200 "after the restart"
 ht_expect_json 'j["choices"][0]["text"]' "from the new port" "answer after the restart"
 sub=$(eg_subtree)
@@ -72,19 +69,14 @@ rt_fake hang --mode hang
 sed -i "s|^URL=http://localhost:$new_PORT\$|URL=http://127.0.0.1:$hang_PORT|" "$HT_TMP/mollyd.conf"
 n=$(grep -c 'configuration reloaded' "$HT_TMP/mollyd.log")
 kill -HUP "$HT_PID"
-for ((i = 0; i < 150; i++)); do
-	[ "$(grep -c 'configuration reloaded' "$HT_TMP/mollyd.log")" -gt "$n" ] && break
-	sleep 0.1
-done
-curl -s -o "$HT_TMP/inflight" -w '%{http_code}' --max-time 30 "$HT_URL/v1/completions" \
+wait_until "$MOLLY_TEST_WAIT_S" reloaded_since "$n" || ht_fail "no reload"
+curl -s -o "$HT_TMP/inflight" -w '%{http_code}' --max-time "$MOLLY_TEST_WAIT_S" "$HT_URL/v1/completions" \
 	-H 'Content-Type: application/json' -d '{"prompt": "Hang", "max_tokens": 4}' \
 	>"$HT_TMP/inflight.code" &
 cpid=$!
-for ((i = 0; i < 100; i++)); do
-	[ "$(rt_count hang)" -ge 1 ] 2>/dev/null && break
-	grep -q 'POST' "$HT_TMP/hang.log" && break
-	sleep 0.1
-done
+# the worker is killed once the request has certainly reached the hanging target through it
+hang_received() { grep -q 'POST' "$HT_TMP/hang.log"; }
+wait_until "$MOLLY_TEST_WAIT_S" hang_received || ht_fail "the request never reached the hanging target"
 w=$(eg_worker_pid 1)
 kill -KILL "$w"
 wait "$cpid"

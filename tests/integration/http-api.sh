@@ -66,7 +66,7 @@ ht_expect_json 'j["choices"][0]["text"]' "$text" "same text without model"
 ht_expect_json 'j["model"]' "$HT_NAME"
 
 # ---- streaming with curl -N: the same text, OpenAI's chunks, [DONE] at the end ----
-curl -sN --max-time 60 "$HT_URL/v1/completions" -H 'Content-Type: application/json' \
+curl -sN --max-time "$MOLLY_TEST_WAIT_S" "$HT_URL/v1/completions" -H 'Content-Type: application/json' \
 	-d "{\"prompt\": \"$PROMPT\", \"max_tokens\": $N, \"temperature\": 0, \"stream\": true}" \
 	-D "$HT_TMP/headers" >"$HT_TMP/stream" || ht_fail "curl -N failed"
 grep -qi '^content-type: text/event-stream' "$HT_TMP/headers" || ht_fail "stream content type"
@@ -107,7 +107,7 @@ ht_req POST /v1/chat/completions '{"messages": [{"role": "user", "content": [{"t
 	"text": "Tell me "}, {"type": "text", "text": "a story."}]}], "max_tokens": 4}'
 ht_expect_status 200 "content parts"
 
-curl -sN --max-time 60 "$HT_URL/v1/chat/completions" -H 'Content-Type: application/json' \
+curl -sN --max-time "$MOLLY_TEST_WAIT_S" "$HT_URL/v1/chat/completions" -H 'Content-Type: application/json' \
 	-d "$CHAT, \"stream\": true, \"stream_options\": {\"include_usage\": true}}" \
 	>"$HT_TMP/stream" || ht_fail "chat stream"
 python3 - "$HT_TMP/stream" "$chat_text" <<'EOF' || ht_fail "chat stream"

@@ -7,12 +7,23 @@
 #  - SIGTERM during streaming: every stream ends with "data: [DONE]" after either its finish
 #    chunk or an error event (those cut short by StopTimeoutSec=), new requests are refused,
 #    and mollyd exits 0.
+# "Still streaming" and "still queued" are made certain, not likely, on any machine: those
+# daemons run with the test-only MOLLY_TEST_HOLD_AFTER_TOKENS (the scheduler computes nothing
+# after that many tokens; cancellations still run).
 . "$(dirname "$0")/lib/http.sh"
 
 ht_config "[Engine]
 MaxSequences=1
 QueueLength=64"
-ht_start
+MOLLY_TEST=1 MOLLY_TEST_HOLD_AFTER_TOKENS=4 ht_start
+grep -q "TEST ONLY: the scheduler holds after 4" "$HT_TMP/mollyd.log" ||
+	ht_fail "the test hold is not announced in the log"
+
+disconnects() { ht_metric molly_http_client_disconnects_total; }
+disconnects_at_least() { [ "$(disconnects)" -ge "$1" ] 2>/dev/null; }
+queue_empty() {
+	[ "$(ht_metric molly_queue_depth)" = 0 ] && [ "$(ht_metric 'vllm:num_requests_running{')" = 0 ]
+}
 
 # ---- a stream client hangs up after the first chunk ----
 python3 - "$HT_PORT" <<'EOF' || ht_fail "stream hang-up client"
@@ -28,51 +39,52 @@ while b"data: {" not in got:
     got += d
 s.close()
 EOF
-for ((i = 0; i < 100; i++)); do
-	n=$(ht_metric molly_http_client_disconnects_total)
-	[ "${n:-0}" -ge 1 ] && break
-	sleep 0.05
-done
-[ "${n:-0}" -ge 1 ] || ht_fail "the hung-up stream was not cancelled"
+wait_until "$MOLLY_TEST_WAIT_S" disconnects_at_least 1 ||
+	ht_fail "the hung-up stream was not cancelled"
+wait_until "$MOLLY_TEST_WAIT_S" queue_empty || ht_fail "the hung-up stream still runs"
+n=$(disconnects)
 ht_ok "a stream client that hangs up cancels its request"
 
-# ---- clients hang up while queued behind long streams (one sequence) ----
+# ---- clients hang up while queued (one sequence, the scheduler held) ----
 python3 - "$HT_PORT" >"$HT_TMP/queued.out" <<'EOF' || ht_fail "queued hang-up clients"
 import http.client, json, socket, sys, threading, time
 port = int(sys.argv[1])
 holders = []
-for i in range(12):  # each takes 400 tokens: the queue ahead lasts far longer than 0.4 s
+for i in range(12):  # the scheduler is held: one of them runs without progress, 11 wait
     s = socket.create_connection(("127.0.0.1", port), timeout=60)
     body = json.dumps({"prompt": "Once", "max_tokens": 400, "ignore_eos": True, "stream": True})
     s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                "Content-Length: %d\r\n\r\n%s" % (len(body), body)).encode())
     holders.append(s)
-time.sleep(0.2)
-# a non-streamed request that gives up while queued
+# a non-streamed request that gives up while queued (held: it cannot be answered)
 c = http.client.HTTPConnection("127.0.0.1", port, timeout=0.4)
 try:
     c.request("POST", "/v1/completions", json.dumps({"prompt": "Once", "max_tokens": 5}),
               {"Content-Type": "application/json"})
     c.getresponse().read()
-    print("answered")  # the queue ahead was shorter than expected
+    print("answered")  # cannot happen while the scheduler is held
 except (socket.timeout, TimeoutError):
     print("timed out")
 c.close()
 for s in holders:  # the holders hang up too: running and queued streams
     s.close()
 EOF
-for ((i = 0; i < 200; i++)); do
-	q=$(ht_metric molly_queue_depth)
-	r=$(ht_metric 'vllm:num_requests_running{')
-	[ "$q" = 0 ] && [ "$r" = 0 ] && break
-	sleep 0.05
-done
-[ "$q" = 0 ] && [ "$r" = 0 ] || ht_fail "the queue did not drain after its clients hung up (waiting $q, running $r)"
-n2=$(ht_metric molly_http_client_disconnects_total)
-[ "$n2" -ge $((n + 3)) ] || ht_fail "hang-ups of queued clients were not all cancelled ($n -> $n2; client: $(cat "$HT_TMP/queued.out"))"
-ht_ok "clients that hang up while queued are cancelled ($((n2 - n)) cancellations; the queue drained at once)"
+[ "$(cat "$HT_TMP/queued.out")" = "timed out" ] ||
+	ht_fail "a request was answered while the scheduler was held: $(cat "$HT_TMP/queued.out")"
+# all 13 hung up without an answer: each is cancelled, none is left waiting or running
+wait_until "$MOLLY_TEST_WAIT_S" disconnects_at_least $((n + 13)) ||
+	ht_fail "hang-ups of queued clients were not all cancelled ($n -> $(disconnects) of 13)"
+wait_until "$MOLLY_TEST_WAIT_S" queue_empty ||
+	ht_fail "the queue did not drain after its clients hung up (waiting $(ht_metric molly_queue_depth), running $(ht_metric 'vllm:num_requests_running{'))"
+ht_ok "clients that hang up while queued are cancelled ($(($(disconnects) - n)) cancellations; the queue drained)"
+ht_stop
+[ "$HT_EXIT" = 0 ] || ht_fail "mollyd (held) exited with $HT_EXIT"
 
 # ---- a stream client that never reads stalls nobody ----
+ht_config "[Engine]
+MaxSequences=1
+QueueLength=64"
+ht_start
 python3 - "$HT_PORT" <<'EOF' || ht_fail "a client that never reads stalled the others"
 import http.client, json, socket, sys, time
 port = int(sys.argv[1])
@@ -95,7 +107,7 @@ for s in lazy:
     s.close()
 EOF
 ht_ok "stream clients that never read do not stall other requests"
-ht_stop 30
+ht_stop
 [ "$HT_EXIT" = 0 ] || ht_fail "mollyd exited with $HT_EXIT"
 
 # ---- SIGTERM during streaming ----
@@ -105,7 +117,9 @@ QueueLength=64
 
 [Daemon]
 StopTimeoutSec=100ms"
-ht_start
+# held after the first token: the stream (or two) running has begun and cannot finish; the
+# others wait
+MOLLY_TEST=1 MOLLY_TEST_HOLD_AFTER_TOKENS=1 ht_start
 python3 - "$HT_PORT" "$HT_TMP/streams" <<'EOF' &
 import http.client, json, sys, threading
 port, out = int(sys.argv[1]), sys.argv[2]
@@ -129,18 +143,24 @@ for t in ts:
 json.dump(results, open(out, "w"))
 EOF
 clients=$!
-# wait until the first stream is flowing, then stop the daemon
-for ((i = 0; i < 200; i++)); do
-	[ "$(ht_metric molly_http_time_to_first_token_seconds_count)" -ge 1 ] 2>/dev/null && break
-	sleep 0.02
-done
+# wait until a stream is flowing and all six requests are in (running or waiting), then stop
+streams_flowing() {
+	local waiting running
+	[ "$(ht_metric molly_http_time_to_first_token_seconds_count)" -ge 1 ] 2>/dev/null || return 1
+	waiting=$(ht_metric molly_queue_depth)
+	running=$(ht_metric 'vllm:num_requests_running{')
+	[ $((waiting + running)) = 6 ] 2>/dev/null
+}
+wait_until "$MOLLY_TEST_WAIT_S" streams_flowing || ht_fail "the streams did not start"
 kill -TERM "$HT_PID"
-sleep 0.05
+# the daemon logs "stopping" once its fronts refuse new requests
+stopping() { grep -q "SIGTERM: stopping" "$HT_TMP/mollyd.log"; }
+wait_until "$MOLLY_TEST_WAIT_S" stopping || ht_fail "mollyd did not log its stop"
 late=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "$HT_URL/v1/completions" \
 	-d '{"prompt": "late", "max_tokens": 2}') || true
 [ "$late" != 200 ] || ht_fail "a request after SIGTERM was served"
 wait "$clients" || ht_fail "stream clients failed"
-ht_stop 30
+ht_stop
 [ "$HT_EXIT" = 0 ] || ht_fail "mollyd exited with $HT_EXIT after SIGTERM during streaming"
 python3 - "$HT_TMP/streams" <<'EOF' || ht_fail "streams at SIGTERM: $(head -c 3000 "$HT_TMP/streams")"
 import json, sys
@@ -156,7 +176,8 @@ for status, raw in results:
         errors += 1
     else:
         assert last["choices"][0]["finish_reason"] == "length", last
-assert errors >= 1, "no stream was cut short by StopTimeoutSec=100ms"
+# held: none can finish, so every one ends with an error event (queued ones included)
+assert errors == len(results), "%d of %d streams were not cut short" % (len(results) - errors, len(results))
 print("streams: %d finished, %d ended with an error event" % (len(results) - errors, errors))
 EOF
 ht_ok "SIGTERM during streaming: final error events, [DONE], new requests refused (HTTP ${late:-000}), exit 0"

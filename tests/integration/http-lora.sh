@@ -15,7 +15,7 @@ ht_config "[Member admin]
 KeyHash=$HASH
 Models=*
 Admin=yes"
-ht_start
+MOLLY_TEST=1 ht_start # test mode: SIGUSR1/SIGUSR2 hold the scheduler (metrics section)
 
 # ---- load ----
 ht_req POST /v1/load_lora_adapter "{\"lora_name\": \"attn\", \"lora_path\": \"$ADAPTER\"}" "${AUTH[@]}"
@@ -56,9 +56,15 @@ ht_ok "adapter by name, base:adapter and lora list give the same text, unlike th
 curl -s "$HT_URL/metrics" >"$HT_TMP/metrics"
 grep -q '^molly_adapter_requests_total{adapter="attn"} [1-9]' "$HT_TMP/metrics" ||
 	ht_fail "no per-adapter request count in /metrics"
-python3 - "$HT_PORT" "$KEY" "$HT_TMP/seen" <<'EOF' || ht_fail "vllm:lora_requests_info never named the running adapter"
-import http.client, json, sys, threading, time
-port, key, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+# Running for certain while /metrics is read: the scheduler holds after one more token
+# (SIGUSR2, test mode) until the client has seen the metric and sends SIGUSR1.
+n_holds=$(grep -c "SIGUSR2: the scheduler holds" "$HT_TMP/mollyd.log")
+kill -USR2 "$HT_PID"
+hold_set() { [ "$(grep -c "SIGUSR2: the scheduler holds" "$HT_TMP/mollyd.log")" -gt "$n_holds" ]; }
+wait_until "$MOLLY_TEST_WAIT_S" hold_set || ht_fail "SIGUSR2 was not acted on"
+python3 - "$HT_PORT" "$KEY" "$HT_TMP/seen" "$HT_PID" <<'EOF' || ht_fail "vllm:lora_requests_info never named the running adapter"
+import http.client, json, os, signal, sys, threading, time
+port, key, out, daemon = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 H = {"Content-Type": "application/json", "Authorization": "Bearer " + key}
 def long_stream():
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
@@ -69,9 +75,9 @@ ts = [threading.Thread(target=long_stream) for _ in range(3)]
 for t in ts:
     t.start()
 seen = None
-deadline = time.time() + 60
+deadline = time.time() + float(os.environ.get("MOLLY_TEST_WAIT_S", "120"))
 while time.time() < deadline and any(t.is_alive() for t in ts):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     c.request("GET", "/metrics")
     for line in c.getresponse().read().decode().splitlines():
         if line.startswith("vllm:lora_requests_info{") and 'running_lora_adapters="attn"' in line:
@@ -79,6 +85,7 @@ while time.time() < deadline and any(t.is_alive() for t in ts):
     if seen:
         break
     time.sleep(0.01)
+os.kill(daemon, signal.SIGUSR1)  # lift the hold: the streams finish
 for t in ts:
     t.join()
 open(out, "w").write(seen or "")

@@ -116,7 +116,7 @@ async function expectError(status, fn, what) {
 	process.exit(1);
 });
 JS
-(cd "$HT_TMP/npm" && timeout 120 node check.js "$HT_URL" "$KEY" "$HT_NAME" ${LOAD:+attn}) ||
+(cd "$HT_TMP/npm" && timeout "$MOLLY_TEST_WAIT_S" node check.js "$HT_URL" "$KEY" "$HT_NAME" ${LOAD:+attn}) ||
 	ht_fail "the openai package's checks failed"
 ht_stop 30
 [ "$HT_EXIT" = 0 ] || ht_fail "mollyd exited with $HT_EXIT"

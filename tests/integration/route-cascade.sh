@@ -101,14 +101,13 @@ kill -STOP "$lan_PID"
 kill -KILL "$lan_PID"
 wait "$lan_PID" 2>/dev/null
 # The health check (every second) finds T1 down before a request pays for it.
-for ((i = 0; i < 50; i++)); do
+budget_noted() {
 	ht_req POST /v1/completions '{"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0}'
 	ht_expect_status 200 "request with T1 down"
 	note=$(ht_json 'j["molly"].get("uncertainty", "")')
-	[[ "$note" == *"budget"* ]] && break
-	sleep 0.2
-done
-[[ "$note" == *budget* ]] || ht_fail "note without the budget: $note"
+	[[ "$note" == *"budget"* ]] || { sleep 0.2; return 1; }
+}
+wait_until "$MOLLY_TEST_WAIT_S" budget_noted || ht_fail "note without the budget: $note"
 [ "$(rt_count api)" = 0 ] || ht_fail "T3 was called over the budget"
 [ "$(rt_count_health api)" -ge 1 ] || ht_fail "no health check reached T3"
 ht_ok "budget: T3 never called; T0's answer says why ($note)"
@@ -138,16 +137,14 @@ TimeoutSec=30"
 ht_start
 # Frozen, T1 still accepts connections (the kernel's backlog) but answers nothing.
 kill -STOP "$lan2_PID"
-curl -s -o "$HT_TMP/fb.json" -w '%{http_code}' --max-time 60 "$HT_URL/v1/completions" \
+curl -s -o "$HT_TMP/fb.json" -w '%{http_code}' --max-time "$MOLLY_TEST_WAIT_S" "$HT_URL/v1/completions" \
 	-H 'Content-Type: application/json' -d '{"prompt": "Once upon a time", "max_tokens": 4}' \
 	>"$HT_TMP/fb.status" &
 CURL_PID=$!
 # Wait until mollyd's connection to T1 is established, then kill T1.
 port=${lan2_URL##*:}
-for ((i = 0; i < 100; i++)); do
-	ss -Htn state established "( dport = :$port )" 2>/dev/null | grep -q 127.0.0.2 && break
-	sleep 0.1
-done
+connected_to_t1() { ss -Htn state established "( dport = :$port )" 2>/dev/null | grep -q 127.0.0.2; }
+wait_until "$MOLLY_TEST_WAIT_S" connected_to_t1 || ht_fail "mollyd never connected to T1"
 kill -KILL "$lan2_PID"
 wait "$CURL_PID" || ht_fail "curl failed"
 [ "$(cat "$HT_TMP/fb.status")" = 200 ] || ht_fail "after T1 died: HTTP $(cat "$HT_TMP/fb.status"): $(cat "$HT_TMP/fb.json")"

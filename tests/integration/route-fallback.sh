@@ -19,15 +19,13 @@ Quality.general=0.9
 Retries=0
 TimeoutSec=30"
 ht_start
-curl -s -o "$HT_TMP/fb.json" -w '%{http_code}' --max-time 60 "$HT_URL/v1/completions" \
+curl -s -o "$HT_TMP/fb.json" -w '%{http_code}' --max-time "$MOLLY_TEST_WAIT_S" "$HT_URL/v1/completions" \
 	-H 'Content-Type: application/json' -d '{"prompt": "Once upon a time", "max_tokens": 4}' \
 	>"$HT_TMP/fb.status" &
 CURL_PID=$!
-for ((i = 0; i < 100; i++)); do
-	[ "$(rt_count lan)" -ge 1 ] && break
-	sleep 0.1
-done
-[ "$(rt_count lan)" = 1 ] || ht_fail "T1 never received the request"
+t1_received() { [ "$(rt_count lan)" -ge 1 ]; }
+wait_until "$MOLLY_TEST_WAIT_S" t1_received || ht_fail "T1 never received the request"
+[ "$(rt_count lan)" = 1 ] || ht_fail "T1 received $(rt_count lan) requests"
 kill -KILL "$lan_PID"
 wait "$CURL_PID" || ht_fail "curl failed"
 [ "$(cat "$HT_TMP/fb.status")" = 200 ] || ht_fail "after T1 died: HTTP $(cat "$HT_TMP/fb.status"): $(cat "$HT_TMP/fb.json")"

@@ -50,7 +50,7 @@ grep -q '"stream": *true' "$HT_TMP/lan.log" || ht_fail "T1 request not streamed"
 ht_ok "public request routed to T1 (higher prior)"
 
 # --- streaming through the daemon from T1 ---
-curl -sS -N --max-time 30 "$HT_URL/v1/chat/completions" -H 'Content-Type: application/json' \
+curl -sS -N --max-time "$MOLLY_TEST_WAIT_S" "$HT_URL/v1/chat/completions" -H 'Content-Type: application/json' \
 	-d '{"messages": [{"role": "user", "content": "Hi"}], "stream": true, "max_tokens": 8}' \
 	>"$HT_TMP/stream" || ht_fail "streamed chat"
 grep -q 'hello from the LAN' "$HT_TMP/stream" || ht_fail "stream: $(cat "$HT_TMP/stream")"

@@ -13,9 +13,8 @@ python3 - "$T/notify.sock" > "$T/notify.log" 2>&1 <<'PY' &
 import socket, sys, time
 s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
 s.bind(sys.argv[1])
-s.settimeout(60)
-end = time.time() + 60
-while time.time() < end:
+s.settimeout(600)  # ends at STOPPING=1; the bound only turns a lost message into an end
+while True:
     try:
         msg = s.recv(4096).decode()
     except socket.timeout:
@@ -26,23 +25,24 @@ while time.time() < end:
         break
 PY
 listener=$!
-for _ in $(seq 50); do [ -S "$T/notify.sock" ] && break; sleep 0.1; done
+sock_ready() { [ -S "$T/notify.sock" ]; }
+wait_until "$MOLLY_TEST_WAIT_S" sock_ready || fail "the notify listener did not start"
 
 NOTIFY_SOCKET=$T/notify.sock WATCHDOG_USEC=400000 mollyd_start
-for _ in $(seq 100); do grep -q "READY=1" "$T/notify.log" && break; sleep 0.1; done
+notified() { grep -q "$1" "$T/notify.log"; }
+wait_until "$MOLLY_TEST_WAIT_S" notified "READY=1" || fail "no READY=1"
 grep -q "STATUS=Loading" "$T/notify.log" || fail "no STATUS while loading: $(cat "$T/notify.log")"
-grep -q "READY=1" "$T/notify.log" || fail "no READY=1"
 grep -q "STATUS=Serving stories260K" "$T/notify.log" || fail "no serving STATUS"
-sleep 1.2
-pings=$(grep -c "WATCHDOG=1" "$T/notify.log" || true)
-[ "$pings" -ge 3 ] || fail "only $pings watchdog pings in about 1.2 s (WATCHDOG_USEC=400000)"
-pass "STATUS, READY=1 and $pings WATCHDOG=1 pings"
+# pings keep coming (how many a second depends on the machine's load: not asserted)
+pings_at_least() { [ "$(grep -c "WATCHDOG=1" "$T/notify.log")" -ge "$1" ]; }
+wait_until "$MOLLY_TEST_WAIT_S" pings_at_least 3 || fail "fewer than 3 watchdog pings (WATCHDOG_USEC=400000)"
+pass "STATUS, READY=1 and repeated WATCHDOG=1 pings"
 
 kill -HUP "$MOLLYD_PID"
-for _ in $(seq 50); do grep -q "RELOADING=1" "$T/notify.log" && break; sleep 0.1; done
-grep -q "RELOADING=1" "$T/notify.log" || fail "no RELOADING=1 on SIGHUP"
+wait_until "$MOLLY_TEST_WAIT_S" notified "RELOADING=1" || fail "no RELOADING=1 on SIGHUP"
 grep -q "MONOTONIC_USEC=" "$T/notify.log" || fail "no MONOTONIC_USEC with RELOADING=1"
-[ "$(grep -c "READY=1" "$T/notify.log")" -ge 2 ] || fail "no READY=1 after the reload"
+readies_at_least() { [ "$(grep -c "READY=1" "$T/notify.log")" -ge "$1" ]; }
+wait_until "$MOLLY_TEST_WAIT_S" readies_at_least 2 || fail "no READY=1 after the reload"
 pass "RELOADING=1 and READY=1 around a reload"
 
 mollyd_stop

@@ -6,6 +6,7 @@
 # Exits 77 (skip) with the reason when something needed is missing.
 
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/wait.sh"
 
 : "${MOLLY_SOURCE_DIR:=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)}"
 : "${MOLLY_BIN_DIR:=$MOLLY_SOURCE_DIR/build/dev/bin}"
@@ -107,18 +108,20 @@ CONF
 	for line in "$@"; do echo "$line" >> "$T/mollyd.conf"; done
 }
 
-# mollyd_start: starts mollyd on the private bus and waits for its name (30 s at most).
+# mollyd_start: starts mollyd on the private bus and waits for its name.
 mollyd_start() {
+	local deadline
 	"$MOLLYD" --config "$T/mollyd.conf" --log-target=stderr >>"$T/mollyd.log" 2>&1 &
 	MOLLYD_PID=$!
-	for _ in $(seq 300); do
+	deadline=$(($(date +%s) + MOLLY_TEST_WAIT_S))
+	while [ "$(date +%s)" -lt "$deadline" ]; do
 		if busctl --address="$BUS_ADDR" status org.molly.Daemon1 >/dev/null 2>&1; then
 			return 0
 		fi
 		kill -0 "$MOLLYD_PID" 2>/dev/null || fail "mollyd exited during start-up"
 		sleep 0.1
 	done
-	fail "mollyd did not take its bus name in 30 s"
+	fail "mollyd did not take its bus name in $MOLLY_TEST_WAIT_S s"
 }
 
 # mollyd_stop: SIGTERM and wait; the exit status must be 0.

@@ -39,11 +39,11 @@ eg_worker_pid() {
 	head -n1 "$sub/t$1/cgroup.procs" 2>/dev/null
 }
 
-# eg_wait_worker TIER [NOT_PID]: waits (10 s) for a worker in the tier's cgroup other than
-# NOT_PID; prints its pid.
+# eg_wait_worker TIER [NOT_PID]: waits for a worker in the tier's cgroup other than NOT_PID;
+# prints its pid.
 eg_wait_worker() {
-	local i p
-	for ((i = 0; i < 100; i++)); do
+	local p deadline=$(($(date +%s) + MOLLY_TEST_WAIT_S))
+	while [ "$(date +%s)" -lt "$deadline" ]; do
 		p=$(eg_worker_pid "$1")
 		if [ -n "$p" ] && [ "$p" != "${2:-}" ]; then
 			echo "$p"

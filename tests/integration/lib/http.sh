@@ -13,6 +13,7 @@
 
 set -u
 set -o pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/wait.sh"
 
 HT_SRC=${MOLLY_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)}
 HT_BIN=${MOLLY_BIN_DIR:-$HT_SRC/build/dev/bin}
@@ -74,11 +75,13 @@ ht_free_port() {
 	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# ht_config [EXTRA-INI]: writes $HT_TMP/mollyd.conf for a daemon on a free port. EXTRA-INI is
-# appended (sections such as [Engine] or [Member NAME]); LISTEN overrides Listen=.
+# ht_config [EXTRA-INI]: writes $HT_TMP/mollyd.conf for a daemon on 127.0.0.1, port 0: the
+# kernel picks a free port when mollyd binds, and ht_start reads it from the log (a port picked
+# beforehand can be taken by any connection on the machine before mollyd binds it). EXTRA-INI
+# is appended (sections such as [Engine] or [Member NAME]); LISTEN overrides Listen=.
 ht_config() {
-	HT_PORT=$(ht_free_port)
-	HT_URL=http://127.0.0.1:$HT_PORT
+	HT_PORT=
+	HT_URL=
 	mkdir -p "$HT_TMP/state/adapters" "$HT_TMP/run"
 	cat >"$HT_TMP/mollyd.conf" <<EOF
 [Model]
@@ -86,7 +89,7 @@ Path=$HT_MODEL
 Threads=1
 
 [HTTP]
-Listen=${LISTEN:-127.0.0.1:$HT_PORT}
+Listen=${LISTEN:-127.0.0.1:0}
 MaxBodyBytes=${MAX_BODY:-64K}
 
 [DBus]
@@ -103,40 +106,74 @@ ${1:-}
 EOF
 }
 
-# Starts mollyd on the config and waits (up to 60 s) until /health answers.
-ht_start() {
-	local i health_args=("$HT_URL/health")
+# ht_listening_address LOG: the address a mollyd logged it listens on ("127.0.0.1:PORT",
+# "[::1]:PORT", "unix:PATH"), or nothing yet.
+ht_listening_address() {
+	sed -n 's/.*HTTP: listening on //p' "$1" 2>/dev/null | tail -n1
+}
 
-	if [ -n "${LISTEN:-}" ] && [[ "$LISTEN" == unix:* ]]; then
-		health_args=(--unix-socket "${LISTEN#unix:}" http://localhost/health)
-	fi
-	"$HT_MOLLYD" --config "$HT_TMP/mollyd.conf" >"$HT_TMP/mollyd.log" 2>&1 &
-	HT_PID=$!
-	for ((i = 0; i < 600; i++)); do
-		if ! kill -0 "$HT_PID" 2>/dev/null; then
-			wait "$HT_PID"
-			ht_fail "mollyd exited early (status $?)"
-		fi
-		if [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "${health_args[@]}")" = 200 ]; then
+# ht_await_daemon LOG PID: waits until the mollyd (PID) that writes LOG listens and answers
+# /health; prints its base URL (http://ADDR:PORT). Returns 1 when it exits first or after
+# MOLLY_TEST_WAIT_S.
+ht_await_daemon() {
+	local log=$1 pid=$2 addr= deadline
+
+	deadline=$(($(date +%s) + MOLLY_TEST_WAIT_S))
+	while [ "$(date +%s)" -lt "$deadline" ]; do
+		kill -0 "$pid" 2>/dev/null || return 1
+		[ -n "$addr" ] || addr=$(ht_listening_address "$log")
+		if [ -n "$addr" ] &&
+			[ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "http://$addr/health")" = 200 ]; then
+			echo "http://$addr"
 			return 0
 		fi
 		sleep 0.1
 	done
-	ht_fail "mollyd did not answer /health within 60 s"
+	return 1
 }
 
-# Sends SIGTERM and waits up to $1 seconds (default 30); sets HT_EXIT to its exit status.
-ht_stop() {
-	local i limit=$((${1:-30} * 10))
+# Starts mollyd on the config, learns its address from the log (HT_PORT, HT_URL for TCP) and
+# waits until /health answers (or it exits).
+ht_start() {
+	local health_args addr= deadline
 
-	[ -n "$HT_PID" ] || return 0
-	kill -TERM "$HT_PID" 2>/dev/null
-	for ((i = 0; i < limit; i++)); do
-		kill -0 "$HT_PID" 2>/dev/null || break
+	"$HT_MOLLYD" --config "$HT_TMP/mollyd.conf" >"$HT_TMP/mollyd.log" 2>&1 &
+	HT_PID=$!
+	deadline=$(($(date +%s) + MOLLY_TEST_WAIT_S))
+	while [ "$(date +%s)" -lt "$deadline" ]; do
+		if ! kill -0 "$HT_PID" 2>/dev/null; then
+			wait "$HT_PID"
+			ht_fail "mollyd exited early (status $?)"
+		fi
+		if [ -z "$addr" ]; then
+			addr=$(ht_listening_address "$HT_TMP/mollyd.log")
+			[ -n "$addr" ] || { sleep 0.05; continue; }
+			if [[ "$addr" == unix:* ]]; then
+				health_args=(--unix-socket "${addr#unix:}" http://localhost/health)
+			else
+				HT_PORT=${addr##*:}
+				HT_URL=http://$addr
+				health_args=("$HT_URL/health")
+			fi
+		fi
+		if [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "${health_args[@]}")" = 200 ]; then
+			return 0
+		fi
 		sleep 0.1
 	done
-	if kill -0 "$HT_PID" 2>/dev/null; then
-		ht_fail "mollyd did not exit within ${1:-30} s of SIGTERM"
+	ht_fail "mollyd did not answer /health within $MOLLY_TEST_WAIT_S s"
+}
+
+ht_running() { kill -0 "$HT_PID" 2>/dev/null; }
+ht_exited() { ! ht_running; }
+
+# Sends SIGTERM and waits up to $1 seconds (default $MOLLY_TEST_WAIT_S); sets HT_EXIT to its
+# exit status.
+ht_stop() {
+	[ -n "$HT_PID" ] || return 0
+	kill -TERM "$HT_PID" 2>/dev/null
+	if ! wait_until "${1:-$MOLLY_TEST_WAIT_S}" ht_exited; then
+		ht_fail "mollyd did not exit within ${1:-$MOLLY_TEST_WAIT_S} s of SIGTERM"
 	fi
 	wait "$HT_PID"
 	HT_EXIT=$?

@@ -17,17 +17,18 @@ trap rt_cleanup EXIT
 # rt_fake NAME [fake-openai.py args...]: starts a fake target; sets NAME_PORT and NAME_PID;
 # its log is $HT_TMP/NAME.log.
 rt_fake() {
-	local name=$1 i port=
+	local name=$1 port= deadline
 	shift
 	: >"$HT_TMP/$name.log"
 	python3 "$RT_LIB/fake-openai.py" --log "$HT_TMP/$name.log" "$@" >"$HT_TMP/$name.out" 2>&1 &
 	local pid=$!
 	RT_PIDS+=("$pid")
-	for ((i = 0; i < 100; i++)); do
+	deadline=$(($(date +%s) + MOLLY_TEST_WAIT_S))
+	while [ "$(date +%s)" -lt "$deadline" ]; do
 		port=$(sed -n 's/^ready //p' "$HT_TMP/$name.out" 2>/dev/null)
 		[ -n "$port" ] && break
 		kill -0 "$pid" 2>/dev/null || ht_fail "fake target $name did not start: $(cat "$HT_TMP/$name.out")"
-		sleep 0.1
+		sleep 0.05
 	done
 	[ -n "$port" ] || ht_fail "fake target $name did not start"
 	printf -v "${name}_PORT" %s "$port"
@@ -50,11 +51,11 @@ rt_audit() {
 }
 
 # rt_mollyd NAME ADDR [EXTRA-INI]: a second mollyd (a real T1) with its own state, HTTP on
-# ADDR (a loopback address such as 127.0.0.2) and a free port; sets NAME_URL and NAME_PID;
-# its log is $HT_TMP/NAME.mollyd.log. Waits (up to 60 s) for /health.
+# ADDR (a loopback address such as 127.0.0.2) and a port the kernel picks (read from its log);
+# sets NAME_URL and NAME_PID; its log is $HT_TMP/NAME.mollyd.log. Waits for /health.
 rt_mollyd() {
-	local name=$1 addr=$2 extra=${3:-} port dir i pid
-	port=$(python3 -c 'import socket, sys; s = socket.socket(); s.bind((sys.argv[1], 0)); print(s.getsockname()[1])' "$addr") ||
+	local name=$1 addr=$2 extra=${3:-} dir pid url
+	python3 -c 'import socket, sys; s = socket.socket(); s.bind((sys.argv[1], 0))' "$addr" ||
 		ht_skip "cannot bind $addr (loopback addresses beyond 127.0.0.1 unavailable)"
 	dir=$HT_TMP/$name
 	mkdir -p "$dir/state/adapters" "$dir/run"
@@ -63,7 +64,7 @@ rt_mollyd() {
 Path=$HT_MODEL
 Threads=1
 [HTTP]
-Listen=$addr:$port
+Listen=$addr:0
 [DBus]
 Bus=none
 [Adapters]
@@ -76,12 +77,9 @@ CONF
 	"$HT_MOLLYD" --config "$dir/mollyd.conf" >"$HT_TMP/$name.mollyd.log" 2>&1 &
 	pid=$!
 	RT_PIDS+=("$pid")
-	for ((i = 0; i < 600; i++)); do
-		kill -0 "$pid" 2>/dev/null || ht_fail "$name (a second mollyd) exited: $(tail -5 "$HT_TMP/$name.mollyd.log")"
-		[ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://$addr:$port/health")" = 200 ] && break
-		sleep 0.1
-	done
-	printf -v "${name}_URL" %s "http://$addr:$port"
+	url=$(ht_await_daemon "$HT_TMP/$name.mollyd.log" "$pid") ||
+		ht_fail "$name (a second mollyd) did not start: $(tail -5 "$HT_TMP/$name.mollyd.log")"
+	printf -v "${name}_URL" %s "$url"
 	printf -v "${name}_PID" %s "$pid"
 }
 
