@@ -78,14 +78,15 @@ ht_ok "off by default"
 # --- B: in the band, "yes" ---
 conf "Judge=yes"
 start 0.5 yes
-# public for the detectors (no identifier): the judge's "yes" makes it personal, which this
+# public for every layer: the judge's "yes" (the test switch's) makes it personal, which this
 # configuration allows to T3 (public would go to T1)
-out=$(ask "$STATEMENT, what should I ask my doctor?")
+out=$(ask "Tell me a story about a dragon")
 [ "$(head -1 <<<"$out")" = api ] || ht_fail "B: the judged request should be personal and go to T3: $out"
 [ "$(judge_metric asked_total)" = 1 ] || ht_fail "B: asked $(judge_metric asked_total) times"
 [ "$(judge_metric 'verdicts_total{verdict="personal"}')" = 1 ] || ht_fail "B: no personal verdict"
-# personal already (an identifier): not judged; to T3 redacted — the identifier replaced, the
-# special-category statement kept (it is the question) — and the answer restored
+# personal already (an identifier, and the statement for the special-category layer): not
+# judged; to T3 redacted — the identifier replaced, the special-category statement kept (it is
+# the question) — and the answer restored
 out=$(ask "$STATEMENT; write to me at $EMAIL")
 [ "$(judge_metric asked_total)" = 1 ] || ht_fail "B: a personal request was judged"
 [ "$(head -1 <<<"$out")" = api ] || ht_fail "B: the personal request should go to T3: $out"
@@ -109,7 +110,7 @@ recs = [json.loads(l) for l in open(sys.argv[1])][-2:]
 judged, mail = recs
 assert judged["findings"] == {"judge": 1}, judged
 assert judged["class"] == "personal" and judged["tier"] == "T3" and judged["redactions"] == 0, judged
-assert mail["findings"] == {"email": 1}, mail
+assert mail["findings"].get("email") == 1 and "judge" not in mail["findings"], mail
 assert mail["class"] == "personal" and mail["tier"] == "T3" and mail["redactions"] == 1, mail
 PY
 grep -aqF "$EMAIL" "$HT_TMP/state/audit/data.mdb" && ht_fail "B: the audit store holds the e-mail address"
