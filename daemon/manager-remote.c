@@ -413,12 +413,75 @@ static int mroute_copy(struct mroute *q, const struct manager_request *r,
 	return 0;
 }
 
+/* The built-in layers without user rules: what the egress worker scans the bytes with
+ * (worker_check_payload()). NULL when it could not be built. */
+static pthread_once_t builtin_once = PTHREAD_ONCE_INIT;
+static struct policy *builtin_policy;
+
+static void builtin_init(void)
+{
+	if (policy_new_defaults(&builtin_policy) < 0)
+		builtin_policy = NULL;
+}
+
+/* Rounds of redact_again(): a value that shows only once another is replaced is rare; two
+ * in a row rarer still. */
+#define REDACT_ROUNDS 4
+
+/* Redacts what the built-in layers find in an already redacted text, until they find no
+ * value: replacing one value can bring out another (an exact rule that takes the first number
+ * after a document word takes the next one once the first is a placeholder). Without this
+ * the egress worker, which scans the bytes it sends, would refuse the request. A finding
+ * that overlaps a placeholder is left (its value would hold the placeholder, and the answer
+ * would get the placeholder back): the worker then refuses, which is the safe side. */
+static int redact_again(struct mroute *q, char **text)
+{
+	pthread_once(&builtin_once, builtin_init);
+	if (!builtin_policy)
+		return 0; /* the worker fails closed too */
+	for (int round = 0; round < REDACT_ROUNDS; round++) {
+		struct policy_decision d = { 0 };
+		size_t len = strlen(*text), n = 0, out_len;
+		char *out = NULL;
+		int k;
+
+		k = policy_evaluate(builtin_policy,
+				    &(struct policy_request){ .text = *text, .len = len }, &d);
+		if (k < 0)
+			return k;
+		for (size_t i = 0; i < d.n_findings; i++) {
+			const struct policy_finding *f = &d.findings[i];
+			if (policy_finding_redactable(f) &&
+			    !memmem(*text + f->byte_start, f->byte_end - f->byte_start,
+				    "\xe2\x9f\xa8", 3) &&
+			    !memmem(*text + f->byte_start, f->byte_end - f->byte_start,
+				    "\xe2\x9f\xa9", 3))
+				d.findings[n++] = *f;
+		}
+		if (n == 0) {
+			policy_decision_done(&d);
+			return 0;
+		}
+		k = vault_redact(q->vault, *text, len, d.findings, n, POLICY_CLASS_PUBLIC, &out,
+				 &out_len);
+		policy_decision_done(&d);
+		if (k < 0)
+			return k;
+		explicit_bzero(*text, len);
+		free(*text);
+		*text = out;
+	}
+	return 0;
+}
+
 /* The findings within [off, off + len) of the policy text, shifted to the piece. */
 static int redact_piece(struct mroute *q, const char *text, size_t off, char **ret)
 {
 	size_t len = strlen(text), n = 0, out_len;
 	_cleanup_free_ struct policy_finding *f = calloc(MAX(q->n_findings, (size_t) 1),
 							 sizeof(*f));
+	char *out = NULL;
+	int k;
 
 	if (!f)
 		return -ENOMEM;
@@ -431,8 +494,20 @@ static int redact_piece(struct mroute *q, const char *text, size_t off, char **r
 		f[n].byte_end = MIN(e - off, len);
 		n++;
 	}
-	/* Every finding, whatever its class: T3 sees no value the detectors found. */
-	return vault_redact(q->vault, text, len, f, n, POLICY_CLASS_PUBLIC, ret, &out_len);
+	/* Every value, whatever its class: T3 sees no value the layers found (the vault keeps
+	 * the special-category statements, policy_finding_redactable()). */
+	k = vault_redact(q->vault, text, len, f, n, POLICY_CLASS_PUBLIC, &out, &out_len);
+	if (k >= 0)
+		k = redact_again(q, &out);
+	if (k < 0) {
+		if (out) {
+			explicit_bzero(out, strlen(out));
+			free(out);
+		}
+		return k;
+	}
+	*ret = out;
+	return 0;
 }
 
 /* Builds the redacted copy of the request (once) for T3. */

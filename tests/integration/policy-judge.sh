@@ -95,6 +95,15 @@ out=$(ask "$STATEMENT; write to me at $EMAIL")
 grep -qF "$STATEMENT; write to me at " "$HT_TMP/api.log" || ht_fail "B: the statement should reach T3"
 grep -qF "$EMAIL" "$HT_TMP/api.log" && ht_fail "B: the e-mail address reached T3"
 grep -qF "mario.rossi" "$HT_TMP/api.log" && ht_fail "B: part of the e-mail address reached T3"
+# a value that shows only once another is replaced (the document rule takes the next number
+# after "DNI" when the first is a placeholder) is replaced too: the egress worker, which scans
+# what it sends, lets the request through, and the answer comes back whole
+out=$(ask "Datos del solicitante: DNI 10000425W, referencia ABC12345, gracias")
+[ "$(head -1 <<<"$out")" = api ] || ht_fail "B: the document request should go to T3: $out"
+[ "$(tail -n +2 <<<"$out")" = "ECHO:Datos del solicitante: DNI 10000425W, referencia ABC12345, gracias" ] ||
+	ht_fail "B: the document request's answer is not restored: $out"
+grep -qF "10000425" "$HT_TMP/api.log" && ht_fail "B: the DNI reached T3"
+grep -qF "ABC12345" "$HT_TMP/api.log" && ht_fail "B: the number after the DNI reached T3"
 ht_stop
 for f in lan api; do
 	grep -qF "$QUESTION" "$HT_TMP/$f.log" && ht_fail "B: the judge's question reached $f"
@@ -106,12 +115,13 @@ grep -qF "diagnosed" "$HT_TMP/mollyd.log" && ht_fail "B: the log holds the promp
 rt_audit
 python3 - "$HT_TMP/audit.jsonl" <<'PY' || ht_fail "B: audit: $(cat "$HT_TMP/audit.jsonl")"
 import json, sys
-recs = [json.loads(l) for l in open(sys.argv[1])][-2:]
-judged, mail = recs
+recs = [json.loads(l) for l in open(sys.argv[1])][-3:]
+judged, mail, doc = recs
 assert judged["findings"] == {"judge": 1}, judged
 assert judged["class"] == "personal" and judged["tier"] == "T3" and judged["redactions"] == 0, judged
 assert mail["findings"].get("email") == 1 and "judge" not in mail["findings"], mail
 assert mail["class"] == "personal" and mail["tier"] == "T3" and mail["redactions"] == 1, mail
+assert doc["tier"] == "T3" and doc["redactions"] == 2, doc
 PY
 grep -aqF "$EMAIL" "$HT_TMP/state/audit/data.mdb" && ht_fail "B: the audit store holds the e-mail address"
 ht_ok "in the band and 'yes': personal (finding judge), to T3; identifiers replaced, statement kept, restored; T0 only"
