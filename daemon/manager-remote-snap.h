@@ -58,6 +58,10 @@ struct manager_routing {
 	double threshold, mixture_entropy, budget;
 	uint32_t mixture_k;
 	uint64_t health_ns;
+	/* TEST ONLY (MOLLY_EGRESS_TEST=1 MOLLY_EGRESS_TEST_SKIP_CORE_DETECTORS=1): the core runs
+	 * no detector, the T3 redaction's second look included, so the egress worker's own
+	 * check is all that stands (tests/integration/egress-negative.sh). */
+	bool test_skip_core_detectors;
 
 	pthread_mutex_t lock;
 	pthread_cond_t idle;

@@ -145,6 +145,11 @@ int manager_routing_new(const struct config *c, const char *base,
 	rt->mixture_k = c->router_mixture_k;
 	rt->budget = c->router_budget;
 	rt->health_ns = c->router_health_interval_ns;
+	{
+		const char *t = getenv("MOLLY_EGRESS_TEST"),
+			   *v = getenv("MOLLY_EGRESS_TEST_SKIP_CORE_DETECTORS");
+		rt->test_skip_core_detectors = t && strcmp(t, "1") == 0 && v && strcmp(v, "1") == 0;
+	}
 	rt->base = strdup(base);
 	rt->remotes = calloc(MAX(c->n_targets, (size_t) 1), sizeof(*rt->remotes));
 	rt->remote_keys = calloc(MAX(c->n_targets, (size_t) 1), sizeof(char *));
@@ -436,6 +441,8 @@ static void builtin_init(void)
  * would get the placeholder back): the worker then refuses, which is the safe side. */
 static int redact_again(struct mroute *q, char **text)
 {
+	if (q->rt->test_skip_core_detectors)
+		return 0;
 	pthread_once(&builtin_once, builtin_init);
 	if (!builtin_policy)
 		return 0; /* the worker fails closed too */
