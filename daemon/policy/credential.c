@@ -99,6 +99,7 @@ static bool in_list(const char *w, size_t n, const char *const *list)
 #define HF_ORDINE 0x100u  /* "parola" only as "parola d'ordine" */
 #define HF_PAIR 0x200u    /* "login: user / password" */
 #define HF_SCHEME 0x400u  /* "Authorization: Bearer X", "Basic X" */
+#define HF_WORDS 0x800u   /* a passphrase may start with any word ("correct horse ...") */
 
 struct head {
 	const char *w;
@@ -112,7 +113,7 @@ struct head {
 
 static const struct head heads[] = {
 	{ "password", PW },	     { "passwords", PW },    { "passwd", PW },
-	{ "passcode", PW },	     { "passphrase", PW },   { "pwd", PW },
+	{ "passcode", PW },	     { "passphrase", PW | HF_WORDS },   { "pwd", PW },
 	{ "pw", PW & ~HF_SUFFIX },   { "pass", PW & ~HF_ALPHA }, { "pswd", PW },
 	{ "psw", PW },		     { "passwort", PW },     { "senha", PW },
 	{ "contrase\xc3\xb1" "a", PW }, { "contrase\xc3\xb1" "as", PW }, { "contrasena", PW },
@@ -163,6 +164,22 @@ static const char *const copula_more[] = {
 	"todav\xc3\xad" "a", "siempre", "actualmente", "simplemente", "cambiada", "cambiado",
 	"puesta", "a", "sigue", "siendo", "solo", "soltanto", "semplicemente", NULL,
 };
+/* Nouns that make a compound with the head word before them: the phrase is about the
+ * compound ("password manager", "PIN pad", "token bucket"), not the credential. */
+static const char *const compounds[] = {
+	"manager", "managers", "reset", "resets", "field", "fields", "policy", "policies", "hint",
+	"hints", "strength", "length", "change", "changes", "generator", "hash", "hashes",
+	"prompt", "box", "form", "input", "rule", "rules", "requirement", "requirements", "expiry",
+	"expiration", "protection", "protected", "pad", "entry", "bucket", "count", "limit",
+	"limits", "budget", "usage", "window", "size", "type", "types", "format", "rotation",
+	"file", "store", "storage", "dialog", "screen", "page", "link", "email", "mail", "login",
+	"authentication", "auth", "complexity", "history", "lockout", "attempts", "spraying",
+	"cracking", "cracker", "leak", "leaks", "dump", "list", "lists", "points", "holder",
+	"holders", "exchange", "economy", "sale", "price", "error", "errors", "validation",
+	"check", "checks", "checker", "meter", "flow", "grant", "endpoint", "server", "service",
+	"refresh", "expires", "expired", NULL,
+};
+
 /* Qualifier words after which a value may follow without a copula ("come password ho messo X",
  * "I set the password to X" is a copula already). */
 static const char *const setting_verbs[] = {
@@ -552,6 +569,21 @@ size_t credential_scan_token(const char *t, size_t len, size_t i, enum detect_ki
 {
 	unsigned char c = (unsigned char) t[i];
 
+	if (is_digit(c)) {
+		/* Telegram bot tokens: <bot id>:<35 base64url> */
+		size_t p = i, e;
+		while (p < len && is_digit(t[p]) && p - i <= 10)
+			p++;
+		if (p - i < 8 || p - i > 10 || AT(p) != ':')
+			return 0;
+		e = ++p;
+		while (e < len && b64url(t[e]) && e - p <= 35)
+			e++;
+		if (e - p != 35 || (e < len && is_word((unsigned char) t[e])))
+			return 0;
+		*kind = DETECT_API_KEY;
+		return e;
+	}
 	if (!token_first[c])
 		return 0;
 	if (c == 'P') {
@@ -852,12 +884,12 @@ static bool placeholder(const char *s, size_t n)
 
 /* Looks like code, not a value: "request.form['password']", "getpass()", "os.environ",
  * "user_password", "self.pw", "hash(pw)". */
-static bool code_like(const char *s, size_t n, int next)
+static bool code_like(const char *s, size_t n, int next, int next2)
 {
 	size_t k = 0;
 	bool dot = false, us = false, digit = false, upper = false;
 
-	if (next == '(' || next == '[' || next == '.')
+	if (next == '(' || next == '[' || (next == '.' && (is_alpha(next2) || next2 == '_')))
 		return true;
 	while (k < n && (is_alnum(s[k]) || s[k] == '_' || s[k] == '.')) {
 		dot |= s[k] == '.';
@@ -960,6 +992,21 @@ static bool starts_with_not_value(const char *s, size_t n)
 	return in_list(w, k, not_values) || in_list(w, k, placeholders);
 }
 
+/* A word that describes a value rather than being one: "wrong", "required", and
+ * participles and adverbs ("reset", "changed", "cambiata", "cambiada", "usually"). */
+static bool describing(const char *w, size_t n, unsigned utf8)
+{
+	if (in_list(w, n, not_values))
+		return true;
+	return n >= 6 && utf8 == 0 &&
+	       (strcmp(w + n - 2, "ed") == 0 || strcmp(w + n - 3, "ing") == 0 ||
+		strcmp(w + n - 2, "ly") == 0 || strcmp(w + n - 3, "ata") == 0 ||
+		strcmp(w + n - 3, "ato") == 0 || strcmp(w + n - 3, "ada") == 0 ||
+		strcmp(w + n - 3, "ado") == 0 || strcmp(w + n - 3, "ida") == 0 ||
+		strcmp(w + n - 3, "ita") == 0 || strcmp(w + n - 4, "ente") == 0 ||
+		strcmp(w + n - 4, "ible") == 0 || strcmp(w + n - 4, "able") == 0);
+}
+
 enum sep { SEP_NONE, SEP_MARK, SEP_COPULA };
 
 /*
@@ -989,9 +1036,15 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 			return 0;
 		if (nl && !(h->flags & (HF_PHRASE | HF_ALPHA)))
 			return 0; /* several words: a passphrase only */
-		if (starts_with_not_value(t + s, e - s) && (nl || sh.digit + sh.other == 0))
-			return 0;
-		if (!nl && code_like(t + s, e - s, 0) && sh.digit == 0)
+		if (starts_with_not_value(t + s, e - s)) {
+			/* "too short" describes; "el gato come pescado" is a passphrase */
+			unsigned spaces = 0;
+			for (size_t k = s; k < e; k++)
+				spaces += t[k] == ' ';
+			if (spaces < 2 || !(h->flags & HF_PHRASE))
+				return 0;
+		}
+		if (!nl && code_like(t + s, e - s, 0, 0) && sh.digit == 0)
 			return 0;
 		if ((h->flags & (HF_LONG | HF_MIXED | HF_ALPHA | HF_DIGITS | HF_PHRASE)) == HF_LONG &&
 		    (e - s < 8 || classes(&sh) < 2))
@@ -1010,7 +1063,7 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 			size_t ve = value_end(t, len, q);
 			struct shape s2 = shape_of(t + q, ve - q);
 			if (ve - q < 4 || ve - q > 24 || s2.digit == 0 || s2.lower + s2.upper == 0 ||
-			    s2.utf8 || placeholder(t + q, ve - q) || code_like(t + q, ve - q, AT(ve)))
+			    s2.utf8 || placeholder(t + q, ve - q) || code_like(t + q, ve - q, AT(ve), AT(ve + 1)))
 				break;
 			last = ve;
 			q = ve;
@@ -1026,7 +1079,7 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 	}
 	v = value_end(t, len, p);
 	n = v - p;
-	if (n == 0 || placeholder(t + p, n) || code_like(t + p, n, AT(v)))
+	if (n == 0 || placeholder(t + p, n) || code_like(t + p, n, AT(v), AT(v + 1)))
 		return 0;
 	sh = shape_of(t + p, n);
 	/* digits only */
@@ -1063,16 +1116,7 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 		if (!(h->flags & HF_ALPHA) || sep != SEP_COPULA || n < 4 || n >= sizeof(w))
 			return 0;
 		fold(t + p, n, w, sizeof(w));
-		if (in_list(w, n, not_values))
-			return 0;
-		/* participles and adverbs describe ("reset", "changed", "cambiata", "cambiada") */
-		if (n >= 6 && sh.utf8 == 0 &&
-		    (strcmp(w + n - 2, "ed") == 0 || strcmp(w + n - 3, "ing") == 0 ||
-		     strcmp(w + n - 2, "ly") == 0 || strcmp(w + n - 3, "ata") == 0 ||
-		     strcmp(w + n - 3, "ato") == 0 || strcmp(w + n - 3, "ada") == 0 ||
-		     strcmp(w + n - 3, "ado") == 0 || strcmp(w + n - 3, "ida") == 0 ||
-		     strcmp(w + n - 3, "ita") == 0 || strcmp(w + n - 4, "ente") == 0 ||
-		     strcmp(w + n - 4, "ible") == 0 || strcmp(w + n - 4, "able") == 0))
+		if (describing(w, n, sh.utf8) && !((h->flags & HF_WORDS) && !clause_end(t, len, v)))
 			return 0;
 		if (clause_end(t, len, v)) {
 			*ret_start = p;
@@ -1086,7 +1130,7 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 			struct word wd;
 			while (words < 8 && q < len && t[q] == ' ' && read_word(t, len, q + 1, &wd)) {
 				struct shape s2 = shape_of(t + wd.s, wd.n);
-				if (s2.digit + s2.other || wd.n < 3 || in_list(wd.w, wd.n, not_values) ||
+				if (s2.digit + s2.other || wd.n < 3 || describing(wd.w, wd.n, s2.utf8) ||
 				    in_list(wd.w, wd.n, clause_words) || in_list(wd.w, wd.n, unit_words))
 					break;
 				words++;
@@ -1120,7 +1164,7 @@ static size_t pair_at(const char *t, size_t len, size_t p, size_t *ret_start)
 	if (q == u || (t[u] == ' ' && q == u + 1))
 		return 0; /* "user password": too loose */
 	v = value_end(t, len, q);
-	if (v - q < 4 || placeholder(t + q, v - q) || code_like(t + q, v - q, AT(v)))
+	if (v - q < 4 || placeholder(t + q, v - q) || code_like(t + q, v - q, AT(v), AT(v + 1)))
 		return 0;
 	sh = shape_of(t + q, v - q);
 	if (classes(&sh) < 2 || sh.digit + sh.other == 0)
@@ -1287,7 +1331,7 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 	/* up to six qualifier words ("password [for the office wifi] is X"); while each of them
 	 * is an access word, a head or a verb of choosing, a strong value may follow without a
 	 * copula ("PIN 4821", "codice OTP 771203", "come password ho messo X") */
-	for (int words = 0; words < 6; words++) {
+	for (int words = 0; words < 7; words++) {
 		size_t q = p;
 		while (q < len && (t[q] == ' ' || t[q] == '\t'))
 			q++;
@@ -1308,6 +1352,8 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 		}
 		if (w.w[w.n - 1] == ')' && !memchr(w.w, '(', w.n))
 			break;
+		if (words == 0 && whole && in_list(w.w, w.n, compounds))
+			return 0; /* "the password manager is open": about another thing */
 		if ((h->flags & HF_QUAL) && access_word(w.w, w.n))
 			access = true;
 		chain = in_list(w.w, w.n, setting_verbs) || credential_is_head(w.w, w.n) ||

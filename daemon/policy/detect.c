@@ -1320,6 +1320,10 @@ static size_t scan_at(const char *t, size_t len, size_t i, enum detect_kind *kin
 	if (is_digit(c)) {
 		if (!left_ok_num(t, i))
 			return 0;
+		if ((e = credential_scan_token(t, len, i, kind))) {
+			*ret_start = i;
+			return e;
+		}
 		TRY(DETECT_ADDRESS, scan_address_en(t, len, i));
 		TRY(DETECT_CARD, scan_card(t, len, i));
 		TRY(DETECT_US_SSN, scan_ssn(t, len, i));
