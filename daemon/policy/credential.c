@@ -147,7 +147,7 @@ static const char *const access_words[] = {
 	"puerta", "portal", "port\xc3\xb3n", "alarma", "caja", "fuerte", "acceso", "seguridad",
 	"desbloqueo", "verificaci\xc3\xb3n", "verificacion", "confirmaci\xc3\xb3n", "candado",
 	"secreto", "recuperaci\xc3\xb3n", "respaldo", "telefonillo", "interfono", "armadietto",
-	"taquilla", "bancomat", "sim", "tarjeta", "carta", "card", "atm", "bank", "wifi", "wi-fi",
+	"taquilla", "garaje", "cochera", "buz\xc3\xb3n", "trastero", "bancomat", "sim", "tarjeta", "carta", "card", "atm", "bank", "wifi", "wi-fi",
 	NULL,
 };
 
@@ -282,6 +282,12 @@ static const char *const clause_words[] = {
 	"gracias", "porque", "si", "ok", "okay", "lol", "btw", "until", "since", "but", "while",
 	"don't", "dont", "non", "no", "ed", "ma", "(", "-", NULL,
 };
+
+static const char *const wifi_words[] = {
+	"wifi", "wi-fi", "wpa", "wpa2", "wpa3", "wlan", "wireless", "network", "router", "psk",
+	"wep", "hotspot", NULL,
+};
+static const struct head wifi_key = { "key", PW & ~HF_SUFFIX };
 
 /* ---- heads ---- */
 
@@ -674,11 +680,15 @@ size_t credential_scan_url(const char *t, size_t len, size_t i, enum detect_kind
 		*ret_start = s + 1 + (t[host] == 'h' ? 9 : 13);
 		return q;
 	}
-	/* the authority: up to '/', '?', '#' or a space; its last '@' ends the user info */
+	/* the authority: up to '/', '?', '#' or a space; its last '@' ends the user info (a
+	 * password written with a raw '?' or '#' in it is still taken: an '@' follows it
+	 * before any '/' or space) */
 	for (q = host; q < len && q - host < 300; q++) {
 		int c = (unsigned char) t[q];
-		if (c == '/' || c == '?' || c == '#' || is_space(c) || c == '"' || c == '\'' ||
-		    c == '`' || c == '<' || c == '>')
+		if (c == '/' || is_space(c) || c == '"' || c == '\'' || c == '`' || c == '<' ||
+		    c == '>')
+			break;
+		if ((c == '?' || c == '#') && !memchr(t + q, '@', MIN(len - q, (size_t) 128)))
 			break;
 		if (c == '@')
 			at = q;
@@ -756,9 +766,9 @@ static bool access_word(const char *w, size_t n)
 	return in_list(b, m, access_words);
 }
 
-/* Looks back from i over at most two words on the same line for an access word ("front
- * door code", "2FA backup code", "DOOR_CODE"). */
-static bool access_before(const char *t, size_t i)
+/* Looks back from i over at most two words on the same line for a word of list ("front
+ * door code", "2FA backup code", "DOOR_CODE", "wifi key"). */
+static bool word_before(const char *t, size_t i, const char *const *list)
 {
 	size_t p = i, lim = i > 40 ? i - 40 : 0;
 
@@ -774,7 +784,7 @@ static bool access_before(const char *t, size_t i)
 		if (e == p || e - p >= sizeof(w))
 			return false;
 		fold(t + p, e - p, w, sizeof(w));
-		if (access_word(w, e - p))
+		if (list ? in_list(w, e - p, list) : access_word(w, e - p))
 			return true;
 		if (p > lim && t[p - 1] != ' ' && t[p - 1] != '_' && t[p - 1] != '-')
 			return false;
@@ -1100,7 +1110,7 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 			return 0;
 		if (n < min || sh.other * 2 > n + 1 || starts_with_not_value(t + p, n))
 			return 0;
-		if (sep == SEP_NONE && (n < 6 || sh.digit == 0 || sh.lower + sh.upper + sh.utf8 == 0))
+		if (sep == SEP_NONE && (n < 5 || sh.digit == 0 || sh.lower + sh.upper + sh.utf8 == 0))
 			return 0; /* without a copula: a strong value only */
 		*ret_start = p;
 		return v;
@@ -1257,7 +1267,10 @@ static size_t resolve(const char *t, size_t len, size_t p, const struct head *h,
 		const char *close;
 		if (is_quote(t, len, q, &qn, &close))
 			q += qn;
-		if (q < len && (o = inner(t, len, q, kind, ret_start)))
+		/* but digits after "PIN is" or "password is" are the credential, not a phone
+		 * number, and after "code is" not a card either */
+		if (q < len && (o = inner(t, len, q, kind, ret_start)) && *kind != DETECT_PHONE &&
+		    !((h->flags & HF_CODE) && detect_kind_class(*kind) != POLICY_CLASS_SECRET))
 			return o;
 	}
 	/* "Authorization: Bearer X", "Basic X", "token X" */
@@ -1322,7 +1335,10 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 	    (t[i - 7] == 'p' || t[i - 7] == 'P'))
 		return 0; /* "parola chiave": a keyword */
 	if (h->flags & HF_QUAL)
-		access = access_before(t, whole ? i : e - strlen(h->w));
+		access = word_before(t, whole ? i : e - strlen(h->w), NULL);
+	/* "wifi key", "WPA key": a password, not an API key */
+	if ((h->flags & HF_LONG) && h->w[0] == 'k' && word_before(t, whole ? i : e - strlen(h->w), wifi_words))
+		h = &wifi_key;
 	/* a quoted key: "password": "x", 'pw' => 'x' */
 	p = e;
 	if (i > 0 && (t[i - 1] == '"' || t[i - 1] == '\'') && AT(p) == t[i - 1])
