@@ -155,7 +155,8 @@ static const char *const access_words[] = {
  * cambiata in", "se cambió a"). */
 static const char *const copulas[] = {
 	"is", "was", "are", "were", "'s", "\xc3\xa8", "e'", "\xc3\xa9", "era", "sar\xc3\xa0",
-	"sono", "erano", "es", "fue", "ser\xc3\xa1", "son", "eran", "reads", "equals", NULL,
+	"sono", "erano", "es", "fue", "ser\xc3\xa1", "son", "eran", "reads", "equals", "remains",
+	"rimane", "resta", "sigue", NULL,
 };
 static const char *const copula_more[] = {
 	"now", "still", "currently", "just", "simply", "actually", "always", "set", "changed",
@@ -178,6 +179,14 @@ static const char *const compounds[] = {
 	"holders", "exchange", "economy", "sale", "price", "error", "errors", "validation",
 	"check", "checks", "checker", "meter", "flow", "grant", "endpoint", "server", "service",
 	"refresh", "expires", "expired", NULL,
+};
+
+/* Nouns that make a compound with the head word after them ("gestore di password", "gestor
+ * de contraseñas", "password" in "reset password link" is not one: only these). */
+static const char *const compounds_before[] = {
+	"gestore", "gestori", "gestor", "gestores", "generatore", "generador", "reimpostazione",
+	"recupero", "recuperaci\xc3\xb3n", "cambio", "campo", "requisiti", "requisitos",
+	"lunghezza", "longitud", "politica", "pol\xc3\xadtica", NULL,
 };
 
 /* Qualifier words after which a value may follow without a copula ("come password ho messo X",
@@ -218,6 +227,8 @@ static const char *const not_values[] = {
 	"similar", "identical", "mine", "yours", "ours", "theirs", "fake", "real", "correctly",
 	"incorrectly", "ready", "done", "gone", "back", "up", "down", "out", "off", "due", "about",
 	"coming", "changing", "expiring", "getting", "going", "we", "you", "they", "he", "she", "i",
+	"open", "closed", "aperto", "aperta", "chiuso", "chiusa", "abierto", "abierta", "cerrado",
+	"cerrada",
 	/* Italian */
 	"scaduta", "scaduto", "sbagliata", "sbagliato", "errata", "errato", "corretta", "corretto",
 	"obbligatoria", "obbligatorio", "richiesta", "richiesto", "mancante", "vuota", "vuoto",
@@ -1334,6 +1345,11 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 	if (whole && i >= 7 && prefix_at(t, len, i - 6, "arola ") &&
 	    (t[i - 7] == 'p' || t[i - 7] == 'P'))
 		return 0; /* "parola chiave": a keyword */
+	/* "!pw" in "S3cret!pw" is no key word; "gestore di password" is about the manager */
+	if (i > 0 && strchr("!#$%&+/=@^|~\\", t[i - 1]))
+		return 0;
+	if (whole && word_before(t, i, compounds_before))
+		return 0;
 	if (h->flags & HF_QUAL)
 		access = word_before(t, whole ? i : e - strlen(h->w), NULL);
 	/* "wifi key", "WPA key": a password, not an API key */
@@ -1381,6 +1397,8 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 		size_t q = p;
 		while (q < len && (t[q] == ' ' || t[q] == '\t'))
 			q++;
+		if (AT(q) == ':' && AT(q + 1) == '/')
+			return 0; /* "https:" */
 		if (AT(q) == ':' || AT(q) == '=') {
 			q++;
 			if (AT(q) == '=' || AT(q) == '>')
@@ -1401,6 +1419,32 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 	if ((h->flags & HF_QUAL) && !access)
 		return 0;
 	return resolve(t, len, p, h, sep, inner, kind, ret_start);
+}
+
+size_t credential_scan_cli(const char *t, size_t len, size_t i, size_t *ret_start)
+{
+	size_t p, v;
+
+	if (prefix_at(t, len, i, "-u ") || prefix_at(t, len, i, "--user ") ||
+	    prefix_at(t, len, i, "--user="))
+		p = i + (t[i + 1] == 'u' ? 3 : 7);
+	else
+		return 0;
+	if (i > 0 && !is_space(t[i - 1]))
+		return 0;
+	if (AT(p) == '"' || AT(p) == '\'')
+		p++;
+	v = p;
+	while (v < len && v - p < 64 && !is_space(t[v]) && t[v] != ':' && t[v] != '"' && t[v] != '\'')
+		v++;
+	if (v == p || AT(v) != ':')
+		return 0;
+	p = ++v;
+	v = value_end(t, len, p);
+	if (v - p < 4 || placeholder(t + p, v - p))
+		return 0;
+	*ret_start = p;
+	return v;
 }
 
 /* ---- init ---- */

@@ -54,6 +54,10 @@ size_t credential_scan_url(const char *t, size_t len, size_t i, enum detect_kind
  * (DETECT_PRIVATE_KEY). Returns the end, the match starting at i, or 0. */
 size_t credential_scan_token(const char *t, size_t len, size_t i, enum detect_kind *kind);
 
+/* At '-': "-u user:password", "--user user:password" (curl): the password (DETECT_SECRET),
+ * its end returned and its start in *ret_start, or 0. */
+size_t credential_scan_cli(const char *t, size_t len, size_t i, size_t *ret_start);
+
 /* At a word start i: a run of 12 or more BIP-39 words of one language, separated by spaces,
  * newlines, commas or numbering ("1. abandon 2. ability ..."). Returns the run's end, or 0
  * and in *ret_next the first byte where a run may still start (a failed run is not tried

@@ -1305,6 +1305,10 @@ static size_t scan_at(const char *t, size_t len, size_t i, enum detect_kind *kin
 
 	if (c == '-') {
 		TRY(DETECT_PRIVATE_KEY, scan_pem(t, len, i));
+		if ((e = credential_scan_cli(t, len, i, ret_start))) {
+			*kind = DETECT_SECRET;
+			return e;
+		}
 		return 0;
 	}
 	if (c == '+' || c == '(') {
