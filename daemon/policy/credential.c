@@ -126,6 +126,10 @@ static const struct head heads[] = {
 	{ "codici", CODE },	     { "c\xc3\xb3" "digo", CODE }, { "c\xc3\xb3" "digos", CODE },
 	{ "codigo", CODE },	     { "combination", HF_CODE }, { "combinazione", HF_CODE },
 	{ "combinaci\xc3\xb3n", HF_CODE }, { "combinacion", HF_CODE },
+	/* locks named for their code: "bike lock 4-4-0-9", "the keypad is 6318" */
+	{ "lock", HF_CODE }, { "padlock", HF_CODE }, { "keypad", HF_CODE }, { "lockbox", HF_CODE },
+	{ "keycode", HF_CODE }, { "doorcode", HF_CODE }, { "lucchetto", HF_CODE },
+	{ "tastierino", HF_CODE }, { "candado", HF_CODE }, { "teclado", HF_CODE },
 	{ "key", KEY },		     { "keys", KEY },	     { "token", KEY },
 	{ "tokens", KEY },	     { "secret", KEY },	     { "secrets", KEY },
 	{ "segreto", KEY },	     { "secreto", KEY },     { "apikey", KEY },
@@ -147,7 +151,7 @@ static const char *const access_words[] = {
 	"puerta", "portal", "port\xc3\xb3n", "alarma", "caja", "fuerte", "acceso", "seguridad",
 	"desbloqueo", "verificaci\xc3\xb3n", "verificacion", "confirmaci\xc3\xb3n", "candado",
 	"secreto", "recuperaci\xc3\xb3n", "respaldo", "telefonillo", "interfono", "armadietto",
-	"taquilla", "garaje", "cochera", "buz\xc3\xb3n", "trastero", "bancomat", "sim", "tarjeta", "carta", "card", "atm", "bank", "wifi", "wi-fi",
+	"taquilla", "open", "aprire", "abrir", "garaje", "cochera", "buz\xc3\xb3n", "trastero", "bancomat", "sim", "tarjeta", "carta", "card", "atm", "bank", "wifi", "wi-fi",
 	NULL,
 };
 
@@ -1360,13 +1364,20 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 	if (i > 0 && (t[i - 1] == '"' || t[i - 1] == '\'') && AT(p) == t[i - 1])
 		p++;
 
-	/* up to six qualifier words ("password [for the office wifi] is X"); while each of them
+	/* up to seven qualifier words, short ones free ("password [for the office wifi] is X");
+	 * while each of them
 	 * is an access word, a head or a verb of choosing, a strong value may follow without a
 	 * copula ("PIN 4821", "codice OTP 771203", "come password ho messo X") */
-	for (int words = 0; words < 7; words++) {
+	for (int words = 0, content = 0; words < 10 && content < 7; words++) {
 		size_t q = p;
 		while (q < len && (t[q] == ' ' || t[q] == '\t'))
 			q++;
+		/* an apposition: "the same password, Fluffy2010, ..." */
+		if (words == 0 && q == p && AT(q) == ',' && AT(q + 1) == ' ' &&
+		    !(h->flags & (HF_PAIR | HF_QUAL)) &&
+		    (v = resolve(t, len, q + 2, h, SEP_NONE, inner, kind, ret_start)) &&
+		    (v >= len || t[v] == ',' || t[v] == '.'))
+			return v;
 		if (q >= len || q - p > 2 || q == p)
 			break;
 		if (t[q] == ':' || t[q] == '=' || (t[q] == '-' && AT(q + 1) == '>') ||
@@ -1377,6 +1388,7 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 			return v; /* SEP_NONE: value_at() wants a strong value */
 		if (!read_word(t, len, q, &w))
 			break;
+		content += w.n > 3; /* "to", "the", "of", "del" do not count */
 		if (in_list(w.w, w.n, copulas)) {
 			sep = SEP_COPULA;
 			p = after_copula(t, len, w.e);
