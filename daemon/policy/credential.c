@@ -100,6 +100,7 @@ static bool in_list(const char *w, size_t n, const char *const *list)
 #define HF_PAIR 0x200u    /* "login: user / password" */
 #define HF_SCHEME 0x400u  /* "Authorization: Bearer X", "Basic X" */
 #define HF_WORDS 0x800u   /* a passphrase may start with any word ("correct horse ...") */
+#define HF_MARKED 0x1000u /* no quoted value without a copula or a mark ("pass \"-v\" on") */
 
 struct head {
 	const char *w;
@@ -114,7 +115,7 @@ struct head {
 static const struct head heads[] = {
 	{ "password", PW },	     { "passwords", PW },    { "passwd", PW },
 	{ "passcode", PW },	     { "passphrase", PW | HF_WORDS },   { "pwd", PW },
-	{ "pw", PW & ~HF_SUFFIX },   { "pass", PW & ~HF_ALPHA }, { "pswd", PW },
+	{ "pw", PW & ~HF_SUFFIX },   { "pass", (PW & ~HF_ALPHA) | HF_MARKED }, { "pswd", PW },
 	{ "psw", PW },		     { "passwort", PW },     { "senha", PW },
 	{ "contrase\xc3\xb1" "a", PW }, { "contrase\xc3\xb1" "as", PW }, { "contrasena", PW },
 	{ "parola", PW | HF_ORDINE }, { "clave", HF_DIGITS | HF_MIXED | HF_SUFFIX },
@@ -837,6 +838,25 @@ static bool clause_end(const char *t, size_t len, size_t p)
 	return read_word(t, len, p, &w) && in_list(w.w, w.n, clause_words);
 }
 
+/* A snake_case name: lower-case letters and digits in parts joined by single '_'
+ * ("force_zip64", "max_len"). */
+static bool snake_name(const char *s, size_t n)
+{
+	bool us = false;
+
+	if (n == 0 || !is_lower(s[0]) || s[n - 1] == '_')
+		return false;
+	for (size_t i = 1; i < n; i++) {
+		if (s[i] == '_') {
+			if (s[i - 1] == '_')
+				return false;
+			us = true;
+		} else if (!is_lower(s[i]) && !is_digit(s[i]))
+			return false;
+	}
+	return us;
+}
+
 /* The value's shape. */
 struct shape {
 	unsigned lower, upper, digit, other, utf8, n;
@@ -867,6 +887,16 @@ static unsigned classes(const struct shape *h)
 	return (h->lower + h->utf8 > 0) + (h->upper > 0) + (h->digit > 0) + (h->other > 0);
 }
 
+/* A token for a key, a token or a secret: letters with digits, or both cases over 16 bytes
+ * ("__name__", "include-system-site-packages", "1.3.6.1.5.5.7.3.1" are not). */
+static bool token_like(const struct shape *h, bool strict)
+{
+	if (h->n < 12)
+		return false;
+	return (h->digit >= (strict ? 2u : 1u) && h->lower + h->upper >= 2) ||
+	       (h->upper > 0 && h->lower > 0 && h->n >= 16 && h->upper * 5 >= h->n);
+}
+
 /* Stands for a value rather than being one: "<your-password>", "${DB_PASSWORD}", "$PW",
  * "%PW%", "{{ vault_pw }}", "***", "xxxx", "changeme", "your_password_here", "!vault". */
 static bool placeholder(const char *s, size_t n)
@@ -876,7 +906,9 @@ static bool placeholder(const char *s, size_t n)
 
 	if (n == 0)
 		return true;
-	if (strchr("<[{$%!|>", s[0]) || (n >= 3 && memcmp(s, "\xe2\x9f\xa8", 3) == 0) ||
+	if (s[0] == '-' && n > 1 && (is_alpha(s[1]) || s[1] == '-'))
+		return true; /* a command-line option: "--quiet", "-v" */
+	if (strchr("<[{$%!|>(", s[0]) || (n >= 3 && memcmp(s, "\xe2\x9f\xa8", 3) == 0) ||
 	    (n >= 3 && memcmp(s, "\xe2\x80\xa2", 3) == 0) || (n >= 3 && memcmp(s, "\xe2\x80\xa6", 3) == 0))
 		return true;
 	for (size_t k = 1; k < n; k++)
@@ -923,7 +955,7 @@ static bool code_like(const char *s, size_t n, int next, int next2)
 		upper |= is_upper(s[k]);
 		k++;
 	}
-	if (k < n && k > 0 && (s[k] == '(' || s[k] == '[') && is_alpha(s[0]))
+	if (k < n && k > 0 && (s[k] == '(' || s[k] == '[') && (is_alpha(s[0]) || s[0] == '_'))
 		return true; /* a call or an index */
 	if (k == n && is_alpha(s[0]) && !digit) {
 		/* a dotted path or a snake_case name of lower-case letters */
@@ -1055,6 +1087,8 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 			e++;
 		if (!prefix_at(t, len, e, close) || e - s < 3 || placeholder(t + s, e - s))
 			return 0;
+		if (sep == SEP_NONE && (h->flags & HF_MARKED))
+			return 0;
 		nl = memchr(t + s, ' ', e - s);
 		sh = shape_of(t + s, e - s);
 		if (h->flags & HF_CODE && !(h->flags & HF_DIGITS) && sh.digit == 0)
@@ -1072,8 +1106,16 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 		if (!nl && code_like(t + s, e - s, 0, 0) && sh.digit == 0)
 			return 0;
 		if ((h->flags & (HF_LONG | HF_MIXED | HF_ALPHA | HF_DIGITS | HF_PHRASE)) == HF_LONG &&
-		    (e - s < 8 || classes(&sh) < 2))
+		    !token_like(&sh, sep == SEP_NONE))
 			return 0;
+		{
+			/* "x" + y, "x".format(), "x" % y, "x"[0]: code around a string */
+			size_t a = e + strlen(close);
+			while (a < len && t[a] == ' ')
+				a++;
+			if (a < len && strchr("+.%[*", t[a]) && !(t[a] == '.' && (a + 1 >= len || is_space(t[a + 1]))))
+				return 0;
+		}
 		*ret_start = s;
 		return e;
 	}
@@ -1120,13 +1162,16 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 	/* two classes or more */
 	if (sh.digit + sh.other > 0 && sh.lower + sh.upper + sh.utf8 + sh.digit > 0 &&
 	    classes(&sh) >= 2) {
-		unsigned min = (h->flags & (HF_MIXED | HF_DIGITS | HF_ALPHA)) ? 4u : 12u;
 		if (!(h->flags & (HF_MIXED | HF_LONG | HF_DIGITS | HF_ALPHA)))
 			return 0;
-		if (n < min || sh.other * 2 > n + 1 || starts_with_not_value(t + p, n))
+		if (!(h->flags & (HF_MIXED | HF_DIGITS | HF_ALPHA)) && !token_like(&sh, sep == SEP_NONE))
 			return 0;
-		if (sep == SEP_NONE && (n < 5 || sh.digit == 0 || sh.lower + sh.upper + sh.utf8 == 0))
-			return 0; /* without a copula: a strong value only */
+		if (n < 4 || sh.other * 2 > n + 1 || starts_with_not_value(t + p, n))
+			return 0;
+		if (sep == SEP_NONE && (n < 5 || sh.digit == 0 || sh.lower + sh.upper + sh.utf8 == 0 ||
+					!is_alnum(t[p]) ||
+					snake_name(t + p, n)))
+			return 0; /* without a copula: a strong value, not a name ("force_zip64") */
 		*ret_start = p;
 		return v;
 	}
@@ -1373,8 +1418,8 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 		while (q < len && (t[q] == ' ' || t[q] == '\t'))
 			q++;
 		/* an apposition: "the same password, Fluffy2010, ..." */
-		if (words == 0 && q == p && AT(q) == ',' && AT(q + 1) == ' ' &&
-		    !(h->flags & (HF_PAIR | HF_QUAL)) &&
+		if (words == 0 && whole && q == p && AT(q) == ',' && AT(q + 1) == ' ' &&
+		    !(h->flags & (HF_PAIR | HF_QUAL | HF_MARKED)) &&
 		    (v = resolve(t, len, q + 2, h, SEP_NONE, inner, kind, ret_start)) &&
 		    (v >= len || t[v] == ',' || t[v] == '.'))
 			return v;
@@ -1383,7 +1428,10 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 		if (t[q] == ':' || t[q] == '=' || (t[q] == '-' && AT(q + 1) == '>') ||
 		    prefix_at(t, len, q, "\xe2\x86\x92"))
 			break;
-		if (chain && !(h->flags & HF_PAIR) && (!(h->flags & HF_QUAL) || access) &&
+		/* (an identifier, "EC_KEY", "#define X_KEY \"...\"", takes a value after a mark
+		 * only) */
+		if (chain && whole && !(h->flags & HF_PAIR) &&
+		    (!(h->flags & HF_QUAL) || access) &&
 		    (v = resolve(t, len, q, h, SEP_NONE, inner, kind, ret_start)))
 			return v; /* SEP_NONE: value_at() wants a strong value */
 		if (!read_word(t, len, q, &w))
@@ -1409,8 +1457,10 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 		size_t q = p;
 		while (q < len && (t[q] == ' ' || t[q] == '\t'))
 			q++;
-		if (AT(q) == ':' && AT(q + 1) == '/')
-			return 0; /* "https:" */
+		if (AT(q) == ':' && (AT(q + 1) == '/' || AT(q + 1) == ':'))
+			return 0; /* "https:", "key::" */
+		if (AT(q) == '=' && AT(q + 1) == '=')
+			return 0; /* "key == x": a comparison */
 		if (AT(q) == ':' || AT(q) == '=') {
 			q++;
 			if (AT(q) == '=' || AT(q) == '>')
