@@ -157,6 +157,11 @@ TEST(tokens_and_keys)
 
 TEST(seed_phrases)
 {
+	struct detect_matches m = { 0 };
+
+	/* the word lists are hashed on the first scan */
+	ASSERT_OK(detect_scan("x", 1, &m));
+	detect_matches_done(&m);
 	ASSERT_EQ(credential_bip39_langs("abandon", 7), 1u);
 	ASSERT_EQ(credential_bip39_langs("abaco", 5), 2u);
 	ASSERT_EQ(credential_bip39_langs("\xc3\xa1" "baco", 6), 4u);
@@ -169,6 +174,17 @@ TEST(seed_phrases)
 	       "10. winner 11. thank 12. yellow",
 	       "seed_phrase=[legal 2. winner 3. thank 4. year 5. wave 6. sausage 7. worth 8. useful "
 	       "9. legal 10. winner 11. thank 12. yellow]");
+	/* wherever the run starts: the walk samples one word in four */
+	for (int k = 0; k < 8; k++) {
+		static const char *const pre[] = { "", "So ", "So the ", "so the is ", "ok, the is on ",
+						   "x y z w ", "x, y, z, w, v ", "ok: " };
+		char text[512], want[512];
+		snprintf(text, sizeof(text), "%sbamboo bean behave belt bench benefit best betray "
+			 "better between beyond bicycle, thanks", pre[k]);
+		snprintf(want, sizeof(want), "seed_phrase=[bamboo bean behave belt bench benefit best "
+			 "betray better between beyond bicycle]");
+		EXPECT(text, want);
+	}
 	/* eleven words, and English prose */
 	EXPECT("abandon ability able about above absent absorb abstract absurd abuse access", "");
 	EXPECT("we often forget that the quick brown fox jumps over the lazy dog every single "

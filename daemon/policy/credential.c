@@ -310,6 +310,13 @@ static const struct head wifi_key = { "key", PW & ~HF_SUFFIX };
 /* By last byte of the head word, its entries in heads[] (by_last[c] .. by_last[c + 1]). */
 static uint8_t head_order[ELEMENTSOF(heads)];
 static uint8_t head_by_last[257];
+/* A bit per last two bytes (folded) of some head: most words fail here. */
+static uint64_t head_end2[65536 / 64];
+
+static inline unsigned fold_byte(unsigned char c)
+{
+	return is_upper(c) ? c + 32u : (c >= 0x80 && c <= 0x9e && c != 0x97) ? c + 0x20u : c;
+}
 
 size_t credential_n_heads(void)
 {
@@ -368,6 +375,16 @@ unsigned credential_bip39_langs(const char *w, size_t n)
 	}
 }
 
+/* A bit per first three bytes (five bits of each) of some BIP-39 word: most words of a text
+ * fail this before any hashing. */
+static uint64_t seed_tri[32768 / 64];
+
+static inline unsigned seed_tri_key(const char *w)
+{
+	return ((unsigned char) w[0] & 31u) << 10 | ((unsigned char) w[1] & 31u) << 5 |
+	       ((unsigned char) w[2] & 31u);
+}
+
 static void seed_init(void)
 {
 	const char *const lists[3] = { bip39_english, bip39_italian, bip39_spanish };
@@ -384,6 +401,7 @@ static void seed_init(void)
 			seed_len[n] = (uint8_t) wl;
 			seed_lang[n] = (uint8_t) l;
 			seed_slot[s] = (uint16_t) (n + 1);
+			seed_tri[seed_tri_key(p) >> 6] |= 1ull << (seed_tri_key(p) & 63);
 			n++;
 			p += wl + 1;
 		}
@@ -403,22 +421,35 @@ static size_t seed_word_end(const char *t, size_t len, size_t p)
 	return e;
 }
 
-size_t credential_scan_seed(const char *t, size_t len, size_t i, size_t *ret_next)
+/* The BIP-39 languages of the word at p (0: none, or no word), its end in *ret_end. */
+static unsigned seed_word_at(const char *t, size_t len, size_t p, size_t *ret_end)
 {
-	unsigned langs = 7, count = 0;
-	size_t p = i, last = 0;
+	size_t e;
+
+	if (p + 3 > len || !(seed_tri[seed_tri_key(t + p) >> 6] >> (seed_tri_key(t + p) & 63) & 1))
+		return 0;
+	e = seed_word_end(t, len, p);
+	if (e - p < 3)
+		return 0;
+	*ret_end = e;
+	return credential_bip39_langs(t + p, e - p);
+}
+
+/* The run of words of a common language from p; returns the count, the last word's end in
+ * *ret_last and in *ret_break the start of what ended the run. */
+static unsigned seed_run(const char *t, size_t len, size_t p, unsigned langs, size_t *ret_last,
+			 size_t *ret_break)
+{
+	unsigned count = 0;
 
 	for (;;) {
-		size_t e = seed_word_end(t, len, p), q;
-		unsigned l;
-		if (e == p || e - p < 3)
-			break;
-		l = credential_bip39_langs(t + p, e - p);
+		size_t e = p, q;
+		unsigned l = seed_word_at(t, len, p, &e);
 		if (!(l & langs))
 			break;
 		langs &= l;
 		count++;
-		last = e;
+		*ret_last = e;
 		/* a separator: white space and at most one ',' or '-', or a number ("2." "3)") */
 		q = e;
 		while (q < len && q - e < 8 && (is_space(t[q]) || t[q] == ',' || t[q] == '-'))
@@ -432,13 +463,63 @@ size_t credential_scan_seed(const char *t, size_t len, size_t i, size_t *ret_nex
 			while (q < len && q - e < 14 && is_space(t[q]))
 				q++;
 		}
-		if (q == e || q >= len)
+		if (q == e || q >= len) {
+			p = q;
 			break;
+		}
 		p = q;
 	}
-	if (count >= 12)
-		return last;
-	*ret_next = count ? p : i + 1;
+	*ret_break = p;
+	return count;
+}
+
+/* The start of the word that ends at or before p, skipping a separator back (white space,
+ * ',', '-', a number with '.', ')' or ':'); lo if none at or after lo. */
+static size_t seed_word_before(const char *t, size_t p, size_t lo)
+{
+	size_t q = p, e;
+
+	while (q > lo && p - q < 14 &&
+	       (is_space(t[q - 1]) || strchr(",-.):", t[q - 1]) || is_digit(t[q - 1])))
+		q--;
+	e = q;
+	while (q > lo && e - q <= 12 && (is_lower(t[q - 1]) || (unsigned char) t[q - 1] >= 0x80))
+		q--;
+	if (q == e || e - q > 12 || (q > lo && is_word((unsigned char) t[q - 1])))
+		return lo;
+	return q;
+}
+
+size_t credential_scan_seed(const char *t, size_t len, size_t lo, size_t i, size_t *ret_start,
+			    size_t *ret_next)
+{
+	size_t e = i, starts[4], last = 0, brk = i;
+	unsigned langs = seed_word_at(t, len, i, &e), n = 0;
+
+	*ret_next = i + 1;
+	if (!langs)
+		return 0;
+	/* the caller samples one word in four: a run of twelve has such a word within its
+	 * first four, so look back over three words for where it may start */
+	starts[n++] = i;
+	for (int k = 0; k < 3; k++) {
+		size_t b = seed_word_before(t, starts[n - 1], lo), be = b;
+		unsigned l;
+		if (b >= starts[n - 1] || !(l = seed_word_at(t, len, b, &be)) || !(l & langs))
+			break;
+		starts[n++] = b;
+	}
+	/* from the earliest; a start inside a run already tried (before its break) gives no
+	 * longer run than that one */
+	for (unsigned k = n; k-- > 0;) {
+		if (k + 1 < n && starts[k] < brk)
+			continue;
+		if (seed_run(t, len, starts[k], 7, &last, &brk) >= 12) {
+			*ret_start = starts[k];
+			return last;
+		}
+	}
+	*ret_next = MAX(brk, i + 1);
 	return 0;
 }
 
@@ -565,7 +646,12 @@ static const struct token_format {
 	{ "rubygems_", hex, 48, 48, true },
 	{ "AGE-SECRET-KEY-1", upper_digit, 58, 58, false }, /* age: a private key */
 };
-static uint8_t token_first[256]; /* 1: some format starts with this byte */
+/* By first byte, the formats (token_order[token_start[c] .. token_start[c + 1]]); and a bit
+ * per first two bytes that some format (or PuTTY) starts with, so that most words are passed
+ * over after one lookup. */
+static uint8_t token_order[ELEMENTSOF(tokens)];
+static uint8_t token_start[257];
+static uint64_t token_pair[65536 / 64];
 
 /* "PuTTY-User-Key-File-2: ssh-rsa ... Private-MAC: <hex>", to the end of the MAC line (or
  * of the text: a truncated key is still a key). */
@@ -606,8 +692,11 @@ size_t credential_scan_token(const char *t, size_t len, size_t i, enum detect_ki
 		*kind = DETECT_API_KEY;
 		return e;
 	}
-	if (!token_first[c])
-		return 0;
+	{
+		unsigned pair = (unsigned) c << 8 | AT(i + 1);
+		if (!(token_pair[pair >> 6] >> (pair & 63) & 1))
+			return 0;
+	}
 	if (c == 'P') {
 		size_t e = scan_putty(t, len, i);
 		if (e) {
@@ -615,11 +704,11 @@ size_t credential_scan_token(const char *t, size_t len, size_t i, enum detect_ki
 			return e;
 		}
 	}
-	for (size_t k = 0; k < ELEMENTSOF(tokens); k++) {
-		const struct token_format *f = &tokens[k];
+	for (unsigned j = token_start[c]; j < token_start[c + 1]; j++) {
+		const struct token_format *f = &tokens[token_order[j]];
 		size_t n, e, body;
 		bool d = false, a = false;
-		if ((unsigned char) f->prefix[0] != c || !prefix_at(t, len, i, f->prefix))
+		if (!prefix_at(t, len, i, f->prefix))
 			continue;
 		n = strlen(f->prefix);
 		e = i + n;
@@ -676,7 +765,12 @@ size_t credential_scan_url(const char *t, size_t len, size_t i, enum detect_kind
 {
 	size_t p = i, host, at = 0, colon = 0, q;
 
-	/* scheme: letters, digits, + . -, one ':' inside ("jdbc:mysql"), then "://" */
+	/* scheme: letters, digits, + . -, one ':' inside ("jdbc:mysql"), then "://"; most
+	 * words end in a space or punctuation after their letters */
+	while (p < len && p - i < 24 && is_alpha(t[p]))
+		p++;
+	if (p >= len || (t[p] != ':' && t[p] != '+' && t[p] != '.' && t[p] != '-' && !is_digit(t[p])))
+		return 0;
 	while (p < len && p - i < 24 && (is_scheme(t[p]) || (t[p] == ':' && AT(p + 1) != '/')))
 		p++;
 	if (p == i || !is_alpha(t[i]) || !prefix_at(t, len, p, "://"))
@@ -1269,9 +1363,13 @@ static const struct head *find_head(const char *t, size_t i, size_t e, bool *ret
 
 	if (n < 2 || n >= sizeof(w))
 		return NULL;
+	{
+		unsigned pair = fold_byte((unsigned char) t[e - 2]) << 8 |
+				fold_byte((unsigned char) t[e - 1]);
+		if (!(head_end2[pair >> 6] >> (pair & 63) & 1))
+			return NULL;
+	}
 	last = (unsigned char) to_lower((unsigned char) t[e - 1]);
-	if (head_by_last[last] == head_by_last[last + 1])
-		return NULL;
 	fold(t + i, n, w, sizeof(w));
 	for (unsigned j = head_by_last[last]; j < head_by_last[last + 1]; j++) {
 		const struct head *h = &heads[head_order[j]];
@@ -1523,10 +1621,29 @@ void credential_init(void)
 		sum += count[c];
 	}
 	head_by_last[256] = (uint8_t) sum;
+	for (size_t k = 0; k < ELEMENTSOF(heads); k++) {
+		size_t n = strlen(heads[k].w);
+		unsigned pair = (unsigned char) heads[k].w[n - 2] << 8 |
+				(unsigned char) heads[k].w[n - 1];
+		head_end2[pair >> 6] |= 1ull << (pair & 63);
+	}
 	for (size_t k = 0; k < ELEMENTSOF(heads); k++)
 		head_order[at[(unsigned char) heads[k].w[strlen(heads[k].w) - 1]]++] = (uint8_t) k;
+	memset(count, 0, sizeof(count));
+	for (size_t k = 0; k < ELEMENTSOF(tokens); k++) {
+		unsigned pair = (unsigned char) tokens[k].prefix[0] << 8 |
+				(unsigned char) tokens[k].prefix[1];
+		count[(unsigned char) tokens[k].prefix[0]]++;
+		token_pair[pair >> 6] |= 1ull << (pair & 63);
+	}
+	token_pair[('P' << 8 | 'u') >> 6] |= 1ull << (('P' << 8 | 'u') & 63); /* PuTTY */
+	for (int c = 0, sum2 = 0; c < 256; c++) {
+		token_start[c] = (uint8_t) sum2;
+		at[c] = (unsigned) sum2;
+		sum2 += (int) count[c];
+		token_start[c + 1] = (uint8_t) sum2;
+	}
 	for (size_t k = 0; k < ELEMENTSOF(tokens); k++)
-		token_first[(unsigned char) tokens[k].prefix[0]] = 1;
-	token_first['P'] = 1; /* PuTTY */
+		token_order[at[(unsigned char) tokens[k].prefix[0]]++] = (uint8_t) k;
 	seed_init();
 }

@@ -58,11 +58,14 @@ size_t credential_scan_token(const char *t, size_t len, size_t i, enum detect_ki
  * its end returned and its start in *ret_start, or 0. */
 size_t credential_scan_cli(const char *t, size_t len, size_t i, size_t *ret_start);
 
-/* At a word start i: a run of 12 or more BIP-39 words of one language, separated by spaces,
- * newlines, commas or numbering ("1. abandon 2. ability ..."). Returns the run's end, or 0
- * and in *ret_next the first byte where a run may still start (a failed run is not tried
- * again from its inner words: linear). */
-size_t credential_scan_seed(const char *t, size_t len, size_t i, size_t *ret_next);
+/* A run of 12 or more BIP-39 words of one language, separated by spaces, newlines, commas or
+ * numbering ("1. abandon 2. ability ..."), that holds the word starting at i. The caller
+ * tries one lower-case word start in four (so the run may start up to three words before i,
+ * but not before lo). Returns the run's end with its start in *ret_start, or 0; in *ret_next
+ * the first byte where a run may still start (a failed run is not tried again from its inner
+ * words: linear). */
+size_t credential_scan_seed(const char *t, size_t len, size_t lo, size_t i, size_t *ret_start,
+			    size_t *ret_next);
 
 /* For tests: is the word (UTF-8, n bytes) in a BIP-39 list? Bit 0 English, 1 Italian,
  * 2 Spanish. */

@@ -1487,7 +1487,10 @@ static size_t plain_word_end(const char *t, size_t len, size_t i)
 int detect_scan_flags(const char *t, size_t len, struct detect_matches *m, unsigned flags)
 {
 	const bool shortcut = !(flags & DETECT_SCAN_NO_SHORTCUT);
-	size_t i = 0, seed_next = 0; /* no seed phrase starts before seed_next */
+	/* no seed phrase starts before seed_next or inside a match (before last_end); one
+	 * lower-case word start in four (counted in words) is tried */
+	size_t i = 0, seed_next = 0, last_end = 0;
+	unsigned words = 0;
 
 	if (!t)
 		return 0;
@@ -1502,24 +1505,26 @@ int detect_scan_flags(const char *t, size_t len, struct detect_matches *m, unsig
 		if ((i > 0 && (dclass[(unsigned char) t[i - 1]] & DC_WORD) && c != '-') ||
 		    !(dclass[c] & DC_START)) {
 			/* but a seed phrase may start with "ábaco" */
-			if (c == 0xc3 && i >= seed_next && (i == 0 || !(dclass[(unsigned char) t[i - 1]] & DC_WORD)) &&
-			    (e = credential_scan_seed(t, len, i, &seed_next))) {
-				r = push(m, DETECT_SEED_PHRASE, i, e);
+			if (c == 0xc3 && (i == 0 || !(dclass[(unsigned char) t[i - 1]] & DC_WORD)) &&
+			    (++words & 3) == 0 && i >= seed_next &&
+			    (e = credential_scan_seed(t, len, MAX(seed_next, last_end), i, &s,
+						      &seed_next))) {
+				r = push(m, DETECT_SEED_PHRASE, s, e);
 				if (r < 0)
 					return r;
-				i = e;
+				i = last_end = e;
 				continue;
 			}
 			i++;
 			continue;
 		}
 		/* seed phrases: runs of plain words, so before the plain-word shortcut */
-		if ((dclass[c] & DC_LOWER) && i >= seed_next &&
-		    (e = credential_scan_seed(t, len, i, &seed_next))) {
-			r = push(m, DETECT_SEED_PHRASE, i, e);
+		if ((dclass[c] & DC_LOWER) && (++words & 3) == 0 && i >= seed_next &&
+		    (e = credential_scan_seed(t, len, MAX(seed_next, last_end), i, &s, &seed_next))) {
+			r = push(m, DETECT_SEED_PHRASE, s, e);
 			if (r < 0)
 				return r;
-			i = e;
+			i = last_end = e;
 			continue;
 		}
 		if ((dclass[c] & DC_ALPHA) && shortcut && (e = plain_word_end(t, len, i))) {
@@ -1537,7 +1542,7 @@ int detect_scan_flags(const char *t, size_t len, struct detect_matches *m, unsig
 		r = push(m, k, s, e);
 		if (r < 0)
 			return r;
-		i = e;
+		i = last_end = e;
 	}
 	return 0;
 }
