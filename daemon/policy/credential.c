@@ -375,14 +375,15 @@ unsigned credential_bip39_langs(const char *w, size_t n)
 	}
 }
 
-/* A bit per first three bytes (five bits of each) of some BIP-39 word: most words of a text
- * fail this before any hashing. */
-static uint64_t seed_tri[32768 / 64];
+/* A bit per (first three bytes, length) of the BIP-39 words, hashed to 16 bits: a tenth of
+ * the bits are set, so most other words fail this before the word is hashed whole. */
+static uint64_t seed_tri[65536 / 64];
 
-static inline unsigned seed_tri_key(const char *w)
+static inline unsigned seed_tri_key(const char *w, size_t n)
 {
-	return ((unsigned char) w[0] & 31u) << 10 | ((unsigned char) w[1] & 31u) << 5 |
-	       ((unsigned char) w[2] & 31u);
+	uint32_t k = (uint32_t) (unsigned char) w[0] | (uint32_t) (unsigned char) w[1] << 8 |
+		     (uint32_t) (unsigned char) w[2] << 16 | (uint32_t) n << 24;
+	return (k * 2654435761u) >> 16;
 }
 
 static void seed_init(void)
@@ -401,7 +402,7 @@ static void seed_init(void)
 			seed_len[n] = (uint8_t) wl;
 			seed_lang[n] = (uint8_t) l;
 			seed_slot[s] = (uint16_t) (n + 1);
-			seed_tri[seed_tri_key(p) >> 6] |= 1ull << (seed_tri_key(p) & 63);
+			seed_tri[seed_tri_key(p, wl) >> 6] |= 1ull << (seed_tri_key(p, wl) & 63);
 			n++;
 			p += wl + 1;
 		}
@@ -424,12 +425,13 @@ static size_t seed_word_end(const char *t, size_t len, size_t p)
 /* The BIP-39 languages of the word at p (0: none, or no word), its end in *ret_end. */
 static unsigned seed_word_at(const char *t, size_t len, size_t p, size_t *ret_end)
 {
-	size_t e;
+	size_t e = seed_word_end(t, len, p);
+	unsigned key;
 
-	if (p + 3 > len || !(seed_tri[seed_tri_key(t + p) >> 6] >> (seed_tri_key(t + p) & 63) & 1))
-		return 0;
-	e = seed_word_end(t, len, p);
 	if (e - p < 3)
+		return 0;
+	key = seed_tri_key(t + p, e - p);
+	if (!(seed_tri[key >> 6] >> (key & 63) & 1))
 		return 0;
 	*ret_end = e;
 	return credential_bip39_langs(t + p, e - p);
@@ -1549,6 +1551,19 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 		chain = in_list(w.w, w.n, setting_verbs) || credential_is_head(w.w, w.n) ||
 			access_word(w.w, w.n);
 		p = w.e;
+	}
+	if (sep == SEP_NONE && AT(p) == '?' && AT(p + 1) == ' ') {
+		/* a question and its answer: "the wifi password? It's X", "la password? È X" */
+		static const char *const answers[] = { "it's ", "It's ", "it\xe2\x80\x99s ",
+						       "It\xe2\x80\x99s ", "it is ", "It is ",
+						       "\xc3\xa8 ", "\xc3\x88 ", "es ", "Es ", "era ",
+						       "Era ", "was ", NULL };
+		for (size_t k = 0; answers[k]; k++)
+			if (prefix_at(t, len, p + 2, answers[k])) {
+				sep = SEP_COPULA;
+				p = after_copula(t, len, p + 2 + strlen(answers[k]) - 1);
+				break;
+			}
 	}
 	if (sep == SEP_NONE) {
 		/* separators: ':', '=', ':=', '=>', '->', '→' */
