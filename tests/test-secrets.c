@@ -356,6 +356,7 @@ TEST(corpus)
 		{ "train-generated.txt", 0.95, 50 },
 		{ "heldout.txt", 0.85, 20 },
 		{ "heldout-2.txt", 0.85, 10 },
+		{ "heldout-3.txt", 0.85, 7 },
 	};
 	int bad = 0;
 
