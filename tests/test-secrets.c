@@ -23,6 +23,8 @@
 
 #include "policy/credential.h"
 #include "policy/detect.h"
+#include "policy/policy.h"
+#include "policy/vault.h"
 #include "test.h"
 
 /* ---- examples ---- */
@@ -190,6 +192,37 @@ TEST(seed_phrases)
 	EXPECT("we often forget that the quick brown fox jumps over the lazy dog every single "
 	       "morning before breakfast and after lunch",
 	       "");
+	return 0;
+}
+
+/* The whole request is secret, the values (not the key phrases) are redacted for T3, and the
+ * placeholders of the new kinds come back. */
+TEST(redaction_keeps_the_sentence)
+{
+	static const char text[] = "my password is Zq9!vL2#xPw7, the gate code is 4471 and the db is "
+				   "postgres://admin:S3cr3tPass@db.internal:5432/app";
+	static const char want[] = "my password is \xe2\x9f\xa8SECRET_1\xe2\x9f\xa9, the gate code is "
+				   "\xe2\x9f\xa8" "CODE_1\xe2\x9f\xa9 and the db is postgres://admin:"
+				   "\xe2\x9f\xa8URL_PASSWORD_1\xe2\x9f\xa9@db.internal:5432/app";
+	_cleanup_(policy_freep) struct policy *p = NULL;
+	_cleanup_(vault_freep) struct vault *v = NULL;
+	struct policy_decision d;
+	char *red = NULL, *back = NULL;
+	size_t n_red = 0, n_back = 0;
+
+	ASSERT_OK(policy_new_defaults(&p));
+	ASSERT_OK(policy_evaluate(p, &(struct policy_request){ .text = text, .len = strlen(text) }, &d));
+	ASSERT_EQ(d.class, POLICY_CLASS_SECRET);
+	ASSERT_EQ(d.n_findings, 3u);
+	ASSERT_OK(vault_new(&v));
+	ASSERT_OK(vault_redact(v, text, strlen(text), d.findings, d.n_findings, POLICY_CLASS_PERSONAL,
+			       &red, &n_red));
+	ASSERT_TRUE(n_red == strlen(want) && memcmp(red, want, n_red) == 0);
+	ASSERT_OK(vault_restore(v, red, n_red, &back, &n_back));
+	ASSERT_TRUE(n_back == strlen(text) && memcmp(back, text, n_back) == 0);
+	free(red);
+	free(back);
+	policy_decision_done(&d);
 	return 0;
 }
 
