@@ -100,6 +100,8 @@ static bool in_list(const char *w, size_t n, const char *const *list)
 #define HF_PAIR 0x200u    /* "login: user / password" */
 #define HF_SCHEME 0x400u  /* "Authorization: Bearer X", "Basic X" */
 #define HF_WORDS 0x800u   /* a passphrase may start with any word ("correct horse ...") */
+#define HF_DIGITONLY 0x2000u /* digit codes only (a code with no access word: "the code is 7261") */
+#define HF_VERB 0x4000u   /* "opens with 1962", "si apre con 1958", "se abre con 1971" */
 #define HF_MARKED 0x1000u /* no quoted value without a copula or a mark ("pass \"-v\" on") */
 
 struct head {
@@ -131,6 +133,10 @@ static const struct head heads[] = {
 	{ "lock", HF_CODE }, { "padlock", HF_CODE }, { "keypad", HF_CODE }, { "lockbox", HF_CODE },
 	{ "keycode", HF_CODE }, { "doorcode", HF_CODE }, { "lucchetto", HF_CODE },
 	{ "tastierino", HF_CODE }, { "candado", HF_CODE }, { "teclado", HF_CODE },
+	{ "opens", HF_CODE | HF_VERB }, { "open", HF_CODE | HF_VERB }, { "unlock", HF_CODE | HF_VERB },
+	{ "unlocks", HF_CODE | HF_VERB }, { "disarm", HF_CODE | HF_VERB }, { "apre", HF_CODE | HF_VERB },
+	{ "aprire", HF_CODE | HF_VERB }, { "sblocca", HF_CODE | HF_VERB }, { "abre", HF_CODE | HF_VERB },
+	{ "abrir", HF_CODE | HF_VERB }, { "desbloquea", HF_CODE | HF_VERB },
 	{ "key", KEY },		     { "keys", KEY },	     { "token", KEY },
 	{ "tokens", KEY },	     { "secret", KEY },	     { "secrets", KEY },
 	{ "segreto", KEY },	     { "secreto", KEY },     { "apikey", KEY },
@@ -154,6 +160,25 @@ static const char *const access_words[] = {
 	"secreto", "recuperaci\xc3\xb3n", "respaldo", "telefonillo", "interfono", "armadietto",
 	"taquilla", "open", "aprire", "abrir", "garaje", "cochera", "buz\xc3\xb3n", "trastero", "bancomat", "sim", "tarjeta", "carta", "card", "atm", "bank", "wifi", "wi-fi",
 	NULL,
+};
+
+/* Words that make a code something other than a way in ("error code 404", "codice
+ * fiscale", "código postal"): a code with neither these nor an access word near still counts
+ * when its value is digits after a copula or a mark. */
+static const char *const code_deny[] = {
+	"error", "errors", "status", "exit", "return", "response", "http", "area", "zip", "postal",
+	"post", "country", "dialing", "dial", "calling", "promo", "promotional", "discount",
+	"coupon", "voucher", "referral", "gift", "product", "item", "sku", "tracking", "order",
+	"reference", "ref", "source", "bar", "barcode", "qr", "colour", "color", "html", "ascii",
+	"unicode", "char", "character", "key", "language", "currency", "airport", "iata", "icao",
+	"iso", "region", "sort", "swift", "bic", "routing", "bank", "vat", "tax", "hs", "naics",
+	"sic", "zone", "language", "exception", "fault", "diagnostic", "obd", "dtc", "trouble",
+	"machine", "op", "opcode", "byte", "morse", "dress", "zip+4", "postcode", "pin-code",
+	"fiscale", "postale", "avviamento", "sconto", "errore", "stato", "uscita", "prodotto",
+	"articolo", "ordine", "riferimento", "tracciamento", "sorgente", "colore", "catastale",
+	"ateco", "destinatario", "abi", "cab", "cap", "postal", "descuento", "cup\xc3\xb3n",
+	"cupon", "estado", "salida", "producto", "art\xc3\xad" "culo", "articulo", "pedido",
+	"referencia", "seguimiento", "fuente", "swift", "bancario", "iban", "nif", "cif", NULL,
 };
 
 /* Linking words: "is", "è", "es", and the ones that may follow them ("is now", "è stata
@@ -275,7 +300,9 @@ static const char *const unit_words[] = {
 	"minutes", "minuti", "minutos", "seconds", "secondi", "segundos", "hours", "ore", "horas",
 	"days", "giorni", "d\xc3\xad" "as", "months", "mesi", "meses", "years", "anni", "a\xc3\xb1os",
 	"euro", "euros", "dollars", "bytes", "bits", "positions", "posizioni", "posiciones", "long",
-	"numbers", "words", "parole", "palabras", "chiffres", "x", NULL,
+	"numbers", "words", "parole", "palabras", "chiffres", "x", "users", "people", "persone",
+	"personas", "items", "requests", "rows", "lines", "righe", "l\xc3\xadneas", "files",
+	"permissions", "ms", "kb", "mb", "gb", "px", "pixels", NULL,
 };
 
 /* Whole values that stand for one ("changeme", "xxx", "none") or are a type ("string"). */
@@ -287,7 +314,7 @@ static const char *const placeholders[] = {
 	"false", "yes", "no", "string", "str", "int", "integer", "number", "bool", "boolean", "text",
 	"varchar", "char", "bytes", "secretstr", "optional", "any", "object", "value", "required",
 	"required|string", "contrase\xc3\xb1" "a", "clave", "chiave", "segreto", "secreto",
-	"mypassword", "yourpassword", "your_password", "your-password", "password123?", "pwd",
+	"mypassword", "yourpassword", "your_password", "your-password", "pwd",
 	"env", "xxxxxx", "os.environ", "getenv", "input", "prompt", NULL,
 };
 
@@ -304,6 +331,13 @@ static const char *const wifi_words[] = {
 	"wep", "hotspot", NULL,
 };
 static const struct head wifi_key = { "key", PW & ~HF_SUFFIX };
+/* "the storeroom code is 7261": no access word, but no word that makes it another code */
+static const struct head weak_code = { "code", HF_CODE | HF_DIGITONLY };
+/* "opens with [the code] 1962" */
+static const char *const with_words[] = { "with", "using", "con", "col", "usando", "mediante", NULL };
+static const char *const with_fill[] = { "the", "code", "pin", "combination", "il", "codice",
+					 "la", "combinazione", "el", "c\xc3\xb3" "digo", "combinaci\xc3\xb3n",
+					 NULL };
 
 /* ---- heads ---- */
 
@@ -878,16 +912,17 @@ static bool access_word(const char *w, size_t n)
 	return in_list(b, m, access_words);
 }
 
-/* Looks back from i over at most two words on the same line for a word of list ("front
+/* Looks back from i over at most three words on the same line for a word of list ("front
  * door code", "2FA backup code", "DOOR_CODE", "wifi key"). */
 static bool word_before(const char *t, size_t i, const char *const *list)
 {
-	size_t p = i, lim = i > 40 ? i - 40 : 0;
+	size_t p = i, lim = i > 48 ? i - 48 : 0;
 
-	for (int words = 0; words < 2 && p > lim; words++) {
+	for (int words = 0; words < 3 && p > lim; words++) {
 		size_t e;
 		char w[32];
-		while (p > lim && (t[p - 1] == ' ' || t[p - 1] == '_' || t[p - 1] == '-'))
+		while (p > lim && (t[p - 1] == ' ' || t[p - 1] == '_' || t[p - 1] == '-' ||
+				   t[p - 1] == ':' || t[p - 1] == ','))
 			p--;
 		e = p;
 		while (p > lim && (is_word((unsigned char) t[p - 1]) || t[p - 1] == '\'') &&
@@ -898,7 +933,8 @@ static bool word_before(const char *t, size_t i, const char *const *list)
 		fold(t + p, e - p, w, sizeof(w));
 		if (list ? in_list(w, e - p, list) : access_word(w, e - p))
 			return true;
-		if (p > lim && t[p - 1] != ' ' && t[p - 1] != '_' && t[p - 1] != '-')
+		if (p > lim && t[p - 1] != ' ' && t[p - 1] != '_' && t[p - 1] != '-' &&
+		    t[p - 1] != ':' && t[p - 1] != ',')
 			return false;
 	}
 	return false;
@@ -1185,6 +1221,8 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 			return 0;
 		if (sep == SEP_NONE && (h->flags & HF_MARKED))
 			return 0;
+		if ((h->flags & HF_DIGITONLY) && digit_code_end(t, len, s) != e)
+			return 0;
 		nl = memchr(t + s, ' ', e - s);
 		sh = shape_of(t + s, e - s);
 		if (h->flags & HF_CODE && !(h->flags & HF_DIGITS) && sh.digit == 0)
@@ -1222,7 +1260,7 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 			*ret_start = p;
 			return e;
 		}
-		for (size_t q = p; q < len;) {
+		for (size_t q = p; q < len && !(h->flags & HF_DIGITONLY);) {
 			size_t ve = value_end(t, len, q);
 			struct shape s2 = shape_of(t + q, ve - q);
 			if (ve - q < 4 || ve - q > 24 || s2.digit == 0 || s2.lower + s2.upper == 0 ||
@@ -1469,7 +1507,7 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 			      enum detect_kind *kind, size_t *ret_start)
 {
 	const struct head *h;
-	bool whole = false, access = false, chain = true;
+	bool whole = false, access = false, deny = false, chain = true;
 	enum sep sep = SEP_NONE;
 	size_t e, p, v;
 	struct word w;
@@ -1491,6 +1529,31 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 		else
 			return 0;
 	}
+	if (h->flags & HF_VERB) {
+		/* "opens with 1962", "si apre con il codice 1958", "unlock it using 4471" */
+		size_t q = e;
+		bool with = false;
+		if (!whole)
+			return 0;
+		for (int k = 0; k < 5; k++) {
+			size_t ve;
+			while (q < len && t[q] == ' ')
+				q++;
+			if (with && (ve = digit_code_end(t, len, q)) && !unit_follows(t, len, ve)) {
+				*kind = DETECT_ACCESS_CODE;
+				*ret_start = q;
+				return ve;
+			}
+			if (!read_word(t, len, q, &w))
+				return 0;
+			if (in_list(w.w, w.n, with_words))
+				with = true;
+			else if (with && !in_list(w.w, w.n, with_fill))
+				return 0;
+			q = w.e;
+		}
+		return 0;
+	}
 	if (whole && i >= 7 && prefix_at(t, len, i - 6, "arola ") &&
 	    (t[i - 7] == 'p' || t[i - 7] == 'P'))
 		return 0; /* "parola chiave": a keyword */
@@ -1499,8 +1562,10 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 		return 0;
 	if (whole && word_before(t, i, compounds_before))
 		return 0;
-	if (h->flags & HF_QUAL)
+	if (h->flags & HF_QUAL) {
 		access = word_before(t, whole ? i : e - strlen(h->w), NULL);
+		deny = word_before(t, whole ? i : e - strlen(h->w), code_deny);
+	}
 	/* "wifi key", "WPA key": a password, not an API key */
 	if ((h->flags & HF_LONG) && h->w[0] == 'k' && word_before(t, whole ? i : e - strlen(h->w), wifi_words))
 		h = &wifi_key;
@@ -1530,6 +1595,11 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 			break;
 		/* (an identifier, "EC_KEY", "#define X_KEY \"...\"", takes a value after a mark
 		 * only) */
+		/* "creds svc_backup / Bkp!2024-Q3" */
+		if (words == 0 && (h->flags & HF_PAIR) && (v = pair_at(t, len, q, ret_start))) {
+			*kind = DETECT_SECRET;
+			return v;
+		}
 		if (chain && whole && !(h->flags & HF_PAIR) &&
 		    (!(h->flags & HF_QUAL) || access) &&
 		    (v = resolve(t, len, q, h, SEP_NONE, inner, kind, ret_start)))
@@ -1548,6 +1618,8 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 			return 0; /* "the password manager is open": about another thing */
 		if ((h->flags & HF_QUAL) && access_word(w.w, w.n))
 			access = true;
+		if ((h->flags & HF_QUAL) && in_list(w.w, w.n, code_deny))
+			deny = true;
 		chain = in_list(w.w, w.n, setting_verbs) || credential_is_head(w.w, w.n) ||
 			access_word(w.w, w.n);
 		p = w.e;
@@ -1591,9 +1663,34 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 			q++;
 		p = q;
 	}
-	if ((h->flags & HF_QUAL) && !access)
-		return 0;
+	if ((h->flags & HF_QUAL) && !access) {
+		/* in prose only ("the code is 7261"), not in code ("code = 200") */
+		if (deny || !whole || sep != SEP_COPULA)
+			return 0;
+		h = &weak_code;
+	}
 	return resolve(t, len, p, h, sep, inner, kind, ret_start);
+}
+
+size_t credential_scan_aws_secret(const char *t, size_t len, size_t e, size_t *ret_start)
+{
+	size_t p = e, q;
+	struct shape sh;
+
+	while (p < len && p - e < 4 && strchr(" \t/:,|;", t[p]))
+		p++;
+	if (p == e)
+		return 0;
+	q = p;
+	while (q < len && (is_alnum(t[q]) || t[q] == '/' || t[q] == '+') && q - p <= 40)
+		q++;
+	if (q - p != 40 || (q < len && is_word((unsigned char) t[q])))
+		return 0;
+	sh = shape_of(t + p, 40);
+	if (!sh.digit || !sh.upper || !sh.lower)
+		return 0;
+	*ret_start = p;
+	return q;
 }
 
 size_t credential_scan_cli(const char *t, size_t len, size_t i, size_t *ret_start)

@@ -54,6 +54,10 @@ size_t credential_scan_url(const char *t, size_t len, size_t i, enum detect_kind
  * (DETECT_PRIVATE_KEY). Returns the end, the match starting at i, or 0. */
 size_t credential_scan_token(const char *t, size_t len, size_t i, enum detect_kind *kind);
 
+/* Right after an AWS access key id that ends at e: " / <40 characters>", its secret access
+ * key (DETECT_SECRET). Returns its end and its start in *ret_start, or 0. */
+size_t credential_scan_aws_secret(const char *t, size_t len, size_t e, size_t *ret_start);
+
 /* At '-': "-u user:password", "--user user:password" (curl): the password (DETECT_SECRET),
  * its end returned and its start in *ret_start, or 0. */
 size_t credential_scan_cli(const char *t, size_t len, size_t i, size_t *ret_start);

@@ -1543,6 +1543,14 @@ int detect_scan_flags(const char *t, size_t len, struct detect_matches *m, unsig
 		if (r < 0)
 			return r;
 		i = last_end = e;
+		/* an AWS access key id and, right after it, its secret key */
+		if (k == DETECT_API_KEY && e - s == 20 && t[s] == 'A' && t[s + 2] == 'I' &&
+		    (e = credential_scan_aws_secret(t, len, i, &s))) {
+			r = push(m, DETECT_SECRET, s, e);
+			if (r < 0)
+				return r;
+			i = last_end = e;
+		}
 	}
 	return 0;
 }
