@@ -390,6 +390,7 @@ TEST(corpus)
 		{ "heldout.txt", 0.85, 20 },
 		{ "heldout-2.txt", 0.85, 10 },
 		{ "heldout-3.txt", 0.85, 7 },
+		{ "heldout-4.txt", 0.85, 5 },
 	};
 	int bad = 0;
 
