@@ -102,6 +102,7 @@ static bool in_list(const char *w, size_t n, const char *const *list)
 #define HF_WORDS 0x800u   /* a passphrase may start with any word ("correct horse ...") */
 #define HF_DIGITONLY 0x2000u /* digit codes only (a code with no access word: "the code is 7261") */
 #define HF_VERB 0x4000u   /* "opens with 1962", "si apre con 1958", "se abre con 1971" */
+#define HF_LABEL 0x8000u  /* a device or service: "router: admin / X", "wifi: HomeNet / X" */
 #define HF_MARKED 0x1000u /* no quoted value without a copula or a mark ("pass \"-v\" on") */
 
 struct head {
@@ -144,6 +145,14 @@ static const struct head heads[] = {
 	{ "bearer", KEY },	     { "credential", KEY | HF_PAIR }, { "credentials", KEY | HF_PAIR },
 	{ "creds", HF_PAIR | HF_LONG }, { "credenziali", HF_PAIR | HF_LONG },
 	{ "credenciales", HF_PAIR | HF_LONG }, { "login", HF_PAIR },
+	{ "router", HF_PAIR | HF_LABEL }, { "wifi", HF_PAIR | HF_LABEL }, { "wi-fi", HF_PAIR | HF_LABEL },
+	{ "modem", HF_PAIR | HF_LABEL }, { "admin", HF_PAIR | HF_LABEL }, { "account", HF_PAIR | HF_LABEL },
+	{ "vpn", HF_PAIR | HF_LABEL }, { "ssh", HF_PAIR | HF_LABEL }, { "ftp", HF_PAIR | HF_LABEL },
+	{ "sftp", HF_PAIR | HF_LABEL }, { "nas", HF_PAIR | HF_LABEL }, { "db", HF_PAIR | HF_LABEL },
+	{ "database", HF_PAIR | HF_LABEL }, { "server", HF_PAIR | HF_LABEL }, { "email", HF_PAIR | HF_LABEL },
+	{ "mail", HF_PAIR | HF_LABEL }, { "smtp", HF_PAIR | HF_LABEL }, { "imap", HF_PAIR | HF_LABEL },
+	{ "cuenta", HF_PAIR | HF_LABEL }, { "conto", HF_PAIR | HF_LABEL },
+	{ "m\xc3\xb3" "dem", HF_PAIR | HF_LABEL },
 };
 
 /* Words that tell that a "code" opens something (before it in English, after it in Italian
@@ -970,6 +979,15 @@ static bool clause_end(const char *t, size_t len, size_t p)
 	return read_word(t, len, p, &w) && in_list(w.w, w.n, clause_words);
 }
 
+static unsigned count_in(const char *s, size_t n, const char *set)
+{
+	unsigned k = 0;
+
+	for (size_t i = 0; i < n; i++)
+		k += s[i] && strchr(set, s[i]) != NULL;
+	return k;
+}
+
 /* A snake_case name: lower-case letters and digits in parts joined by single '_'
  * ("force_zip64", "max_len"). */
 static bool snake_name(const char *s, size_t n)
@@ -1351,7 +1369,7 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 
 /* "user / password", "user:password", "user, password" after "login" or "credentials": the
  * password. */
-static size_t pair_at(const char *t, size_t len, size_t p, size_t *ret_start)
+static size_t pair_at(const char *t, size_t len, size_t p, bool strict, size_t *ret_start)
 {
 	size_t u = p, q;
 	struct shape sh;
@@ -1373,6 +1391,12 @@ static size_t pair_at(const char *t, size_t len, size_t p, size_t *ret_start)
 	sh = shape_of(t + q, v - q);
 	if (classes(&sh) < 2 || sh.digit + sh.other == 0)
 		return 0;
+	if (strict) {
+		/* after a device or service label: a password, not "nginx / httpd-2.4" */
+		unsigned punct = sh.other - count_in(t + q, v - q, ".-_");
+		if (v - q < 6 || sh.lower + sh.upper < 2 || (sh.upper == 0 && punct == 0))
+			return 0;
+	}
 	*ret_start = q;
 	return v;
 }
@@ -1395,6 +1419,15 @@ static size_t identifier_end(const char *t, size_t len, size_t i)
 /* The head word that ends the identifier [i, e) at a part boundary ("DB_PASSWORD",
  * "apiKey", "X-API-Key"), or the whole word; NULL for none. *ret_whole: the identifier is the
  * head word alone. */
+/* Capitals and digits only ("PGPASSWORD", "MYSQL2PWD"). */
+static bool all_caps(const char *s, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		if (!is_upper(s[k]) && !is_digit(s[k]) && s[k] != '_')
+			return false;
+	return true;
+}
+
 static const struct head *find_head(const char *t, size_t i, size_t e, bool *ret_whole)
 {
 	char w[49];
@@ -1423,7 +1456,9 @@ static const struct head *find_head(const char *t, size_t i, size_t e, bool *ret
 		}
 		if (!(h->flags & HF_SUFFIX))
 			continue;
-		if (strchr("_-.", t[s - 1]) || (is_upper(t[s]) && is_lower(t[s - 1]))) {
+		if (strchr("_-.", t[s - 1]) || (is_upper(t[s]) && is_lower(t[s - 1])) ||
+		    (hl >= 5 && all_caps(t + i, n))) {
+			/* DB_PASSWORD, apiKey, X-API-Key, and PGPASSWORD, GHTOKEN */
 			*ret_whole = false;
 			return h;
 		}
@@ -1491,9 +1526,12 @@ static size_t resolve(const char *t, size_t len, size_t p, const struct head *h,
 				goto found;
 			}
 	}
+	/* a label's mark is followed by a space: not "mail:x:8:8", "DB:45:3D" */
+	if ((h->flags & HF_LABEL) && (p == 0 || !is_space(t[p - 1])))
+		return 0;
 	if ((h->flags & HF_PAIR) && sep != SEP_NONE)
-		v = pair_at(t, len, p, &vs);
-	if (!v && (h->flags & ~(HF_PAIR | HF_SUFFIX | HF_SCHEME)))
+		v = pair_at(t, len, p, (h->flags & HF_LABEL) != 0, &vs);
+	if (!v && (h->flags & ~(HF_PAIR | HF_SUFFIX | HF_SCHEME | HF_LABEL)))
 		v = value_at(t, len, p, h, sep, &vs);
 	if (!v)
 		return 0;
@@ -1596,7 +1634,7 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 		/* (an identifier, "EC_KEY", "#define X_KEY \"...\"", takes a value after a mark
 		 * only) */
 		/* "creds svc_backup / Bkp!2024-Q3" */
-		if (words == 0 && (h->flags & HF_PAIR) && (v = pair_at(t, len, q, ret_start))) {
+		if (words == 0 && (h->flags & HF_PAIR) && !(h->flags & HF_LABEL) && (v = pair_at(t, len, q, (h->flags & HF_LABEL) != 0, ret_start))) {
 			*kind = DETECT_SECRET;
 			return v;
 		}
@@ -1604,10 +1642,15 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 		    (!(h->flags & HF_QUAL) || access) &&
 		    (v = resolve(t, len, q, h, SEP_NONE, inner, kind, ret_start)))
 			return v; /* SEP_NONE: value_at() wants a strong value */
+		/* a label takes one word at most before its mark ("router admin: admin / X") */
+		if ((h->flags & HF_LABEL) && words > 0)
+			return 0;
 		if (!read_word(t, len, q, &w))
 			break;
 		content += w.n > 3; /* "to", "the", "of", "del" do not count */
 		if (in_list(w.w, w.n, copulas)) {
+			if (h->flags & HF_LABEL)
+				return 0;
 			sep = SEP_COPULA;
 			p = after_copula(t, len, w.e);
 			break;
@@ -1668,6 +1711,13 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 		if (deny || !whole || sep != SEP_COPULA)
 			return 0;
 		h = &weak_code;
+		/* and the clause ends with the value: not "the code is 404 when ..." */
+		{
+			size_t ve = digit_code_end(t, len, p);
+			if (!ve || !clause_end(t, len, ve) || (ve < len && t[ve] == '.' && ve + 1 < len &&
+							       is_digit(t[ve + 1])))
+				return 0;
+		}
 	}
 	return resolve(t, len, p, h, sep, inner, kind, ret_start);
 }
