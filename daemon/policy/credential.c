@@ -80,7 +80,7 @@ static bool fold(const char *s, size_t n, char *w, size_t size)
 static bool in_list(const char *w, size_t n, const char *const *list)
 {
 	for (; *list; list++)
-		if ((*list)[0] == w[0] && strlen(*list) == n && memcmp(*list, w, n) == 0)
+		if ((*list)[0] == w[0] && strncmp(*list, w, n) == 0 && (*list)[n] == 0)
 			return true;
 	return false;
 }
@@ -352,6 +352,7 @@ static const char *const with_fill[] = { "the", "code", "pin", "combination", "i
 
 /* By last byte of the head word, its entries in heads[] (by_last[c] .. by_last[c + 1]). */
 static uint8_t head_order[ELEMENTSOF(heads)];
+static uint8_t head_len[ELEMENTSOF(heads)];
 static uint8_t head_by_last[257];
 /* A bit per last two bytes (folded) of some head: most words fail here. */
 static uint64_t head_end2[65536 / 64];
@@ -378,7 +379,7 @@ static const struct head *head_lookup(const char *w, size_t n)
 	unsigned char c = (unsigned char) w[n - 1];
 	for (unsigned j = head_by_last[c]; j < head_by_last[c + 1]; j++) {
 		const struct head *h = &heads[head_order[j]];
-		if (strlen(h->w) == n && memcmp(h->w, w, n) == 0)
+		if (head_len[head_order[j]] == n && memcmp(h->w, w, n) == 0)
 			return h;
 	}
 	return NULL;
@@ -1446,7 +1447,7 @@ static const struct head *find_head(const char *t, size_t i, size_t e, bool *ret
 	fold(t + i, n, w, sizeof(w));
 	for (unsigned j = head_by_last[last]; j < head_by_last[last + 1]; j++) {
 		const struct head *h = &heads[head_order[j]];
-		size_t hl = strlen(h->w), s;
+		size_t hl = head_len[head_order[j]], s;
 		if (hl > n || memcmp(w + n - hl, h->w, hl) != 0)
 			continue;
 		s = i + n - hl;
@@ -1607,6 +1608,18 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 	/* "wifi key", "WPA key": a password, not an API key */
 	if ((h->flags & HF_LONG) && h->w[0] == 'k' && word_before(t, whole ? i : e - strlen(h->w), wifi_words))
 		h = &wifi_key;
+	/* a label: "router: ", "router admin: ", "wifi = " or nothing */
+	if (h->flags & HF_LABEL) {
+		size_t q = e;
+		while (q < len && t[q] == ' ')
+			q++;
+		if (AT(q) != ':' && AT(q) != '=') {
+			while (q < len && is_word((unsigned char) t[q]) && q - e < 24)
+				q++;
+			if (AT(q) != ':' && AT(q) != '=')
+				return 0;
+		}
+	}
 	/* a quoted key: "password": "x", 'pw' => 'x' */
 	p = e;
 	if (i > 0 && (t[i - 1] == '"' || t[i - 1] == '\'') && AT(p) == t[i - 1])
@@ -1663,8 +1676,9 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 			access = true;
 		if ((h->flags & HF_QUAL) && in_list(w.w, w.n, code_deny))
 			deny = true;
-		chain = in_list(w.w, w.n, setting_verbs) || credential_is_head(w.w, w.n) ||
-			access_word(w.w, w.n);
+		if (!(h->flags & HF_PAIR))
+			chain = in_list(w.w, w.n, setting_verbs) || credential_is_head(w.w, w.n) ||
+				access_word(w.w, w.n);
 		p = w.e;
 	}
 	if (sep == SEP_NONE && AT(p) == '?' && AT(p + 1) == ' ') {
@@ -1785,6 +1799,7 @@ void credential_init(void)
 	head_by_last[256] = (uint8_t) sum;
 	for (size_t k = 0; k < ELEMENTSOF(heads); k++) {
 		size_t n = strlen(heads[k].w);
+		head_len[k] = (uint8_t) n;
 		unsigned pair = (unsigned char) heads[k].w[n - 2] << 8 |
 				(unsigned char) heads[k].w[n - 1];
 		head_end2[pair >> 6] |= 1ull << (pair & 63);
