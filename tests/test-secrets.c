@@ -226,6 +226,37 @@ TEST(redaction_keeps_the_sentence)
 	return 0;
 }
 
+/* Every prefix of a text full of credential candidates, in a buffer of exactly that size, and
+ * with a NUL byte planted at each position: no read past the end (ASan), spans inside. Two
+ * fuzzer finds (a value at the very end after "Bearer ", a NUL inside a value) are in it. */
+TEST(bounds)
+{
+	static const char t[] = "password: Zq9!vL2# the PIN is 4821 door code 2580 codice del cancello "
+				"\xc3\xa8 1357 postgres://u:p4ss@h/x -u a:b12345 Authorization: Bearer "
+				"abandon ability able about above absent absorb abstract absurd abuse access "
+				"accident AKIAIOSFODNN7EXAMPL2 / aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5oQ7s "
+				"router: admin / Fritz!Box2024 opens with 1962 PuTTY-User-Key-File-2: x "
+				"the wifi password? It's Caramel-9 pass \"--x\" \"password\": \"x\" Bearer ";
+	for (size_t n = 0; n <= sizeof(t) - 1; n++) {
+		/* z: where the NUL goes, every 18th byte (enough to reach each scanner); n: none */
+		for (size_t z = 0;; z = z + 18 < n ? z + 18 : n) {
+			char *c = malloc(n ? n : 1);
+			struct detect_matches m = { 0 };
+			memcpy(c, t, n);
+			if (z < n)
+				c[z] = 0;
+			ASSERT_OK(detect_scan(c, n, &m));
+			for (size_t i = 0; i < m.n; i++)
+				ASSERT_TRUE(m.v[i].start < m.v[i].end && m.v[i].end <= n);
+			detect_matches_done(&m);
+			free(c);
+			if (z == n)
+				break;
+		}
+	}
+	return 0;
+}
+
 /* ---- the corpus ---- */
 
 struct mark {

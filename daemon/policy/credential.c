@@ -80,7 +80,7 @@ static bool fold(const char *s, size_t n, char *w, size_t size)
 static bool in_list(const char *w, size_t n, const char *const *list)
 {
 	for (; *list; list++)
-		if ((*list)[0] == w[0] && strncmp(*list, w, n) == 0 && (*list)[n] == 0)
+		if ((*list)[0] == w[0] && strnlen(*list, n + 1) == n && memcmp(*list, w, n) == 0)
 			return true;
 	return false;
 }
@@ -1514,7 +1514,7 @@ static size_t resolve(const char *t, size_t len, size_t p, const struct head *h,
 		for (size_t k = 0; schemes[k]; k++)
 			if (prefix_at(t, len, p, schemes[k])) {
 				size_t q = p + strlen(schemes[k]), o;
-				if (inner && (o = inner(t, len, q, kind, ret_start)))
+				if (inner && q < len && (o = inner(t, len, q, kind, ret_start)))
 					return o;
 				v = q;
 				while (v < len && (b64(t[v]) || t[v] == '.' || t[v] == '~') && v - q < 2000)
