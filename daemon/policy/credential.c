@@ -129,7 +129,7 @@ static const struct head heads[] = {
 	{ "code", CODE | HF_SUFFIX }, { "codes", CODE },     { "codice", CODE },
 	{ "codici", CODE },	     { "c\xc3\xb3" "digo", CODE }, { "c\xc3\xb3" "digos", CODE },
 	{ "codigo", CODE },	     { "combination", HF_CODE }, { "combinazione", HF_CODE },
-	{ "combinaci\xc3\xb3n", HF_CODE }, { "combinacion", HF_CODE },
+	{ "combinaci\xc3\xb3n", HF_CODE }, { "combinacion", HF_CODE }, { "combo", HF_CODE },
 	/* locks named for their code: "bike lock 4-4-0-9", "the keypad is 6318" */
 	{ "lock", HF_CODE }, { "padlock", HF_CODE }, { "keypad", HF_CODE }, { "lockbox", HF_CODE },
 	{ "keycode", HF_CODE }, { "doorcode", HF_CODE }, { "lucchetto", HF_CODE },
@@ -1761,12 +1761,26 @@ size_t credential_scan_cli(const char *t, size_t len, size_t i, size_t *ret_star
 {
 	size_t p, v;
 
+	if (i > 0 && !is_space(t[i - 1]))
+		return 0;
+	if (prefix_at(t, len, i, "-p ")) {
+		/* "docker login -u bot -p X", "mysql -p X": a password, not "-p 8080:80" or
+		 * "mkdir -p a/b2" */
+		struct shape sh;
+		p = i + 3;
+		v = value_end(t, len, p);
+		sh = shape_of(t + p, v - p);
+		if (v - p < 6 || memchr(t + p, '/', v - p) || !sh.digit || sh.lower + sh.upper < 2 ||
+		    (sh.upper == 0 && sh.other == count_in(t + p, v - p, ".-_:")) ||
+		    placeholder(t + p, v - p))
+			return 0;
+		*ret_start = p;
+		return v;
+	}
 	if (prefix_at(t, len, i, "-u ") || prefix_at(t, len, i, "--user ") ||
 	    prefix_at(t, len, i, "--user="))
 		p = i + (t[i + 1] == 'u' ? 3 : 7);
 	else
-		return 0;
-	if (i > 0 && !is_space(t[i - 1]))
 		return 0;
 	if (AT(p) == '"' || AT(p) == '\'')
 		p++;

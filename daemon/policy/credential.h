@@ -58,7 +58,8 @@ size_t credential_scan_token(const char *t, size_t len, size_t i, enum detect_ki
  * key (DETECT_SECRET). Returns its end and its start in *ret_start, or 0. */
 size_t credential_scan_aws_secret(const char *t, size_t len, size_t e, size_t *ret_start);
 
-/* At '-': "-u user:password", "--user user:password" (curl): the password (DETECT_SECRET),
+/* At '-': "-u user:password", "--user user:password" (curl), "-p password" (docker, mysql;
+ * a strong value only): the password (DETECT_SECRET),
  * its end returned and its start in *ret_start, or 0. */
 size_t credential_scan_cli(const char *t, size_t len, size_t i, size_t *ret_start);
 
