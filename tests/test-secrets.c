@@ -40,8 +40,8 @@ static const char *scan_str(const char *text)
 		return "(error)";
 	for (size_t i = 0; i < m.n && o < sizeof(out); i++)
 		o += (size_t) snprintf(out + o, sizeof(out) - o, "%s%s=[%.*s]", i ? " " : "",
-				       detect_kind_name(m.v[i].kind), (int) (m.v[i].end - m.v[i].start),
-				       text + m.v[i].start);
+				       detect_kind_name(m.v[i].kind),
+				       (int) (m.v[i].end - m.v[i].start), text + m.v[i].start);
 	detect_matches_done(&m);
 	return out;
 }
@@ -59,7 +59,8 @@ TEST(issue_14_examples)
 	EXPECT("El código de la puerta es 4321.", "access_code=[4321]");
 	EXPECT("la parola d'ordine è girasole-blu-88", "secret=[girasole-blu-88]");
 	EXPECT("the password is sunflower", "secret=[sunflower]");
-	EXPECT("my passphrase is correct horse battery staple", "secret=[correct horse battery staple]");
+	EXPECT("my passphrase is correct horse battery staple",
+	       "secret=[correct horse battery staple]");
 	return 0;
 }
 
@@ -68,7 +69,9 @@ TEST(hard_negatives)
 	static const char *const neg[] = {
 		"How do I choose a strong password?",
 		"Il PIN deve avere 5 cifre?",
-		"\xc2\xbf" "C\xc3\xb3mo cambio mi contrase\xc3\xb1" "a?",
+		"\xc2\xbf"
+		"C\xc3\xb3mo cambio mi contrase\xc3\xb1"
+		"a?",
 		"Password is required",
 		"password = request.form['password']",
 		"if (password.length < 8) return;",
@@ -86,7 +89,8 @@ TEST(hard_negatives)
 		"password is incorrect",
 		"the PIN is 4 digits long",
 		"La password \xc3\xa8 scaduta.",
-		"La contrase\xc3\xb1" "a es incorrecta.",
+		"La contrase\xc3\xb1"
+		"a es incorrecta.",
 		"The error code is 404.",
 		"Use promo code SUMMER20 at checkout.",
 		"La parola chiave \xc3\xa8 sostenibilit\xc3\xa0.",
@@ -119,10 +123,10 @@ TEST(assignments_and_headers)
 TEST(urls)
 {
 	EXPECT("mysql://root:toor1234@localhost/shop", "url_credentials=[toor1234]");
-	EXPECT("redis://:Cach3Secreta@10.0.0.5:6379", "url_credentials=[Cach3Secreta] ip=[10.0.0.5]");
+	EXPECT("redis://:Cach3Secreta@10.0.0.5:6379",
+	       "url_credentials=[Cach3Secreta] ip=[10.0.0.5]");
 	EXPECT("amqp://guest:Gu3st!Rabbit@mq:5672/", "url_credentials=[Gu3st!Rabbit]");
-	EXPECT("smtp://mailer:M4il3r-pw@smtp.example.com:587",
-	       "url_credentials=[M4il3r-pw]");
+	EXPECT("smtp://mailer:M4il3r-pw@smtp.example.com:587", "url_credentials=[M4il3r-pw]");
 	EXPECT("https://deploy:ghp_Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0FeDcBa@github.com/acme/app",
 	       "api_key=[ghp_Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0FeDcBa]");
 	/* no password, or a stand-in for one (what is left of "user:password@example.com" looks
@@ -141,12 +145,14 @@ TEST(tokens_and_keys)
 	EXPECT("SG.aBcDeFgHiJkLmNoPqRsTuV.wXyZ0123456789aBcDeFgHiJkLmNoPqRsTuVwXyZabc",
 	       "api_key=[SG.aBcDeFgHiJkLmNoPqRsTuV.wXyZ0123456789aBcDeFgHiJkLmNoPqRsTuVwXyZabc]");
 	EXPECT("AGE-SECRET-KEY-1QYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQY",
-	       "private_key=[AGE-SECRET-KEY-1QYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQY]");
+	       "private_key=[AGE-SECRET-KEY-"
+	       "1QYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQY]");
 	EXPECT("PuTTY-User-Key-File-2: ssh-rsa\nEncryption: none\nPrivate-Lines: 1\nAAAA\n"
 	       "Private-MAC: 0123abcd\nthanks",
 	       "private_key=[PuTTY-User-Key-File-2: ssh-rsa\nEncryption: none\nPrivate-Lines: "
 	       "1\nAAAA\nPrivate-MAC: 0123abcd]");
-	EXPECT("-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIFHzBJBgkq\n-----END ENCRYPTED PRIVATE KEY-----",
+	EXPECT("-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIFHzBJBgkq\n-----END ENCRYPTED PRIVATE "
+	       "KEY-----",
 	       "private_key=[-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIFHzBJBgkq\n-----END "
 	       "ENCRYPTED PRIVATE KEY-----]");
 	EXPECT("-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQOYBF\n-----END PGP PRIVATE KEY BLOCK-----",
@@ -166,24 +172,37 @@ TEST(seed_phrases)
 	detect_matches_done(&m);
 	ASSERT_EQ(credential_bip39_langs("abandon", 7), 1u);
 	ASSERT_EQ(credential_bip39_langs("abaco", 5), 2u);
-	ASSERT_EQ(credential_bip39_langs("\xc3\xa1" "baco", 6), 4u);
+	ASSERT_EQ(credential_bip39_langs("\xc3\xa1"
+					 "baco",
+					 6),
+		  4u);
 	ASSERT_EQ(credential_bip39_langs("the", 3), 0u);
 	EXPECT("seed: abandon ability able about above absent absorb abstract absurd abuse access "
 	       "accident, thanks",
 	       "seed_phrase=[abandon ability able about above absent absorb abstract absurd abuse "
 	       "access accident]");
-	EXPECT("1. legal 2. winner 3. thank 4. year 5. wave 6. sausage 7. worth 8. useful 9. legal "
-	       "10. winner 11. thank 12. yellow",
-	       "seed_phrase=[legal 2. winner 3. thank 4. year 5. wave 6. sausage 7. worth 8. useful "
-	       "9. legal 10. winner 11. thank 12. yellow]");
+	EXPECT(
+	    "1. legal 2. winner 3. thank 4. year 5. wave 6. sausage 7. worth 8. useful 9. legal "
+	    "10. winner 11. thank 12. yellow",
+	    "seed_phrase=[legal 2. winner 3. thank 4. year 5. wave 6. sausage 7. worth 8. useful "
+	    "9. legal 10. winner 11. thank 12. yellow]");
 	/* wherever the run starts: the walk samples one word in four */
 	for (int k = 0; k < 8; k++) {
-		static const char *const pre[] = { "", "So ", "So the ", "so the is ", "ok, the is on ",
-						   "x y z w ", "x, y, z, w, v ", "ok: " };
+		static const char *const pre[] = { "",
+						   "So ",
+						   "So the ",
+						   "so the is ",
+						   "ok, the is on ",
+						   "x y z w ",
+						   "x, y, z, w, v ",
+						   "ok: " };
 		char text[512], want[512];
-		snprintf(text, sizeof(text), "%sbamboo bean behave belt bench benefit best betray "
-			 "better between beyond bicycle, thanks", pre[k]);
-		snprintf(want, sizeof(want), "seed_phrase=[bamboo bean behave belt bench benefit best "
+		snprintf(text, sizeof(text),
+			 "%sbamboo bean behave belt bench benefit best betray "
+			 "better between beyond bicycle, thanks",
+			 pre[k]);
+		snprintf(want, sizeof(want),
+			 "seed_phrase=[bamboo bean behave belt bench benefit best "
 			 "betray better between beyond bicycle]");
 		EXPECT(text, want);
 	}
@@ -199,11 +218,14 @@ TEST(seed_phrases)
  * placeholders of the new kinds come back. */
 TEST(redaction_keeps_the_sentence)
 {
-	static const char text[] = "my password is Zq9!vL2#xPw7, the gate code is 4471 and the db is "
-				   "postgres://admin:S3cr3tPass@db.internal:5432/app";
-	static const char want[] = "my password is \xe2\x9f\xa8SECRET_1\xe2\x9f\xa9, the gate code is "
-				   "\xe2\x9f\xa8" "CODE_1\xe2\x9f\xa9 and the db is postgres://admin:"
-				   "\xe2\x9f\xa8URL_PASSWORD_1\xe2\x9f\xa9@db.internal:5432/app";
+	static const char text[] =
+	    "my password is Zq9!vL2#xPw7, the gate code is 4471 and the db is "
+	    "postgres://admin:S3cr3tPass@db.internal:5432/app";
+	static const char want[] =
+	    "my password is \xe2\x9f\xa8SECRET_1\xe2\x9f\xa9, the gate code is "
+	    "\xe2\x9f\xa8"
+	    "CODE_1\xe2\x9f\xa9 and the db is postgres://admin:"
+	    "\xe2\x9f\xa8URL_PASSWORD_1\xe2\x9f\xa9@db.internal:5432/app";
 	_cleanup_(policy_freep) struct policy *p = NULL;
 	_cleanup_(vault_freep) struct vault *v = NULL;
 	struct policy_decision d;
@@ -211,12 +233,13 @@ TEST(redaction_keeps_the_sentence)
 	size_t n_red = 0, n_back = 0;
 
 	ASSERT_OK(policy_new_defaults(&p));
-	ASSERT_OK(policy_evaluate(p, &(struct policy_request){ .text = text, .len = strlen(text) }, &d));
+	ASSERT_OK(
+	    policy_evaluate(p, &(struct policy_request){ .text = text, .len = strlen(text) }, &d));
 	ASSERT_EQ(d.class, POLICY_CLASS_SECRET);
 	ASSERT_EQ(d.n_findings, 3u);
 	ASSERT_OK(vault_new(&v));
-	ASSERT_OK(vault_redact(v, text, strlen(text), d.findings, d.n_findings, POLICY_CLASS_PERSONAL,
-			       &red, &n_red));
+	ASSERT_OK(vault_redact(v, text, strlen(text), d.findings, d.n_findings,
+			       POLICY_CLASS_PERSONAL, &red, &n_red));
 	ASSERT_TRUE(n_red == strlen(want) && memcmp(red, want, n_red) == 0);
 	ASSERT_OK(vault_restore(v, red, n_red, &back, &n_back));
 	ASSERT_TRUE(n_back == strlen(text) && memcmp(back, text, n_back) == 0);
@@ -231,12 +254,13 @@ TEST(redaction_keeps_the_sentence)
  * fuzzer finds (a value at the very end after "Bearer ", a NUL inside a value) are in it. */
 TEST(bounds)
 {
-	static const char t[] = "password: Zq9!vL2# the PIN is 4821 door code 2580 codice del cancello "
-				"\xc3\xa8 1357 postgres://u:p4ss@h/x -u a:b12345 Authorization: Bearer "
-				"abandon ability able about above absent absorb abstract absurd abuse access "
-				"accident AKIAIOSFODNN7EXAMPL2 / aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5oQ7s "
-				"router: admin / Fritz!Box2024 opens with 1962 PuTTY-User-Key-File-2: x "
-				"the wifi password? It's Caramel-9 pass \"--x\" \"password\": \"x\" Bearer ";
+	static const char t[] =
+	    "password: Zq9!vL2# the PIN is 4821 door code 2580 codice del cancello "
+	    "\xc3\xa8 1357 postgres://u:p4ss@h/x -u a:b12345 Authorization: Bearer "
+	    "abandon ability able about above absent absorb abstract absurd abuse access "
+	    "accident AKIAIOSFODNN7EXAMPL2 / aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5oQ7s "
+	    "router: admin / Fritz!Box2024 opens with 1962 PuTTY-User-Key-File-2: x "
+	    "the wifi password? It's Caramel-9 pass \"--x\" \"password\": \"x\" Bearer ";
 	for (size_t n = 0; n <= sizeof(t) - 1; n++) {
 		/* z: where the NUL goes, every 18th byte (enough to reach each scanner); n: none */
 		for (size_t z = 0;; z = z + 18 < n ? z + 18 : n) {
@@ -278,7 +302,8 @@ static int parse(const char *line, char *text, struct mark *marks, size_t *n_mar
 	for (const char *p = line; *p;) {
 		if (p[0] == '{' && p[1] == '{') {
 			const char *bar = strchr(p, '|'), *end = bar ? strstr(bar, "}}") : NULL;
-			if (!bar || !end || n >= 16 || (size_t) (bar - p - 2) >= sizeof(marks[n].kind))
+			if (!bar || !end || n >= 16 ||
+			    (size_t) (bar - p - 2) >= sizeof(marks[n].kind))
 				return -EINVAL;
 			memcpy(marks[n].kind, p + 2, (size_t) (bar - p - 2));
 			marks[n].kind[bar - p - 2] = 0;
@@ -348,16 +373,19 @@ static int eval_file(const char *name, struct tally t[3])
 				if (m.v[i].start < marks[j].end && marks[j].start < m.v[i].end) {
 					marks[j].hit = true;
 					ok = true;
-					if (verbose && strcmp(marks[j].kind, detect_kind_name(m.v[i].kind)))
-						fprintf(stderr, "  %s: kind %s, marked %s: %s\n", name,
-							detect_kind_name(m.v[i].kind), marks[j].kind, text);
+					if (verbose &&
+					    strcmp(marks[j].kind, detect_kind_name(m.v[i].kind)))
+						fprintf(stderr, "  %s: kind %s, marked %s: %s\n",
+							name, detect_kind_name(m.v[i].kind),
+							marks[j].kind, text);
 				}
 			t[lang].findings++;
 			t[lang].correct += ok;
 			if (!ok && verbose)
 				fprintf(stderr, "  %s: false %s [%.*s] in: %s\n", name,
-					detect_kind_name(m.v[i].kind), (int) (m.v[i].end - m.v[i].start),
-					text + m.v[i].start, text);
+					detect_kind_name(m.v[i].kind),
+					(int) (m.v[i].end - m.v[i].start), text + m.v[i].start,
+					text);
 		}
 		if (n == 0) {
 			t[lang].negatives++;
@@ -367,8 +395,9 @@ static int eval_file(const char *name, struct tally t[3])
 			t[lang].marks++;
 			t[lang].found += marks[j].hit;
 			if (!marks[j].hit && verbose)
-				fprintf(stderr, "  %s: missed %s [%.*s] in: %s\n", name, marks[j].kind,
-					(int) (marks[j].end - marks[j].start), text + marks[j].start, text);
+				fprintf(stderr, "  %s: missed %s [%.*s] in: %s\n", name,
+					marks[j].kind, (int) (marks[j].end - marks[j].start),
+					text + marks[j].start, text);
 		}
 		detect_matches_done(&m);
 	}
@@ -416,19 +445,17 @@ TEST(corpus)
 		double floor;
 		unsigned min_marks; /* per language: the file is there and whole */
 	} files[] = {
-		{ "train-handwritten.txt", 0.95, 20 },
-		{ "train-generated.txt", 0.95, 50 },
-		{ "heldout.txt", 0.85, 20 },
-		{ "heldout-2.txt", 0.85, 10 },
-		{ "heldout-3.txt", 0.85, 7 },
-		{ "heldout-4.txt", 0.85, 5 },
+		{ "train-handwritten.txt", 0.95, 20 }, { "train-generated.txt", 0.95, 50 },
+		{ "heldout.txt", 0.85, 20 },           { "heldout-2.txt", 0.85, 10 },
+		{ "heldout-3.txt", 0.85, 7 },          { "heldout-4.txt", 0.85, 5 },
 		{ "heldout-5.txt", 0.85, 5 },
 	};
 	int bad = 0;
 
 	for (size_t k = 0; k < ELEMENTSOF(files); k++) {
 		struct tally t[3] = { { 0 } };
-		if (getenv("MOLLY_SECRETS_FILE") && strcmp(getenv("MOLLY_SECRETS_FILE"), files[k].file))
+		if (getenv("MOLLY_SECRETS_FILE") &&
+		    strcmp(getenv("MOLLY_SECRETS_FILE"), files[k].file))
 			continue;
 		ASSERT_OK(eval_file(files[k].file, t));
 		bad += report(files[k].file, t, files[k].floor);

@@ -68,7 +68,8 @@ static bool fold(const char *s, size_t n, char *w, size_t size)
 		return false;
 	for (size_t k = 0; k < n; k++) {
 		unsigned char c = (unsigned char) s[k];
-		if (k > 0 && (unsigned char) s[k - 1] == 0xc3 && c >= 0x80 && c <= 0x9e && c != 0x97)
+		if (k > 0 && (unsigned char) s[k - 1] == 0xc3 && c >= 0x80 && c <= 0x9e &&
+		    c != 0x97)
 			c += 0x20;
 		w[k] = (char) to_lower(c);
 	}
@@ -88,69 +89,74 @@ static bool in_list(const char *w, size_t n, const char *const *list)
 /* ---- the word lists of the phrase grammar ---- */
 
 /* What a head word accepts as its value (see value_ok()). */
-#define HF_ALPHA 0x001u   /* a plain word after a copula ("the password is sunflower") */
-#define HF_DIGITS 0x002u  /* digits only, 4+ */
-#define HF_MIXED 0x004u   /* two classes of character from 4 bytes ("hunter2!") */
-#define HF_LONG 0x008u    /* a token: 12+ bytes of two classes */
-#define HF_CODE 0x010u    /* an access code: digits in groups, "2580#", "7f3a2-91c4b" */
-#define HF_QUAL 0x020u    /* ... only with an access word near ("door code", "codice del cancello") */
-#define HF_PHRASE 0x040u  /* several plain words to the end of the clause */
-#define HF_SUFFIX 0x080u  /* also as the last part of an identifier (DB_PASSWORD, apiKey) */
-#define HF_ORDINE 0x100u  /* "parola" only as "parola d'ordine" */
-#define HF_PAIR 0x200u    /* "login: user / password" */
-#define HF_SCHEME 0x400u  /* "Authorization: Bearer X", "Basic X" */
-#define HF_WORDS 0x800u   /* a passphrase may start with any word ("correct horse ...") */
-#define HF_DIGITONLY 0x2000u /* digit codes only (a code with no access word: "the code is 7261") */
-#define HF_VERB 0x4000u   /* "opens with 1962", "si apre con 1958", "se abre con 1971" */
-#define HF_LABEL 0x8000u  /* a device or service: "router: admin / X", "wifi: HomeNet / X" */
-#define HF_MARKED 0x1000u /* no quoted value without a copula or a mark ("pass \"-v\" on") */
+#define HF_ALPHA  0x001u /* a plain word after a copula ("the password is sunflower") */
+#define HF_DIGITS 0x002u /* digits only, 4+ */
+#define HF_MIXED  0x004u /* two classes of character from 4 bytes ("hunter2!") */
+#define HF_LONG   0x008u /* a token: 12+ bytes of two classes */
+#define HF_CODE   0x010u /* an access code: digits in groups, "2580#", "7f3a2-91c4b" */
+#define HF_QUAL   0x020u /* ... only with an access word near ("door code", "codice del cancello") \
+			  */
+#define HF_PHRASE    0x040u  /* several plain words to the end of the clause */
+#define HF_SUFFIX    0x080u  /* also as the last part of an identifier (DB_PASSWORD, apiKey) */
+#define HF_ORDINE    0x100u  /* "parola" only as "parola d'ordine" */
+#define HF_PAIR      0x200u  /* "login: user / password" */
+#define HF_SCHEME    0x400u  /* "Authorization: Bearer X", "Basic X" */
+#define HF_WORDS     0x800u  /* a passphrase may start with any word ("correct horse ...") */
+#define HF_DIGITONLY 0x2000u /* digit codes only (a code with no access word: "the code is 7261") \
+			      */
+#define HF_VERB   0x4000u    /* "opens with 1962", "si apre con 1958", "se abre con 1971" */
+#define HF_LABEL  0x8000u    /* a device or service: "router: admin / X", "wifi: HomeNet / X" */
+#define HF_MARKED 0x1000u    /* no quoted value without a copula or a mark ("pass \"-v\" on") */
 
 struct head {
 	const char *w;
 	unsigned flags;
 };
 
+/* The tables and word lists keep their layout. */
+/* clang-format off */
 #define PW (HF_ALPHA | HF_DIGITS | HF_MIXED | HF_PHRASE | HF_SUFFIX)
 #define PIN (HF_CODE | HF_DIGITS | HF_SUFFIX)
 #define CODE (HF_CODE | HF_QUAL)
 #define KEY (HF_LONG | HF_SUFFIX)
 
 static const struct head heads[] = {
-	{ "password", PW },	     { "passwords", PW },    { "passwd", PW },
-	{ "passcode", PW },	     { "passphrase", PW | HF_WORDS },   { "pwd", PW },
-	{ "pw", PW & ~HF_SUFFIX },   { "pass", (PW & ~HF_ALPHA) | HF_MARKED }, { "pswd", PW },
-	{ "psw", PW },		     { "passwort", PW },     { "senha", PW },
-	{ "contrase\xc3\xb1" "a", PW }, { "contrase\xc3\xb1" "as", PW }, { "contrasena", PW },
-	{ "parola", PW | HF_ORDINE }, { "clave", HF_DIGITS | HF_MIXED | HF_SUFFIX },
+	{ "password", PW }, { "passwords", PW }, { "passwd", PW }, { "passcode", PW },
+	{ "passphrase", PW | HF_WORDS }, { "pwd", PW }, { "pw", PW & ~HF_SUFFIX },
+	{ "pass", (PW & ~HF_ALPHA) | HF_MARKED }, { "pswd", PW }, { "psw", PW }, { "passwort", PW },
+	{ "senha", PW }, { "contrase\xc3\xb1" "a", PW }, { "contrase\xc3\xb1" "as", PW },
+	{ "contrasena", PW }, { "parola", PW | HF_ORDINE },
+	{ "clave", HF_DIGITS | HF_MIXED | HF_SUFFIX },
 	{ "chiave", HF_DIGITS | HF_MIXED | HF_SUFFIX }, { "wpa", HF_MIXED | HF_LONG },
-	{ "pin", PIN },		     { "pins", PIN },	     { "puk", PIN },
-	{ "cvv", PIN },		     { "cvc", PIN },	     { "cvv2", PIN },
-	{ "otp", PIN | HF_MIXED },   { "totp", PIN },	     { "pincode", PIN },
-	{ "code", CODE | HF_SUFFIX }, { "codes", CODE },     { "codice", CODE },
-	{ "codici", CODE },	     { "c\xc3\xb3" "digo", CODE }, { "c\xc3\xb3" "digos", CODE },
-	{ "codigo", CODE },	     { "combination", HF_CODE }, { "combinazione", HF_CODE },
-	{ "combinaci\xc3\xb3n", HF_CODE }, { "combinacion", HF_CODE }, { "combo", HF_CODE },
+	{ "pin", PIN }, { "pins", PIN }, { "puk", PIN }, { "cvv", PIN }, { "cvc", PIN },
+	{ "cvv2", PIN }, { "otp", PIN | HF_MIXED }, { "totp", PIN }, { "pincode", PIN },
+	{ "code", CODE | HF_SUFFIX }, { "codes", CODE }, { "codice", CODE }, { "codici", CODE },
+	{ "c\xc3\xb3" "digo", CODE }, { "c\xc3\xb3" "digos", CODE }, { "codigo", CODE },
+	{ "combination", HF_CODE }, { "combinazione", HF_CODE }, { "combinaci\xc3\xb3n", HF_CODE },
+	{ "combinacion", HF_CODE }, { "combo", HF_CODE },
 	/* locks named for their code: "bike lock 4-4-0-9", "the keypad is 6318" */
 	{ "lock", HF_CODE }, { "padlock", HF_CODE }, { "keypad", HF_CODE }, { "lockbox", HF_CODE },
 	{ "keycode", HF_CODE }, { "doorcode", HF_CODE }, { "lucchetto", HF_CODE },
 	{ "tastierino", HF_CODE }, { "candado", HF_CODE }, { "teclado", HF_CODE },
-	{ "opens", HF_CODE | HF_VERB }, { "open", HF_CODE | HF_VERB }, { "unlock", HF_CODE | HF_VERB },
-	{ "unlocks", HF_CODE | HF_VERB }, { "disarm", HF_CODE | HF_VERB }, { "apre", HF_CODE | HF_VERB },
-	{ "aprire", HF_CODE | HF_VERB }, { "sblocca", HF_CODE | HF_VERB }, { "abre", HF_CODE | HF_VERB },
-	{ "abrir", HF_CODE | HF_VERB }, { "desbloquea", HF_CODE | HF_VERB },
-	{ "key", KEY },		     { "keys", KEY },	     { "token", KEY },
-	{ "tokens", KEY },	     { "secret", KEY },	     { "secrets", KEY },
-	{ "segreto", KEY },	     { "secreto", KEY },     { "apikey", KEY },
-	{ "accesskey", KEY },	     { "auth", KEY | HF_SCHEME }, { "authorization", KEY | HF_SCHEME },
-	{ "bearer", KEY },	     { "credential", KEY | HF_PAIR }, { "credentials", KEY | HF_PAIR },
-	{ "creds", HF_PAIR | HF_LONG }, { "credenziali", HF_PAIR | HF_LONG },
-	{ "credenciales", HF_PAIR | HF_LONG }, { "login", HF_PAIR },
-	{ "router", HF_PAIR | HF_LABEL }, { "wifi", HF_PAIR | HF_LABEL }, { "wi-fi", HF_PAIR | HF_LABEL },
-	{ "modem", HF_PAIR | HF_LABEL }, { "admin", HF_PAIR | HF_LABEL }, { "account", HF_PAIR | HF_LABEL },
+	{ "opens", HF_CODE | HF_VERB }, { "open", HF_CODE | HF_VERB },
+	{ "unlock", HF_CODE | HF_VERB }, { "unlocks", HF_CODE | HF_VERB },
+	{ "disarm", HF_CODE | HF_VERB }, { "apre", HF_CODE | HF_VERB },
+	{ "aprire", HF_CODE | HF_VERB }, { "sblocca", HF_CODE | HF_VERB },
+	{ "abre", HF_CODE | HF_VERB }, { "abrir", HF_CODE | HF_VERB },
+	{ "desbloquea", HF_CODE | HF_VERB }, { "key", KEY }, { "keys", KEY }, { "token", KEY },
+	{ "tokens", KEY }, { "secret", KEY }, { "secrets", KEY }, { "segreto", KEY },
+	{ "secreto", KEY }, { "apikey", KEY }, { "accesskey", KEY }, { "auth", KEY | HF_SCHEME },
+	{ "authorization", KEY | HF_SCHEME }, { "bearer", KEY }, { "credential", KEY | HF_PAIR },
+	{ "credentials", KEY | HF_PAIR }, { "creds", HF_PAIR | HF_LONG },
+	{ "credenziali", HF_PAIR | HF_LONG }, { "credenciales", HF_PAIR | HF_LONG },
+	{ "login", HF_PAIR }, { "router", HF_PAIR | HF_LABEL }, { "wifi", HF_PAIR | HF_LABEL },
+	{ "wi-fi", HF_PAIR | HF_LABEL }, { "modem", HF_PAIR | HF_LABEL },
+	{ "admin", HF_PAIR | HF_LABEL }, { "account", HF_PAIR | HF_LABEL },
 	{ "vpn", HF_PAIR | HF_LABEL }, { "ssh", HF_PAIR | HF_LABEL }, { "ftp", HF_PAIR | HF_LABEL },
 	{ "sftp", HF_PAIR | HF_LABEL }, { "nas", HF_PAIR | HF_LABEL }, { "db", HF_PAIR | HF_LABEL },
-	{ "database", HF_PAIR | HF_LABEL }, { "server", HF_PAIR | HF_LABEL }, { "email", HF_PAIR | HF_LABEL },
-	{ "mail", HF_PAIR | HF_LABEL }, { "smtp", HF_PAIR | HF_LABEL }, { "imap", HF_PAIR | HF_LABEL },
+	{ "database", HF_PAIR | HF_LABEL }, { "server", HF_PAIR | HF_LABEL },
+	{ "email", HF_PAIR | HF_LABEL }, { "mail", HF_PAIR | HF_LABEL },
+	{ "smtp", HF_PAIR | HF_LABEL }, { "imap", HF_PAIR | HF_LABEL },
 	{ "cuenta", HF_PAIR | HF_LABEL }, { "conto", HF_PAIR | HF_LABEL },
 	{ "m\xc3\xb3" "dem", HF_PAIR | HF_LABEL },
 };
@@ -161,14 +167,14 @@ static const char *const access_words[] = {
 	"door", "doors", "gate", "alarm", "safe", "lock", "locker", "padlock", "access", "security",
 	"entry", "garage", "building", "keypad", "pin", "verification", "confirmation", "2fa",
 	"mfa", "otp", "totp", "backup", "recovery", "authentication", "auth", "login", "unlock",
-	"intercom", "one-time", "sms", "cvv", "cvc", "secret", "vault", "lockbox", "house",
-	"front", "porta", "portone", "cancello", "allarme", "cassaforte", "citofono", "accesso",
-	"sicurezza", "sblocco", "verifica", "conferma", "lucchetto", "box", "segreto", "recupero",
-	"puerta", "portal", "port\xc3\xb3n", "alarma", "caja", "fuerte", "acceso", "seguridad",
-	"desbloqueo", "verificaci\xc3\xb3n", "verificacion", "confirmaci\xc3\xb3n", "candado",
-	"secreto", "recuperaci\xc3\xb3n", "respaldo", "telefonillo", "interfono", "armadietto",
-	"taquilla", "open", "aprire", "abrir", "garaje", "cochera", "buz\xc3\xb3n", "trastero", "bancomat", "sim", "tarjeta", "carta", "card", "atm", "bank", "wifi", "wi-fi",
-	NULL,
+	"intercom", "one-time", "sms", "cvv", "cvc", "secret", "vault", "lockbox", "house", "front",
+	"porta", "portone", "cancello", "allarme", "cassaforte", "citofono", "accesso", "sicurezza",
+	"sblocco", "verifica", "conferma", "lucchetto", "box", "segreto", "recupero", "puerta",
+	"portal", "port\xc3\xb3n", "alarma", "caja", "fuerte", "acceso", "seguridad", "desbloqueo",
+	"verificaci\xc3\xb3n", "verificacion", "confirmaci\xc3\xb3n", "candado", "secreto",
+	"recuperaci\xc3\xb3n", "respaldo", "telefonillo", "interfono", "armadietto", "taquilla",
+	"open", "aprire", "abrir", "garaje", "cochera", "buz\xc3\xb3n", "trastero", "bancomat",
+	"sim", "tarjeta", "carta", "card", "atm", "bank", "wifi", "wi-fi", NULL,
 };
 
 /* Words that make a code something other than a way in ("error code 404", "codice
@@ -208,16 +214,16 @@ static const char *const copula_more[] = {
  * compound ("password manager", "PIN pad", "token bucket"), not the credential. */
 static const char *const compounds[] = {
 	"manager", "managers", "reset", "resets", "field", "fields", "policy", "policies", "hint",
-	"hints", "strength", "length", "change", "changes", "generator", "hash", "hashes",
-	"prompt", "box", "form", "input", "rule", "rules", "requirement", "requirements", "expiry",
+	"hints", "strength", "length", "change", "changes", "generator", "hash", "hashes", "prompt",
+	"box", "form", "input", "rule", "rules", "requirement", "requirements", "expiry",
 	"expiration", "protection", "protected", "pad", "entry", "bucket", "count", "limit",
 	"limits", "budget", "usage", "window", "size", "type", "types", "format", "rotation",
 	"file", "store", "storage", "dialog", "screen", "page", "link", "email", "mail", "login",
 	"authentication", "auth", "complexity", "history", "lockout", "attempts", "spraying",
 	"cracking", "cracker", "leak", "leaks", "dump", "list", "lists", "points", "holder",
-	"holders", "exchange", "economy", "sale", "price", "error", "errors", "validation",
-	"check", "checks", "checker", "meter", "flow", "grant", "endpoint", "server", "service",
-	"refresh", "expires", "expired", NULL,
+	"holders", "exchange", "economy", "sale", "price", "error", "errors", "validation", "check",
+	"checks", "checker", "meter", "flow", "grant", "endpoint", "server", "service", "refresh",
+	"expires", "expired", NULL,
 };
 
 /* Nouns that make a compound with the head word after them ("gestore di password", "gestor
@@ -243,31 +249,31 @@ static const char *const not_values[] = {
 	/* English */
 	"expired", "wrong", "incorrect", "correct", "required", "missing", "invalid", "valid",
 	"too", "short", "long", "strong", "weak", "empty", "blank", "set", "unset", "not", "reset",
-	"changed", "updated", "saved", "stored", "encrypted", "hashed", "hidden", "protected", "case",
-	"sensitive", "optional", "mandatory", "needed", "necessary", "secure", "insecure", "safe",
-	"unsafe", "same", "different", "new", "old", "the", "a", "an", "your", "my", "his", "her",
-	"their", "our", "this", "that", "these", "those", "it", "what", "which", "who", "sent",
-	"shown", "displayed", "below", "above", "here", "there", "in", "on", "at", "for", "of", "to",
-	"from", "with", "by", "being", "been", "still", "also", "now", "always", "never",
-	"generated", "provided", "given", "visible", "printed", "logged", "very", "quite", "really",
-	"pretty", "easy", "hard", "simple", "complex", "complicated", "good", "bad", "fine", "ok",
-	"okay", "secret", "unknown", "known", "forgotten", "lost", "locked", "blocked", "disabled",
-	"enabled", "active", "inactive", "working", "broken", "used", "unused", "something",
-	"anything", "nothing", "default", "usually", "generally", "typically", "only", "just",
-	"probably", "maybe", "definitely", "actually", "available", "unavailable", "accepted",
-	"rejected", "revoked", "rotated", "leaked", "compromised", "exposed", "public", "private",
-	"personal", "shared", "unique", "random", "temporary", "permanent", "important", "useless",
-	"why", "how", "where", "when", "whatever", "somewhere", "written", "attached", "included",
-	"inside", "under", "over", "behind", "like", "as", "and", "or", "but", "if", "so", "then",
-	"no", "yes", "all", "any", "some", "one", "two", "three", "four", "five", "six", "eight",
-	"ten", "twelve", "at", "least", "more", "less", "than", "about", "around", "case-sensitive",
-	"hard-coded", "hardcoded", "encoded", "plain", "plaintext", "cleartext", "clear", "stolen",
-	"guessable", "obvious", "predictable", "common", "easy-to-guess", "impossible", "possible",
-	"similar", "identical", "mine", "yours", "ours", "theirs", "fake", "real", "correctly",
-	"incorrectly", "ready", "done", "gone", "back", "up", "down", "out", "off", "due", "about",
-	"coming", "changing", "expiring", "getting", "going", "we", "you", "they", "he", "she", "i",
-	"open", "closed", "aperto", "aperta", "chiuso", "chiusa", "abierto", "abierta", "cerrado",
-	"cerrada",
+	"changed", "updated", "saved", "stored", "encrypted", "hashed", "hidden", "protected",
+	"case", "sensitive", "optional", "mandatory", "needed", "necessary", "secure", "insecure",
+	"safe", "unsafe", "same", "different", "new", "old", "the", "a", "an", "your", "my", "his",
+	"her", "their", "our", "this", "that", "these", "those", "it", "what", "which", "who",
+	"sent", "shown", "displayed", "below", "above", "here", "there", "in", "on", "at", "for",
+	"of", "to", "from", "with", "by", "being", "been", "still", "also", "now", "always",
+	"never", "generated", "provided", "given", "visible", "printed", "logged", "very", "quite",
+	"really", "pretty", "easy", "hard", "simple", "complex", "complicated", "good", "bad",
+	"fine", "ok", "okay", "secret", "unknown", "known", "forgotten", "lost", "locked",
+	"blocked", "disabled", "enabled", "active", "inactive", "working", "broken", "used",
+	"unused", "something", "anything", "nothing", "default", "usually", "generally",
+	"typically", "only", "just", "probably", "maybe", "definitely", "actually", "available",
+	"unavailable", "accepted", "rejected", "revoked", "rotated", "leaked", "compromised",
+	"exposed", "public", "private", "personal", "shared", "unique", "random", "temporary",
+	"permanent", "important", "useless", "why", "how", "where", "when", "whatever", "somewhere",
+	"written", "attached", "included", "inside", "under", "over", "behind", "like", "as", "and",
+	"or", "but", "if", "so", "then", "no", "yes", "all", "any", "some", "one", "two", "three",
+	"four", "five", "six", "eight", "ten", "twelve", "at", "least", "more", "less", "than",
+	"about", "around", "case-sensitive", "hard-coded", "hardcoded", "encoded", "plain",
+	"plaintext", "cleartext", "clear", "stolen", "guessable", "obvious", "predictable",
+	"common", "easy-to-guess", "impossible", "possible", "similar", "identical", "mine",
+	"yours", "ours", "theirs", "fake", "real", "correctly", "incorrectly", "ready", "done",
+	"gone", "back", "up", "down", "out", "off", "due", "about", "coming", "changing",
+	"expiring", "getting", "going", "we", "you", "they", "he", "she", "i", "open", "closed",
+	"aperto", "aperta", "chiuso", "chiusa", "abierto", "abierta", "cerrado", "cerrada",
 	/* Italian */
 	"scaduta", "scaduto", "sbagliata", "sbagliato", "errata", "errato", "corretta", "corretto",
 	"obbligatoria", "obbligatorio", "richiesta", "richiesto", "mancante", "vuota", "vuoto",
@@ -278,27 +284,28 @@ static const char *const not_values[] = {
 	"quello", "sempre", "ancora", "ora", "adesso", "diversa", "uguale", "stessa", "stesso",
 	"necessaria", "protetta", "bloccata", "disattivata", "attiva", "composta", "formata",
 	"sotto", "sopra", "dentro", "fuori", "nel", "nella", "sul", "sulla", "dietro", "davanti",
-	"qui", "qua", "l\xc3\xac", "l\xc3\xa0", "come", "cosa", "quale", "dove", "quando", "perch\xc3\xa9",
-	"mia", "mio", "tua", "tuo", "sua", "suo", "nostra", "vostra", "questa", "questo", "semplice",
-	"facile", "difficile", "complessa", "personale", "temporanea", "casuale", "scritto",
-	"salvato", "memorizzata", "criptata", "cifrata", "inviata", "arrivata", "diverso", "giusta",
-	"giusto", "pubblica", "privata", "in", "per", "con", "su", "da", "a", "e", "o", "ma", "se",
-	"solo", "proprio", "gi\xc3\xa0", "appena", "sbloccata", "scadente", "pronta",
+	"qui", "qua", "l\xc3\xac", "l\xc3\xa0", "come", "cosa", "quale", "dove", "quando",
+	"perch\xc3\xa9", "mia", "mio", "tua", "tuo", "sua", "suo", "nostra", "vostra", "questa",
+	"questo", "semplice", "facile", "difficile", "complessa", "personale", "temporanea",
+	"casuale", "scritto", "salvato", "memorizzata", "criptata", "cifrata", "inviata",
+	"arrivata", "diverso", "giusta", "giusto", "pubblica", "privata", "in", "per", "con", "su",
+	"da", "a", "e", "o", "ma", "se", "solo", "proprio", "gi\xc3\xa0", "appena", "sbloccata",
+	"scadente", "pronta",
 	/* Spanish */
 	"caducada", "caducado", "incorrecta", "incorrecto", "correcta", "correcto", "obligatoria",
-	"obligatorio", "requerida", "requerido", "necesaria", "necesario", "vac\xc3\xad" "a", "vacia",
-	"vac\xc3\xado", "corta", "larga", "largo", "d\xc3\xa9" "bil", "debil", "fuerte", "segura",
-	"seguro", "v\xc3\xa1lida", "valida", "inv\xc3\xa1lida", "invalida", "cambiada", "modificada",
-	"guardada", "oculta", "secreta", "nueva", "vieja", "antigua", "el", "los", "las", "de",
-	"que", "siempre", "todav\xc3\xad" "a", "ahora", "diferente", "igual", "misma", "mismo",
-	"protegida", "bloqueada", "muy", "demasiado", "distinta", "sensible", "mi", "tu", "su",
-	"nuestra", "esta", "este", "esa", "ese", "aqu\xc3\xad", "ah\xc3\xad", "all\xc3\xad", "debajo",
-	"encima", "dentro", "fuera", "detr\xc3\xa1s", "c\xc3\xb3mo", "como", "qu\xc3\xa9", "cu\xc3\xa1l",
-	"d\xc3\xb3nde", "cuando", "sencilla", "f\xc3\xa1" "cil", "facil", "dif\xc3\xad" "cil",
-	"personal", "temporal", "aleatoria", "escrita", "enviada", "expirada", "err\xc3\xb3nea",
-	"p\xc3\xba" "blica", "privada", "en", "para", "por", "con", "sin", "y", "pero", "si", "ya",
-	"solo", "s\xc3\xb3lo", "lista", "desactivada", "activa", "usada", "olvidada",
-	NULL,
+	"obligatorio", "requerida", "requerido", "necesaria", "necesario", "vac\xc3\xad" "a",
+	"vacia", "vac\xc3\xado", "corta", "larga", "largo", "d\xc3\xa9" "bil", "debil", "fuerte",
+	"segura", "seguro", "v\xc3\xa1lida", "valida", "inv\xc3\xa1lida", "invalida", "cambiada",
+	"modificada", "guardada", "oculta", "secreta", "nueva", "vieja", "antigua", "el", "los",
+	"las", "de", "que", "siempre", "todav\xc3\xad" "a", "ahora", "diferente", "igual", "misma",
+	"mismo", "protegida", "bloqueada", "muy", "demasiado", "distinta", "sensible", "mi", "tu",
+	"su", "nuestra", "esta", "este", "esa", "ese", "aqu\xc3\xad", "ah\xc3\xad", "all\xc3\xad",
+	"debajo", "encima", "dentro", "fuera", "detr\xc3\xa1s", "c\xc3\xb3mo", "como", "qu\xc3\xa9",
+	"cu\xc3\xa1l", "d\xc3\xb3nde", "cuando", "sencilla", "f\xc3\xa1" "cil", "facil",
+	"dif\xc3\xad" "cil", "personal", "temporal", "aleatoria", "escrita", "enviada", "expirada",
+	"err\xc3\xb3nea", "p\xc3\xba" "blica", "privada", "en", "para", "por", "con", "sin", "y",
+	"pero", "si", "ya", "solo", "s\xc3\xb3lo", "lista", "desactivada", "activa", "usada",
+	"olvidada", NULL,
 };
 
 /* Words after a number that make it a length or a count ("4 digits", "5 cifre"). */
@@ -307,11 +314,11 @@ static const char *const unit_words[] = {
 	"chars", "caratteri", "caracteres", "letters", "lettere", "letras", "numbers", "numeri",
 	"n\xc3\xbameros", "times", "volte", "veces", "attempts", "tentativi", "intentos", "tries",
 	"minutes", "minuti", "minutos", "seconds", "secondi", "segundos", "hours", "ore", "horas",
-	"days", "giorni", "d\xc3\xad" "as", "months", "mesi", "meses", "years", "anni", "a\xc3\xb1os",
-	"euro", "euros", "dollars", "bytes", "bits", "positions", "posizioni", "posiciones", "long",
-	"numbers", "words", "parole", "palabras", "chiffres", "x", "users", "people", "persone",
-	"personas", "items", "requests", "rows", "lines", "righe", "l\xc3\xadneas", "files",
-	"permissions", "ms", "kb", "mb", "gb", "px", "pixels", NULL,
+	"days", "giorni", "d\xc3\xad" "as", "months", "mesi", "meses", "years", "anni",
+	"a\xc3\xb1os", "euro", "euros", "dollars", "bytes", "bits", "positions", "posizioni",
+	"posiciones", "long", "numbers", "words", "parole", "palabras", "chiffres", "x", "users",
+	"people", "persone", "personas", "items", "requests", "rows", "lines", "righe",
+	"l\xc3\xadneas", "files", "permissions", "ms", "kb", "mb", "gb", "px", "pixels", NULL,
 };
 
 /* Whole values that stand for one ("changeme", "xxx", "none") or are a type ("string"). */
@@ -320,11 +327,11 @@ static const char *const placeholders[] = {
 	"token", "apikey", "api_key", "key", "null", "nil", "none", "undefined", "empty", "blank",
 	"redacted", "hidden", "removed", "omitted", "masked", "todo", "tbd", "fixme", "example",
 	"sample", "dummy", "placeholder", "foo", "bar", "foobar", "baz", "test", "testing", "true",
-	"false", "yes", "no", "string", "str", "int", "integer", "number", "bool", "boolean", "text",
-	"varchar", "char", "bytes", "secretstr", "optional", "any", "object", "value", "required",
-	"required|string", "contrase\xc3\xb1" "a", "clave", "chiave", "segreto", "secreto",
-	"mypassword", "yourpassword", "your_password", "your-password", "pwd",
-	"env", "xxxxxx", "os.environ", "getenv", "input", "prompt", NULL,
+	"false", "yes", "no", "string", "str", "int", "integer", "number", "bool", "boolean",
+	"text", "varchar", "char", "bytes", "secretstr", "optional", "any", "object", "value",
+	"required", "required|string", "contrase\xc3\xb1" "a", "clave", "chiave", "segreto",
+	"secreto", "mypassword", "yourpassword", "your_password", "your-password", "pwd", "env",
+	"xxxxxx", "os.environ", "getenv", "input", "prompt", NULL,
 };
 
 /* Words after a value that end its clause ("the password is sunflower and the pin ..."). */
@@ -343,11 +350,15 @@ static const struct head wifi_key = { "key", PW & ~HF_SUFFIX };
 /* "the storeroom code is 7261": no access word, but no word that makes it another code */
 static const struct head weak_code = { "code", HF_CODE | HF_DIGITONLY };
 /* "opens with [the code] 1962" */
-static const char *const with_words[] = { "with", "using", "con", "col", "usando", "mediante", NULL };
-static const char *const with_fill[] = { "the", "code", "pin", "combination", "il", "codice",
-					 "la", "combinazione", "el", "c\xc3\xb3" "digo", "combinaci\xc3\xb3n",
-					 NULL };
+static const char *const with_words[] = {
+	"with", "using", "con", "col", "usando", "mediante", NULL,
+};
+static const char *const with_fill[] = {
+	"the", "code", "pin", "combination", "il", "codice", "la", "combinazione", "el",
+	"c\xc3\xb3" "digo", "combinaci\xc3\xb3n", NULL,
+};
 
+/* clang-format on */
 /* ---- heads ---- */
 
 /* By last byte of the head word, its entries in heads[] (by_last[c] .. by_last[c + 1]). */
@@ -392,7 +403,7 @@ bool credential_is_head(const char *w, size_t n)
 
 /* ---- BIP-39 ---- */
 
-#define SEED_SLOTS 8192u /* a power of two over 3 * 2048 / 0.75 */
+#define SEED_SLOTS 8192u               /* a power of two over 3 * 2048 / 0.75 */
 static uint16_t seed_slot[SEED_SLOTS]; /* 0: empty, else 1 + index into seed_word */
 static const char *seed_word[3 * BIP39_WORDS];
 static uint8_t seed_len[3 * BIP39_WORDS];
@@ -613,52 +624,39 @@ static const struct token_format {
 	uint16_t min, max;
 	bool mixed;
 } tokens[] = {
+	/* clang-format off */
 	{ "sk-", b64url, 20, 220, true }, /* OpenAI (sk-proj-, sk-svcacct-), Anthropic (sk-ant-) */
 	{ "sk_live_", alnum, 16, 120, false }, /* Stripe */
-	{ "sk_test_", alnum, 16, 120, false },
-	{ "rk_live_", alnum, 16, 120, false },
-	{ "rk_test_", alnum, 16, 120, false },
-	{ "whsec_", alnum, 24, 80, true },
+	{ "sk_test_", alnum, 16, 120, false }, { "rk_live_", alnum, 16, 120, false },
+	{ "rk_test_", alnum, 16, 120, false }, { "whsec_", alnum, 24, 80, true },
 	{ "AKIA", upper_digit, 16, 16, false }, /* AWS access key ids */
-	{ "ASIA", upper_digit, 16, 16, false },
-	{ "ABIA", upper_digit, 16, 16, false },
+	{ "ASIA", upper_digit, 16, 16, false }, { "ABIA", upper_digit, 16, 16, false },
 	{ "ACCA", upper_digit, 16, 16, false },
 	{ "ghp_", alnum, 30, 60, false }, /* GitHub */
-	{ "gho_", alnum, 30, 60, false },
-	{ "ghs_", alnum, 30, 60, false },
-	{ "ghu_", alnum, 30, 60, false },
-	{ "ghr_", alnum, 30, 60, false },
+	{ "gho_", alnum, 30, 60, false }, { "ghs_", alnum, 30, 60, false },
+	{ "ghu_", alnum, 30, 60, false }, { "ghr_", alnum, 30, 60, false },
 	{ "github_pat_", alnum_us, 22, 120, false },
 	{ "glpat-", b64url, 20, 80, false }, /* GitLab */
-	{ "gldt-", b64url, 20, 80, false },
-	{ "glptt-", b64url, 20, 80, false },
-	{ "glrt-", b64url, 20, 80, false },
-	{ "glsoat-", b64url, 20, 80, false },
+	{ "gldt-", b64url, 20, 80, false }, { "glptt-", b64url, 20, 80, false },
+	{ "glrt-", b64url, 20, 80, false }, { "glsoat-", b64url, 20, 80, false },
 	{ "GR1348941", b64url, 20, 80, false },
 	{ "xoxb-", alnum_dash, 10, 200, false }, /* Slack */
-	{ "xoxp-", alnum_dash, 10, 200, false },
-	{ "xoxa-", alnum_dash, 10, 200, false },
-	{ "xoxr-", alnum_dash, 10, 200, false },
-	{ "xoxs-", alnum_dash, 10, 200, false },
-	{ "xoxe-", alnum_dash, 10, 200, false },
-	{ "xoxe.xoxp-", alnum_dash, 10, 200, false },
+	{ "xoxp-", alnum_dash, 10, 200, false }, { "xoxa-", alnum_dash, 10, 200, false },
+	{ "xoxr-", alnum_dash, 10, 200, false }, { "xoxs-", alnum_dash, 10, 200, false },
+	{ "xoxe-", alnum_dash, 10, 200, false }, { "xoxe.xoxp-", alnum_dash, 10, 200, false },
 	{ "xapp-", alnum_dash, 10, 200, false },
 	{ "AIza", b64url, 35, 35, false }, /* Google */
-	{ "GOCSPX-", b64url, 28, 28, false },
-	{ "ya29.", b64url_dot, 30, 400, true },
+	{ "GOCSPX-", b64url, 28, 28, false }, { "ya29.", b64url_dot, 30, 400, true },
 	{ "hf_", alnum, 30, 60, true }, /* Hugging Face */
-	{ "api_org_", alnum, 30, 40, true },
-	{ "npm_", alnum, 36, 36, false },
+	{ "api_org_", alnum, 30, 40, true }, { "npm_", alnum, 36, 36, false },
 	{ "pypi-AgEIcHlwaS5vcmc", b64url, 50, 300, false },
 	{ "SG.", b64url_dot, 60, 80, false }, /* SendGrid: SG.<22>.<43> */
 	{ "SK", hex, 32, 32, true },	      /* Twilio API key */
 	{ "key-", hex, 32, 32, true },	      /* Mailgun */
 	{ "dop_v1_", hex, 64, 64, false },    /* DigitalOcean */
-	{ "doo_v1_", hex, 64, 64, false },
-	{ "dor_v1_", hex, 64, 64, false },
+	{ "doo_v1_", hex, 64, 64, false }, { "dor_v1_", hex, 64, 64, false },
 	{ "shpat_", hex, 32, 32, true }, /* Shopify */
-	{ "shpca_", hex, 32, 32, true },
-	{ "shppa_", hex, 32, 32, true },
+	{ "shpca_", hex, 32, 32, true }, { "shppa_", hex, 32, 32, true },
 	{ "shpss_", hex, 32, 32, true },
 	{ "dapi", hex, 32, 32, true },		/* Databricks */
 	{ "gsk_", alnum, 52, 52, true },	/* Groq */
@@ -671,8 +669,7 @@ static const struct token_format {
 	{ "hvs.", b64url, 24, 200, true },	/* HashiCorp Vault */
 	{ "hvb.", b64url, 24, 200, true },
 	{ "sq0atp-", b64url, 22, 22, false },	/* Square */
-	{ "sq0csp-", b64url, 43, 43, false },
-	{ "EAAA", b64url, 60, 60, true },
+	{ "sq0csp-", b64url, 43, 43, false }, { "EAAA", b64url, 60, 60, true },
 	{ "sbp_", hex, 40, 40, true },		/* Supabase */
 	{ "glc_", b64url, 32, 200, true },	/* Grafana */
 	{ "glsa_", alnum_us, 32, 64, true },
@@ -688,9 +685,9 @@ static const struct token_format {
 	{ "tskey-", alnum_dash, 20, 80, true }, /* Tailscale */
 	{ "figd_", b64url, 40, 60, true },	/* Figma */
 	{ "oy2", alnum, 43, 43, true },		/* NuGet */
-	{ "CLOJARS_", hex, 60, 60, true },
-	{ "rubygems_", hex, 48, 48, true },
+	{ "CLOJARS_", hex, 60, 60, true }, { "rubygems_", hex, 48, 48, true },
 	{ "AGE-SECRET-KEY-1", upper_digit, 58, 58, false }, /* age: a private key */
+	/* clang-format on */
 };
 /* By first byte, the formats (token_order[token_start[c] .. token_start[c + 1]]); and a bit
  * per first two bytes that some format (or PuTTY) starts with, so that most words are passed
@@ -710,7 +707,8 @@ static size_t scan_putty(const char *t, size_t len, size_t i)
 		return 0;
 	mac = memmem(t + i, MIN(len - i, (size_t) 16384), "Private-MAC:", 12);
 	if (!mac) {
-		const char *priv = memmem(t + i, MIN(len - i, (size_t) 16384), "Private-Lines:", 14);
+		const char *priv =
+		    memmem(t + i, MIN(len - i, (size_t) 16384), "Private-Lines:", 14);
 		return priv ? len : 0;
 	}
 	p = (size_t) (mac - t) + 12;
@@ -774,7 +772,8 @@ size_t credential_scan_token(const char *t, size_t len, size_t i, enum detect_ki
 			if (!d || !a)
 				continue;
 		}
-		*kind = f->prefix[0] == 'A' && f->prefix[1] == 'G' ? DETECT_PRIVATE_KEY : DETECT_API_KEY;
+		*kind = f->prefix[0] == 'A' && f->prefix[1] == 'G' ? DETECT_PRIVATE_KEY
+								   : DETECT_API_KEY;
 		return e;
 	}
 	return 0;
@@ -815,7 +814,8 @@ size_t credential_scan_url(const char *t, size_t len, size_t i, enum detect_kind
 	 * words end in a space or punctuation after their letters */
 	while (p < len && p - i < 24 && is_alpha(t[p]))
 		p++;
-	if (p >= len || (t[p] != ':' && t[p] != '+' && t[p] != '.' && t[p] != '-' && !is_digit(t[p])))
+	if (p >= len ||
+	    (t[p] != ':' && t[p] != '+' && t[p] != '.' && t[p] != '-' && !is_digit(t[p])))
 		return 0;
 	while (p < len && p - i < 24 && (is_scheme(t[p]) || (t[p] == ':' && AT(p + 1) != '/')))
 		p++;
@@ -867,8 +867,8 @@ size_t credential_scan_url(const char *t, size_t len, size_t i, enum detect_kind
 /* ---- the phrase grammar ---- */
 
 struct word {
-	size_t s, e;  /* [s, e) in the text */
-	char w[32];   /* folded */
+	size_t s, e; /* [s, e) in the text */
+	char w[32];  /* folded */
 	size_t n;
 };
 
@@ -955,8 +955,12 @@ static bool is_quote(const char *t, size_t len, size_t p, size_t *ret_n, const c
 	static const struct {
 		const char *open, *close;
 	} q[] = {
-		{ "\"", "\"" }, { "'", "'" }, { "`", "`" }, { "\xc2\xab", "\xc2\xbb" },
-		{ "\xe2\x80\x9c", "\xe2\x80\x9d" }, { "\xe2\x80\x98", "\xe2\x80\x99" },
+		{ "\"", "\"" },
+		{ "'", "'" },
+		{ "`", "`" },
+		{ "\xc2\xab", "\xc2\xbb" },
+		{ "\xe2\x80\x9c", "\xe2\x80\x9d" },
+		{ "\xe2\x80\x98", "\xe2\x80\x99" },
 	};
 	for (size_t k = 0; k < ELEMENTSOF(q); k++)
 		if (prefix_at(t, len, p, q[k].open)) {
@@ -1060,7 +1064,8 @@ static bool placeholder(const char *s, size_t n)
 	if (s[0] == '-' && n > 1 && (is_alpha(s[1]) || s[1] == '-'))
 		return true; /* a command-line option: "--quiet", "-v" */
 	if (strchr("<[{$%!|>(", s[0]) || (n >= 3 && memcmp(s, "\xe2\x9f\xa8", 3) == 0) ||
-	    (n >= 3 && memcmp(s, "\xe2\x80\xa2", 3) == 0) || (n >= 3 && memcmp(s, "\xe2\x80\xa6", 3) == 0))
+	    (n >= 3 && memcmp(s, "\xe2\x80\xa2", 3) == 0) ||
+	    (n >= 3 && memcmp(s, "\xe2\x80\xa6", 3) == 0))
 		return true;
 	for (size_t k = 1; k < n; k++)
 		same &= s[k] == s[0];
@@ -1075,7 +1080,8 @@ static bool placeholder(const char *s, size_t n)
 	{
 		bool xs = true;
 		for (size_t k = 0; k < n; k++)
-			xs &= w[k] == 'x' || w[k] == '*' || w[k] == '-' || w[k] == '.' || w[k] == '_';
+			xs &=
+			    w[k] == 'x' || w[k] == '*' || w[k] == '-' || w[k] == '.' || w[k] == '_';
 		if (xs)
 			return true;
 	}
@@ -1158,8 +1164,8 @@ static size_t digit_code_end(const char *t, size_t len, size_t p)
 			break;
 		digits += q - s;
 		e = q;
-		if (q + 1 < len && (t[q] == ' ' || t[q] == '-' || t[q] == '.') && is_digit(t[q + 1]) &&
-		    (t[q] != ' ' || q - s <= 4)) {
+		if (q + 1 < len && (t[q] == ' ' || t[q] == '-' || t[q] == '.') &&
+		    is_digit(t[q + 1]) && (t[q] != ' ' || q - s <= 4)) {
 			q++;
 			continue;
 		}
@@ -1258,7 +1264,8 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 		}
 		if (!nl && code_like(t + s, e - s, 0, 0) && sh.digit == 0)
 			return 0;
-		if ((h->flags & (HF_LONG | HF_MIXED | HF_ALPHA | HF_DIGITS | HF_PHRASE)) == HF_LONG &&
+		if ((h->flags & (HF_LONG | HF_MIXED | HF_ALPHA | HF_DIGITS | HF_PHRASE)) ==
+			HF_LONG &&
 		    !token_like(&sh, sep == SEP_NONE))
 			return 0;
 		{
@@ -1266,7 +1273,8 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 			size_t a = e + strlen(close);
 			while (a < len && t[a] == ' ')
 				a++;
-			if (a < len && strchr("+.%[*", t[a]) && !(t[a] == '.' && (a + 1 >= len || is_space(t[a + 1]))))
+			if (a < len && strchr("+.%[*", t[a]) &&
+			    !(t[a] == '.' && (a + 1 >= len || is_space(t[a + 1]))))
 				return 0;
 		}
 		*ret_start = s;
@@ -1282,8 +1290,9 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 		for (size_t q = p; q < len && !(h->flags & HF_DIGITONLY);) {
 			size_t ve = value_end(t, len, q);
 			struct shape s2 = shape_of(t + q, ve - q);
-			if (ve - q < 4 || ve - q > 24 || s2.digit == 0 || s2.lower + s2.upper == 0 ||
-			    s2.utf8 || placeholder(t + q, ve - q) || code_like(t + q, ve - q, AT(ve), AT(ve + 1)))
+			if (ve - q < 4 || ve - q > 24 || s2.digit == 0 ||
+			    s2.lower + s2.upper == 0 || s2.utf8 || placeholder(t + q, ve - q) ||
+			    code_like(t + q, ve - q, AT(ve), AT(ve + 1)))
 				break;
 			last = ve;
 			q = ve;
@@ -1317,13 +1326,14 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 	    classes(&sh) >= 2) {
 		if (!(h->flags & (HF_MIXED | HF_LONG | HF_DIGITS | HF_ALPHA)))
 			return 0;
-		if (!(h->flags & (HF_MIXED | HF_DIGITS | HF_ALPHA)) && !token_like(&sh, sep == SEP_NONE))
+		if (!(h->flags & (HF_MIXED | HF_DIGITS | HF_ALPHA)) &&
+		    !token_like(&sh, sep == SEP_NONE))
 			return 0;
 		if (n < 4 || sh.other * 2 > n + 1 || starts_with_not_value(t + p, n))
 			return 0;
-		if (sep == SEP_NONE && (n < 5 || sh.digit == 0 || sh.lower + sh.upper + sh.utf8 == 0 ||
-					!is_alnum(t[p]) ||
-					snake_name(t + p, n)))
+		if (sep == SEP_NONE &&
+		    (n < 5 || sh.digit == 0 || sh.lower + sh.upper + sh.utf8 == 0 ||
+		     !is_alnum(t[p]) || snake_name(t + p, n)))
 			return 0; /* without a copula: a strong value, not a name ("force_zip64") */
 		*ret_start = p;
 		return v;
@@ -1351,10 +1361,13 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 			size_t q = v, last = v;
 			unsigned words = 1;
 			struct word wd;
-			while (words < 8 && q < len && t[q] == ' ' && read_word(t, len, q + 1, &wd)) {
+			while (words < 8 && q < len && t[q] == ' ' &&
+			       read_word(t, len, q + 1, &wd)) {
 				struct shape s2 = shape_of(t + wd.s, wd.n);
-				if (s2.digit + s2.other || wd.n < 3 || describing(wd.w, wd.n, s2.utf8) ||
-				    in_list(wd.w, wd.n, clause_words) || in_list(wd.w, wd.n, unit_words))
+				if (s2.digit + s2.other || wd.n < 3 ||
+				    describing(wd.w, wd.n, s2.utf8) ||
+				    in_list(wd.w, wd.n, clause_words) ||
+				    in_list(wd.w, wd.n, unit_words))
 					break;
 				words++;
 				last = q = wd.e;
@@ -1408,7 +1421,8 @@ static size_t identifier_end(const char *t, size_t len, size_t i)
 {
 	size_t e = i;
 
-	while (e < len && (is_word((unsigned char) t[e]) || t[e] == '-' || t[e] == '.') && e - i < 48)
+	while (e < len && (is_word((unsigned char) t[e]) || t[e] == '-' || t[e] == '.') &&
+	       e - i < 48)
 		e++;
 	while (e > i && (t[e - 1] == '.' || t[e - 1] == '-'))
 		e--;
@@ -1438,8 +1452,8 @@ static const struct head *find_head(const char *t, size_t i, size_t e, bool *ret
 	if (n < 2 || n >= sizeof(w))
 		return NULL;
 	{
-		unsigned pair = fold_byte((unsigned char) t[e - 2]) << 8 |
-				fold_byte((unsigned char) t[e - 1]);
+		unsigned pair =
+		    fold_byte((unsigned char) t[e - 2]) << 8 | fold_byte((unsigned char) t[e - 1]);
 		if (!(head_end2[pair >> 6] >> (pair & 63) & 1))
 			return NULL;
 	}
@@ -1509,15 +1523,16 @@ static size_t resolve(const char *t, size_t len, size_t p, const struct head *h,
 	}
 	/* "Authorization: Bearer X", "Basic X", "token X" */
 	if ((h->flags & HF_SCHEME) && sep != SEP_NONE) {
-		static const char *const schemes[] = { "Bearer ", "bearer ", "Basic ", "basic ",
-						       "Token ", "token ", "Digest ", NULL };
+		static const char *const schemes[] = { "Bearer ", "bearer ", "Basic ",  "basic ",
+						       "Token ",  "token ",  "Digest ", NULL };
 		for (size_t k = 0; schemes[k]; k++)
 			if (prefix_at(t, len, p, schemes[k])) {
 				size_t q = p + strlen(schemes[k]), o;
 				if (inner && q < len && (o = inner(t, len, q, kind, ret_start)))
 					return o;
 				v = q;
-				while (v < len && (b64(t[v]) || t[v] == '.' || t[v] == '~') && v - q < 2000)
+				while (v < len && (b64(t[v]) || t[v] == '.' || t[v] == '~') &&
+				       v - q < 2000)
 					v++;
 				while (v > q && t[v - 1] == '.')
 					v--;
@@ -1606,7 +1621,8 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 		deny = word_before(t, whole ? i : e - strlen(h->w), code_deny);
 	}
 	/* "wifi key", "WPA key": a password, not an API key */
-	if ((h->flags & HF_LONG) && h->w[0] == 'k' && word_before(t, whole ? i : e - strlen(h->w), wifi_words))
+	if ((h->flags & HF_LONG) && h->w[0] == 'k' &&
+	    word_before(t, whole ? i : e - strlen(h->w), wifi_words))
 		h = &wifi_key;
 	/* a label: "router: ", "router admin: ", "wifi = " or nothing */
 	if (h->flags & HF_LABEL) {
@@ -1647,12 +1663,12 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 		/* (an identifier, "EC_KEY", "#define X_KEY \"...\"", takes a value after a mark
 		 * only) */
 		/* "creds svc_backup / Bkp!2024-Q3" */
-		if (words == 0 && (h->flags & HF_PAIR) && !(h->flags & HF_LABEL) && (v = pair_at(t, len, q, (h->flags & HF_LABEL) != 0, ret_start))) {
+		if (words == 0 && (h->flags & HF_PAIR) && !(h->flags & HF_LABEL) &&
+		    (v = pair_at(t, len, q, (h->flags & HF_LABEL) != 0, ret_start))) {
 			*kind = DETECT_SECRET;
 			return v;
 		}
-		if (chain && whole && !(h->flags & HF_PAIR) &&
-		    (!(h->flags & HF_QUAL) || access) &&
+		if (chain && whole && !(h->flags & HF_PAIR) && (!(h->flags & HF_QUAL) || access) &&
 		    (v = resolve(t, len, q, h, SEP_NONE, inner, kind, ret_start)))
 			return v; /* SEP_NONE: value_at() wants a strong value */
 		/* a label takes one word at most before its mark ("router admin: admin / X") */
@@ -1683,10 +1699,20 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 	}
 	if (sep == SEP_NONE && AT(p) == '?' && AT(p + 1) == ' ') {
 		/* a question and its answer: "the wifi password? It's X", "la password? È X" */
-		static const char *const answers[] = { "it's ", "It's ", "it\xe2\x80\x99s ",
-						       "It\xe2\x80\x99s ", "it is ", "It is ",
-						       "\xc3\xa8 ", "\xc3\x88 ", "es ", "Es ", "era ",
-						       "Era ", "was ", NULL };
+		static const char *const answers[] = { "it's ",
+						       "It's ",
+						       "it\xe2\x80\x99s ",
+						       "It\xe2\x80\x99s ",
+						       "it is ",
+						       "It is ",
+						       "\xc3\xa8 ",
+						       "\xc3\x88 ",
+						       "es ",
+						       "Es ",
+						       "era ",
+						       "Era ",
+						       "was ",
+						       NULL };
 		for (size_t k = 0; answers[k]; k++)
 			if (prefix_at(t, len, p + 2, answers[k])) {
 				sep = SEP_COPULA;
@@ -1728,8 +1754,8 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 		/* and the clause ends with the value: not "the code is 404 when ..." */
 		{
 			size_t ve = digit_code_end(t, len, p);
-			if (!ve || !clause_end(t, len, ve) || (ve < len && t[ve] == '.' && ve + 1 < len &&
-							       is_digit(t[ve + 1])))
+			if (!ve || !clause_end(t, len, ve) ||
+			    (ve < len && t[ve] == '.' && ve + 1 < len && is_digit(t[ve + 1])))
 				return 0;
 		}
 	}
@@ -1770,7 +1796,8 @@ size_t credential_scan_cli(const char *t, size_t len, size_t i, size_t *ret_star
 		p = i + 3;
 		v = value_end(t, len, p);
 		sh = shape_of(t + p, v - p);
-		if (v - p < 6 || memchr(t + p, '/', v - p) || !sh.digit || sh.lower + sh.upper < 2 ||
+		if (v - p < 6 || memchr(t + p, '/', v - p) || !sh.digit ||
+		    sh.lower + sh.upper < 2 ||
 		    (sh.upper == 0 && sh.other == count_in(t + p, v - p, ".-_:")) ||
 		    placeholder(t + p, v - p))
 			return 0;
@@ -1785,7 +1812,8 @@ size_t credential_scan_cli(const char *t, size_t len, size_t i, size_t *ret_star
 	if (AT(p) == '"' || AT(p) == '\'')
 		p++;
 	v = p;
-	while (v < len && v - p < 64 && !is_space(t[v]) && t[v] != ':' && t[v] != '"' && t[v] != '\'')
+	while (v < len && v - p < 64 && !is_space(t[v]) && t[v] != ':' && t[v] != '"' &&
+	       t[v] != '\'')
 		v++;
 	if (v == p || AT(v) != ':')
 		return 0;
@@ -1814,16 +1842,16 @@ void credential_init(void)
 	for (size_t k = 0; k < ELEMENTSOF(heads); k++) {
 		size_t n = strlen(heads[k].w);
 		head_len[k] = (uint8_t) n;
-		unsigned pair = (unsigned char) heads[k].w[n - 2] << 8 |
-				(unsigned char) heads[k].w[n - 1];
+		unsigned pair =
+		    (unsigned char) heads[k].w[n - 2] << 8 | (unsigned char) heads[k].w[n - 1];
 		head_end2[pair >> 6] |= 1ull << (pair & 63);
 	}
 	for (size_t k = 0; k < ELEMENTSOF(heads); k++)
 		head_order[at[(unsigned char) heads[k].w[strlen(heads[k].w) - 1]]++] = (uint8_t) k;
 	memset(count, 0, sizeof(count));
 	for (size_t k = 0; k < ELEMENTSOF(tokens); k++) {
-		unsigned pair = (unsigned char) tokens[k].prefix[0] << 8 |
-				(unsigned char) tokens[k].prefix[1];
+		unsigned pair =
+		    (unsigned char) tokens[k].prefix[0] << 8 | (unsigned char) tokens[k].prefix[1];
 		count[(unsigned char) tokens[k].prefix[0]]++;
 		token_pair[pair >> 6] |= 1ull << (pair & 63);
 	}
