@@ -1405,9 +1405,10 @@ static void word_sets_init(void)
 	/* plain_word_end()'s filters: bit n of cand_len[a] and of cand2_len[a][b] when some
 	 * credential head or street word of n bytes starts with the letter a (then b) (a street
 	 * word's final '.' not counted, as the caller tries the word with and without it) */
-	for (size_t k = 0; k < credential_n_heads() + ws_it_es_street.n; k++) {
-		const char *w = k < credential_n_heads() ? credential_head(k)
-							 : ws_it_es_street.list[k - credential_n_heads()];
+	const size_t n_heads = credential_n_heads();
+	for (size_t k = 0; k < n_heads + ws_it_es_street.n; k++) {
+		const char *w =
+			k < n_heads ? credential_head(k) : ws_it_es_street.list[k - n_heads];
 		size_t n = strlen(w);
 		if (!is_lower((unsigned char) w[0]))
 			continue;
@@ -1505,8 +1506,9 @@ int detect_scan_flags(const char *t, size_t len, struct detect_matches *m, unsig
 		if ((i > 0 && (dclass[(unsigned char) t[i - 1]] & DC_WORD) && c != '-') ||
 		    !(dclass[c] & DC_START)) {
 			/* but a seed phrase may start with "ábaco" */
-			if (c == 0xc3 && (i == 0 || !(dclass[(unsigned char) t[i - 1]] & DC_WORD)) &&
-			    (++words & 3) == 0 && i >= seed_next &&
+			if (c == 0xc3 && (i == 0 || !(dclass[(unsigned char) t[i - 1]] & DC_WORD))
+			    /* (the same sampling as below) */
+			    && (++words & 3) == 0 && i >= seed_next &&
 			    (e = credential_scan_seed(t, len, MAX(seed_next, last_end), i, &s,
 						      &seed_next))) {
 				r = push(m, DETECT_SEED_PHRASE, s, e);
@@ -1520,7 +1522,8 @@ int detect_scan_flags(const char *t, size_t len, struct detect_matches *m, unsig
 		}
 		/* seed phrases: runs of plain words, so before the plain-word shortcut */
 		if ((dclass[c] & DC_LOWER) && (++words & 3) == 0 && i >= seed_next &&
-		    (e = credential_scan_seed(t, len, MAX(seed_next, last_end), i, &s, &seed_next))) {
+		    (e = credential_scan_seed(t, len, MAX(seed_next, last_end), i, &s,
+					      &seed_next))) {
 			r = push(m, DETECT_SEED_PHRASE, s, e);
 			if (r < 0)
 				return r;
