@@ -168,6 +168,11 @@ static const char *const plain_pieces[] = {
 	".", ". ", ".x", ",", ":", "::", "/", "'", "%", "+", "-", "(", ")", "_", "=", "\t", "\n",
 	" ", " ", " ", "  ", "\xc3\xa8", "\xe2\x80\x99", "#", "4111 1111 1111 1111", "Roma",
 	"Street", "St.", "192.168.1.1", "fe80::1",
+	/* credentials (issue 14): heads, linking words, values, BIP-39 words, numbering */
+	"code", "door", "gate", "lock", "keypad", "codice", "c\xc3\xb3" "digo", "del", "wifi",
+	"contrase\xc3\xb1" "a", "es", "was", "?", "It's", "4821", "hunter2!", "Zq9!vL2#", "\"",
+	"abandon", "ability", "able", "about", "above", "legal", "winner", "abaco", "abete",
+	"\xc3\xa1" "baco", "abeja", "1.", "2)", "postgres://u:p4ss@h", "-u", "a:b",
 };
 
 static uint64_t rng_next(uint64_t *x)

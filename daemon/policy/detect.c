@@ -6,7 +6,6 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 #include <strings.h>
 
 #include "../basic/byte-class.h"
+#include "credential.h"
 #include "detect.h"
 
 static const struct {
@@ -35,6 +35,9 @@ static const struct {
 	[DETECT_JWT] = { "jwt", "JWT", POLICY_CLASS_SECRET },
 	[DETECT_PRIVATE_KEY] = { "private_key", "PRIVATE_KEY", POLICY_CLASS_SECRET },
 	[DETECT_SECRET] = { "secret", "SECRET", POLICY_CLASS_SECRET },
+	[DETECT_ACCESS_CODE] = { "access_code", "CODE", POLICY_CLASS_SECRET },
+	[DETECT_URL_CREDENTIALS] = { "url_credentials", "URL_PASSWORD", POLICY_CLASS_SECRET },
+	[DETECT_SEED_PHRASE] = { "seed_phrase", "SEED_PHRASE", POLICY_CLASS_SECRET },
 };
 
 const char *detect_kind_name(enum detect_kind k)
@@ -226,7 +229,7 @@ struct word_set {
 
 /* Defined with their lists' addresses below the lists. */
 static struct word_set ws_ctx_filler, ws_ctx_positive, ws_ctx_negative, ws_ctx_version,
-	ws_key_words, ws_password_words, ws_it_es_street, ws_name_particles, ws_en_suffix;
+	ws_it_es_street, ws_name_particles, ws_en_suffix;
 
 static void word_set_init(struct word_set *ws)
 {
@@ -484,6 +487,11 @@ static size_t scan_pem(const char *t, size_t len, size_t i)
 	size_t p = i + 11, hdr_end;
 	const char *end;
 
+	if (prefix_at(t, len, i, "---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----")) {
+		/* the SSH.com format: four dashes and spaces */
+		end = memmem(t + i, len - i, "---- END SSH2 ENCRYPTED PRIVATE KEY ----", 40);
+		return end ? (size_t) (end - t) + 40 : len;
+	}
 	if (!prefix_at(t, len, i, "-----BEGIN "))
 		return 0;
 	while (p < len && p - i < 80 && (is_upper(t[p]) || t[p] == ' ' || is_digit(t[p])))
@@ -516,34 +524,6 @@ static bool is_b64url_fn(int c)
 {
 	return is_b64url(c);
 }
-static bool is_alnum_fn(int c)
-{
-	return is_alnum(c);
-}
-static bool is_alnum_us_fn(int c)
-{
-	return is_alnum(c) || c == '_';
-}
-static bool is_upper_digit_fn(int c)
-{
-	return is_upper(c) || is_digit(c);
-}
-static bool is_alnum_dash_fn(int c)
-{
-	return is_alnum(c) || c == '-';
-}
-
-static bool has_digit_and_alpha(const char *s, size_t n)
-{
-	bool d = false, a = false;
-
-	for (size_t k = 0; k < n; k++) {
-		d |= is_digit(s[k]);
-		a |= is_alpha(s[k]);
-	}
-	return d && a;
-}
-
 /* JSON Web Token: eyJ<header>.<payload>.<signature> (base64url; empty signature: alg none). */
 static size_t scan_jwt(const char *t, size_t len, size_t i)
 {
@@ -561,227 +541,6 @@ static size_t scan_jwt(const char *t, size_t len, size_t i)
 	if (c - b - 1 != 0 && c - b - 1 < 8)
 		return 0;
 	return right_ok(t, len, c) ? c : 0;
-}
-
-/* Tokens with a known prefix. */
-static size_t scan_api_key(const char *t, size_t len, size_t i)
-{
-	static const struct {
-		const char *prefix;
-		bool (*body)(int);
-		unsigned char min, max; /* body length */
-		bool mixed;             /* the body must hold letters and digits */
-	} p[] = {
-		{ "sk-", is_b64url_fn, 20, 200, true },  /* OpenAI (sk-proj-...), Anthropic */
-		{ "sk_live_", is_alnum_fn, 16, 120, false }, /* Stripe */
-		{ "sk_test_", is_alnum_fn, 16, 120, false },
-		{ "rk_live_", is_alnum_fn, 16, 120, false },
-		{ "AKIA", is_upper_digit_fn, 16, 16, false }, /* AWS access key ids */
-		{ "ASIA", is_upper_digit_fn, 16, 16, false },
-		{ "ghp_", is_alnum_fn, 30, 60, false }, /* GitHub */
-		{ "gho_", is_alnum_fn, 30, 60, false },
-		{ "ghs_", is_alnum_fn, 30, 60, false },
-		{ "ghu_", is_alnum_fn, 30, 60, false },
-		{ "ghr_", is_alnum_fn, 30, 60, false },
-		{ "github_pat_", is_alnum_us_fn, 22, 120, false },
-		{ "xoxb-", is_alnum_dash_fn, 10, 200, false }, /* Slack */
-		{ "xoxp-", is_alnum_dash_fn, 10, 200, false },
-		{ "xoxa-", is_alnum_dash_fn, 10, 200, false },
-		{ "xoxr-", is_alnum_dash_fn, 10, 200, false },
-		{ "xoxs-", is_alnum_dash_fn, 10, 200, false },
-		{ "glpat-", is_b64url_fn, 20, 80, false }, /* GitLab */
-		{ "AIza", is_b64url_fn, 35, 35, false },   /* Google */
-		{ "hf_", is_alnum_fn, 30, 60, true },      /* Hugging Face */
-		{ "npm_", is_alnum_fn, 36, 36, false },
-	};
-	switch (t[i]) {
-	case 's': case 'r': case 'A': case 'g': case 'x': case 'h': case 'n':
-		break;
-	default:
-		return 0;
-	}
-	for (size_t k = 0; k < ELEMENTSOF(p); k++) {
-		size_t n, e, body;
-		if (p[k].prefix[0] != t[i] || !prefix_at(t, len, i, p[k].prefix))
-			continue;
-		n = strlen(p[k].prefix);
-		e = span_while(t, len, i + n, p[k].body);
-		body = e - i - n;
-		if (body < p[k].min || body > p[k].max || !right_ok(t, len, e))
-			continue;
-		if (p[k].mixed && !has_digit_and_alpha(t + i + n, body))
-			continue;
-		return e;
-	}
-	return 0;
-}
-
-static double entropy_bits(const char *s, size_t n)
-{
-	unsigned char count[256] = { 0 };
-	double h = 0;
-
-	for (size_t k = 0; k < n; k++)
-		if (count[(unsigned char) s[k]] < 255)
-			count[(unsigned char) s[k]]++;
-	for (int c = 0; c < 256; c++)
-		if (count[c]) {
-			double q = (double) count[c] / (double) n;
-			h -= q * log2(q);
-		}
-	return h;
-}
-
-static const char *const key_words[] = {
-	"key", "token", "secret", "apikey", "credential", "credentials", "auth",
-	"authorization", "bearer", "chiave", "segreto", "secreto", "clave", "accesskey",
-};
-static const char *const password_words[] = {
-	"password", "passwd", "pwd", "passphrase", "pass", "pin", "contraseña",
-	"passwort", "parola", "senha",
-};
-/* By last letter ('a'..'z'), the key words (bit k: key_words[k]) and password words (bit
- * 16 + k) that end in it; built by word_sets_init(). */
-static uint32_t key_word_by_last[26];
-_Static_assert(ELEMENTSOF(key_words) <= 16 && ELEMENTSOF(password_words) <= 16,
-	       "key_word_by_last holds 16 words of each kind");
-
-static size_t scan_at(const char *t, size_t len, size_t i, enum detect_kind *kind,
-		      size_t *ret_start, int depth);
-
-/*
- * A key-like word ("api_key", "OPENAI_API_KEY", "apiKey", "token", "password", "clave") and,
- * after ':', '=', a quote or "is", a value that looks like a secret: for passwords 6+
- * characters that are not a plain lowercase word; for keys 16+ characters of two classes
- * with 3+ bits of entropy per character. The span is the value only.
- */
-static size_t scan_key_context(const char *t, size_t len, size_t i, size_t *ret_start,
-			       enum detect_kind *kind, int depth)
-{
-	size_t e = i, p, v, n;
-	bool password = false, matched = false;
-	uint32_t letters = 0; /* the letters in w after its first */
-	char w[40];
-
-	while (e < len && (is_word((unsigned char) t[e]) || t[e] == '-' || t[e] == '.') && e - i < 40)
-		e++;
-	while (e > i && (t[e - 1] == '.' || t[e - 1] == '-'))
-		e--;
-	n = e - i;
-	if (n < 3 || n >= sizeof(w) || (e < len && is_word((unsigned char) t[e])))
-		return 0;
-	/* the key words that end in the identifier's last letter (key_word_by_last, bit k: key
-	 * word k, bit 16 + k: password word k): most words end elsewhere */
-	int last = to_lower((unsigned char) t[e - 1]);
-	uint32_t cands = is_lower(last) ? key_word_by_last[last - 'a'] : 0;
-	if (!cands)
-		return 0;
-	for (size_t k = 0; k < n; k++) {
-		w[k] = (char) to_lower((unsigned char) t[i + k]);
-		if (k > 0 && is_lower(w[k]))
-			letters |= 1u << (w[k] - 'a');
-	}
-	w[n] = 0;
-	/* the identifier ends in a key word that starts at a part boundary */
-	for (int list = 0; list < 2 && !matched; list++) {
-		const char *const *l = list ? password_words : key_words;
-		for (uint32_t b = list ? cands >> 16 : cands & 0xffff; b; b &= b - 1) {
-			size_t k = (size_t) __builtin_ctz(b), kl, s;
-			/* every key word starts with a lower-case ASCII letter */
-			if (l[k][0] != w[0] && !(letters & 1u << (l[k][0] - 'a')))
-				continue; /* the key word's first letter is nowhere in w */
-			kl = strlen(l[k]);
-			if (kl > n || memcmp(w + n - kl, l[k], kl) != 0)
-				continue;
-			s = i + n - kl;
-			if (s > i && !strchr("_-.", t[s - 1]) &&
-			    !(is_upper(t[s]) && is_lower(t[s - 1])))
-				continue;
-			matched = true;
-			password = list == 1;
-			break;
-		}
-	}
-	if (!matched)
-		return 0;
-
-	/* "password del wifi è X", "contraseña del servidor es X", "token for prod: X": up to
-	 * three plain words, then a linking word or ':' */
-	p = e;
-	{
-		size_t q = e;
-		for (int words = 0; words < 3 && q < len && t[q] == ' '; words++) {
-			size_t ws = q + 1, we2 = ws;
-			while (we2 < len && (is_alpha(t[we2]) || (unsigned char) t[we2] >= 0x80))
-				we2++;
-			if (we2 == ws || we2 - ws > 12)
-				break;
-			if (AT(we2) == ':' ||
-			    (we2 - ws == 2 && (strncasecmp(t + ws, "is", 2) == 0 ||
-					       strncasecmp(t + ws, "es", 2) == 0 ||
-					       memcmp(t + ws, "\xc3\xa8", 2) == 0))) {
-				p = words > 0 ? (AT(we2) == ':' ? we2 : ws - 1) : e;
-				break;
-			}
-			q = we2;
-		}
-	}
-	/* separators: spaces, ':', '=', quotes, "is"/"è"/"es", "Bearer" */
-	for (int round = 0; round < 4; round++) {
-		size_t q = p;
-		while (q < len && (t[q] == ' ' || t[q] == '\t' || t[q] == ':' || t[q] == '=' ||
-				   t[q] == '"' || t[q] == '\'' || t[q] == '`' || t[q] == '>'))
-			q++;
-		if (prefix_at_ci(t, len, q, "is ") || prefix_at_ci(t, len, q, "es ") ||
-		    prefix_at(t, len, q, "\xc3\xa8 ") || prefix_at_ci(t, len, q, "was ") ||
-		    prefix_at_ci(t, len, q, "bearer ") || prefix_at_ci(t, len, q, "basic "))
-			q = (size_t) ((const char *) memchr(t + q, ' ', len - q) - t);
-		if (q == p)
-			break;
-		p = q;
-	}
-	if (p == e || p >= len || p - e > 48)
-		return 0;
-	/* another detector may know the value better (sk-..., an e-mail, a JWT) */
-	if (depth == 0) {
-		size_t o = scan_at(t, len, p, kind, ret_start, depth + 1);
-		if (o)
-			return o;
-	}
-	v = p;
-	while (v < len && !strchr(" \t\r\n\"'`<>,;)]}", t[v]) && v - p < 512)
-		v++;
-	while (v > p && (t[v - 1] == '.' || t[v - 1] == ':'))
-		v--;
-	n = v - p;
-	if (n < (password ? 6u : 16u) || n > 500)
-		return 0;
-	{
-		unsigned lower = 0, upper = 0, digit = 0, other = 0, classes;
-		for (size_t k = p; k < v; k++) {
-			int c = (unsigned char) t[k];
-			if (is_lower(c))
-				lower++;
-			else if (is_upper(c))
-				upper++;
-			else if (is_digit(c))
-				digit++;
-			else
-				other++;
-		}
-		classes = (lower > 0) + (upper > 0) + (digit > 0) + (other > 0);
-		/* "⟨SECRET_1⟩" is what we put there ourselves */
-		if (t[p] == '\xe2' || other == n)
-			return 0;
-		if (password) {
-			if (classes < 2 || (lower + upper == n))
-				return 0;
-		} else if (classes < 2 || entropy_bits(t + p, n) < 3.0 || digit == n)
-			return 0;
-	}
-	*kind = DETECT_SECRET;
-	*ret_start = p;
-	return v;
 }
 
 /* ---- personal data ---- */
@@ -1526,6 +1285,9 @@ static size_t iban_shape_end(const char *t, size_t len, size_t i)
 }
 
 /* The detectors that can start at i, by its first byte. Returns the end, 0 for none. */
+static size_t scan_inner(const char *t, size_t len, size_t i, enum detect_kind *kind,
+			 size_t *ret_start);
+
 static size_t scan_at(const char *t, size_t len, size_t i, enum detect_kind *kind,
 		      size_t *ret_start, int depth)
 {
@@ -1543,6 +1305,10 @@ static size_t scan_at(const char *t, size_t len, size_t i, enum detect_kind *kin
 
 	if (c == '-') {
 		TRY(DETECT_PRIVATE_KEY, scan_pem(t, len, i));
+		if ((e = credential_scan_cli(t, len, i, ret_start))) {
+			*kind = DETECT_SECRET;
+			return e;
+		}
 		return 0;
 	}
 	if (c == '+' || c == '(') {
@@ -1558,6 +1324,10 @@ static size_t scan_at(const char *t, size_t len, size_t i, enum detect_kind *kin
 	if (is_digit(c)) {
 		if (!left_ok_num(t, i))
 			return 0;
+		if ((e = credential_scan_token(t, len, i, kind))) {
+			*ret_start = i;
+			return e;
+		}
 		TRY(DETECT_ADDRESS, scan_address_en(t, len, i));
 		TRY(DETECT_CARD, scan_card(t, len, i));
 		TRY(DETECT_US_SSN, scan_ssn(t, len, i));
@@ -1570,7 +1340,12 @@ static size_t scan_at(const char *t, size_t len, size_t i, enum detect_kind *kin
 	}
 	if (is_alpha(c)) {
 		TRY(DETECT_JWT, scan_jwt(t, len, i));
-		TRY(DETECT_API_KEY, scan_api_key(t, len, i));
+		if ((e = credential_scan_url(t, len, i, kind, ret_start)))
+			return e;
+		if ((e = credential_scan_token(t, len, i, kind))) {
+			*ret_start = i;
+			return e;
+		}
 		TRY(DETECT_EMAIL, scan_email(t, len, i));
 		TRY(DETECT_IBAN, scan_iban(t, len, i));
 		TRY(DETECT_IT_CODICE_FISCALE, scan_codice_fiscale(t, len, i));
@@ -1579,11 +1354,18 @@ static size_t scan_at(const char *t, size_t len, size_t i, enum detect_kind *kin
 		if (is_hex(c))
 			TRY(DETECT_IP, scan_ipv6(t, len, i));
 		if (depth == 0)
-			return scan_key_context(t, len, i, ret_start, kind, depth);
+			return credential_scan_phrase(t, len, i, scan_inner, kind, ret_start);
 		return 0;
 	}
 	return 0;
 #undef TRY
+}
+
+/* scan_at() for a value that a key phrase introduces: the detectors but the phrase one. */
+static size_t scan_inner(const char *t, size_t len, size_t i, enum detect_kind *kind,
+			 size_t *ret_start)
+{
+	return scan_at(t, len, i, kind, ret_start, 1);
 }
 
 static int push(struct detect_matches *m, enum detect_kind k, size_t s, size_t e)
@@ -1604,43 +1386,41 @@ static struct word_set ws_ctx_filler = WORD_SET(ctx_filler),
 		       ws_ctx_positive = WORD_SET(ctx_positive),
 		       ws_ctx_negative = WORD_SET(ctx_negative),
 		       ws_ctx_version = WORD_SET(ctx_version),
-		       ws_key_words = WORD_SET(key_words),
-		       ws_password_words = WORD_SET(password_words),
 		       ws_it_es_street = WORD_SET(it_es_street),
 		       ws_name_particles = WORD_SET(name_particles),
 		       ws_en_suffix = WORD_SET(en_suffix);
 static pthread_once_t word_sets_once = PTHREAD_ONCE_INIT;
 static uint32_t cand2_len[26][26];
+static uint32_t cand_len[26];
 
 static void word_sets_init(void)
 {
-	struct word_set *all[] = { &ws_ctx_filler,     &ws_ctx_positive, &ws_ctx_negative,
-				   &ws_ctx_version,    &ws_key_words,    &ws_password_words,
-				   &ws_it_es_street,  &ws_name_particles, &ws_en_suffix };
+	struct word_set *all[] = { &ws_ctx_filler,     &ws_ctx_positive,   &ws_ctx_negative,
+				   &ws_ctx_version,    &ws_it_es_street,   &ws_name_particles,
+				   &ws_en_suffix };
 
 	for (size_t i = 0; i < ELEMENTSOF(all); i++)
 		word_set_init(all[i]);
-	/* scan_key_context()'s first filter (every entry ends in an ASCII letter; at most 16 of
-	 * each kind) */
-	for (size_t k = 0; k < ELEMENTSOF(key_words); k++)
-		key_word_by_last[key_words[k][strlen(key_words[k]) - 1] - 'a'] |= 1u << k;
-	for (size_t k = 0; k < ELEMENTSOF(password_words); k++)
-		key_word_by_last[password_words[k][strlen(password_words[k]) - 1] - 'a'] |=
-			1u << (16 + k);
-	/* plain_word_end()'s second filter: bit n of cand2_len[a][b] when some key, password or
-	 * street word of n bytes starts with the letters a b (a street word's final '.' not
-	 * counted, as the caller tries the word with and without it) */
-	const struct word_set *cand[] = { &ws_key_words, &ws_password_words, &ws_it_es_street };
-	for (size_t i = 0; i < ELEMENTSOF(cand); i++)
-		for (size_t j = 0; j < cand[i]->n; j++) {
-			const char *w = cand[i]->list[j];
-			size_t n = strlen(w);
-			if (n < 2 || !is_lower((unsigned char) w[0]) || !is_lower((unsigned char) w[1]))
-				continue;
-			cand2_len[w[0] - 'a'][w[1] - 'a'] |= 1u << n;
-			if (w[n - 1] == '.')
-				cand2_len[w[0] - 'a'][w[1] - 'a'] |= 1u << (n - 1);
-		}
+	credential_init();
+	/* plain_word_end()'s filters: bit n of cand_len[a] and of cand2_len[a][b] when some
+	 * credential head or street word of n bytes starts with the letter a (then b) (a street
+	 * word's final '.' not counted, as the caller tries the word with and without it) */
+	const size_t n_heads = credential_n_heads();
+	for (size_t k = 0; k < n_heads + ws_it_es_street.n; k++) {
+		const char *w =
+			k < n_heads ? credential_head(k) : ws_it_es_street.list[k - n_heads];
+		size_t n = strlen(w);
+		if (!is_lower((unsigned char) w[0]))
+			continue;
+		cand_len[w[0] - 'a'] |= 1u << n;
+		if (w[n - 1] == '.')
+			cand_len[w[0] - 'a'] |= 1u << (n - 1);
+		if (n < 2 || !is_lower((unsigned char) w[1]))
+			continue;
+		cand2_len[w[0] - 'a'][w[1] - 'a'] |= 1u << n;
+		if (w[n - 1] == '.')
+			cand2_len[w[0] - 'a'][w[1] - 'a'] |= 1u << (n - 1);
+	}
 }
 
 /* The end of the run of lower-case ASCII letters from q. */
@@ -1676,10 +1456,8 @@ static size_t plain_word_end(const char *t, size_t len, size_t i)
 		if (q + 1 < len && d != ' ' && d != '\n' && d != '\r' && d != '\t')
 			return 0;
 	}
-	/* by first letter (the caller saw a letter: f is lower case), the lengths of the key,
-	 * password and street words (bit n: n bytes, a street word's '.' not counted); derived
-	 * from the lists above */
-	static const uint16_t cand_len[26] = { 0x22d4, 0x40, 0xe64, 0x0, 0x0, 0x0, 0x100, 0x0, 0x0, 0x0, 0x8, 0x220, 0x0, 0x0, 0x0, 0x578, 0x0, 0x60, 0xe0, 0x220, 0x0, 0x68, 0x0, 0x0, 0x0, 0x0 };
+	/* by first letter (the caller saw a letter: f is lower case), the lengths of the
+	 * credential heads and street words (bit n: n bytes), built by word_sets_init() */
 	/* the lengths that go the slow way whatever the letters: 16 (a codice fiscale), and 1
 	 * for X, Y, Z (a NIE) */
 	uint32_t bit = n < 32 ? 1u << n : 0;
@@ -1695,8 +1473,7 @@ static size_t plain_word_end(const char *t, size_t len, size_t i)
 	char w[16];
 	for (size_t k = 0; k < n; k++)
 		w[k] = (char) to_lower((unsigned char) t[i + k]);
-	if (n >= 3 && n <= 13 &&
-	    (word_in(w, n, &ws_key_words) || word_in(w, n, &ws_password_words)))
+	if (credential_is_head(w, n))
 		return 0;
 	if (n <= 10 && word_in(w, n, &ws_it_es_street))
 		return 0;
@@ -1711,7 +1488,10 @@ static size_t plain_word_end(const char *t, size_t len, size_t i)
 int detect_scan_flags(const char *t, size_t len, struct detect_matches *m, unsigned flags)
 {
 	const bool shortcut = !(flags & DETECT_SCAN_NO_SHORTCUT);
-	size_t i = 0;
+	/* no seed phrase starts before seed_next or inside a match (before last_end); one
+	 * lower-case word start in four (counted in words) is tried */
+	size_t i = 0, seed_next = 0, last_end = 0;
+	unsigned words = 0;
 
 	if (!t)
 		return 0;
@@ -1725,7 +1505,29 @@ int detect_scan_flags(const char *t, size_t len, struct detect_matches *m, unsig
 		/* only word starts (and the punctuation some values start with) are tried */
 		if ((i > 0 && (dclass[(unsigned char) t[i - 1]] & DC_WORD) && c != '-') ||
 		    !(dclass[c] & DC_START)) {
+			/* but a seed phrase may start with "ábaco" */
+			if (c == 0xc3 && (i == 0 || !(dclass[(unsigned char) t[i - 1]] & DC_WORD))
+			    /* (the same sampling as below) */
+			    && (++words & 3) == 0 && i >= seed_next &&
+			    (e = credential_scan_seed(t, len, MAX(seed_next, last_end), i, &s,
+						      &seed_next))) {
+				r = push(m, DETECT_SEED_PHRASE, s, e);
+				if (r < 0)
+					return r;
+				i = last_end = e;
+				continue;
+			}
 			i++;
+			continue;
+		}
+		/* seed phrases: runs of plain words, so before the plain-word shortcut */
+		if ((dclass[c] & DC_LOWER) && (++words & 3) == 0 && i >= seed_next &&
+		    (e = credential_scan_seed(t, len, MAX(seed_next, last_end), i, &s,
+					      &seed_next))) {
+			r = push(m, DETECT_SEED_PHRASE, s, e);
+			if (r < 0)
+				return r;
+			i = last_end = e;
 			continue;
 		}
 		if ((dclass[c] & DC_ALPHA) && shortcut && (e = plain_word_end(t, len, i))) {
@@ -1743,7 +1545,15 @@ int detect_scan_flags(const char *t, size_t len, struct detect_matches *m, unsig
 		r = push(m, k, s, e);
 		if (r < 0)
 			return r;
-		i = e;
+		i = last_end = e;
+		/* an AWS access key id and, right after it, its secret key */
+		if (k == DETECT_API_KEY && e - s == 20 && t[s] == 'A' && t[s + 2] == 'I' &&
+		    (e = credential_scan_aws_secret(t, len, i, &s))) {
+			r = push(m, DETECT_SECRET, s, e);
+			if (r < 0)
+				return r;
+			i = last_end = e;
+		}
 	}
 	return 0;
 }

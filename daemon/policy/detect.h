@@ -11,6 +11,11 @@
  * phone or card number; "tel", "phone", "móvil", ... confirm a phone number written without
  * separators.
  *
+ * Credentials (credential.h): key phrases in English, Italian and Spanish and their values
+ * ("my password is X", "il PIN del bancomat è X", "DB_PASSWORD=X"), passwords in URLs,
+ * vendor token formats, private keys (PEM, OpenSSH, PuTTY, SSH2, age) and BIP-39 seed
+ * phrases. A credential match covers the value only, not its key phrase.
+ *
  * Matches never overlap: after a match the walk resumes at its end. Offsets are bytes.
  */
 #pragma once
@@ -34,7 +39,10 @@ enum detect_kind {
 	DETECT_API_KEY,
 	DETECT_JWT,
 	DETECT_PRIVATE_KEY,
-	DETECT_SECRET,
+	DETECT_SECRET,          /* a credential after a key phrase or assignment (credential.h) */
+	DETECT_ACCESS_CODE,     /* a PIN, door/alarm/safe code, CVV, OTP, backup codes */
+	DETECT_URL_CREDENTIALS, /* the password in scheme://user:password@host */
+	DETECT_SEED_PHRASE,     /* 12+ BIP-39 words (English, Italian, Spanish) */
 	DETECT_KIND_COUNT_,
 };
 
@@ -54,7 +62,8 @@ struct detect_matches {
 /* "email", "phone", ... as policy_finding.kind names them. */
 const char *detect_kind_name(enum detect_kind k);
 /* The placeholder's type: "EMAIL", "PHONE", "IBAN", "CARD", "SSN", "CF", "DNI", "NIE", "IP",
- * "ADDRESS", "API_KEY", "JWT", "PRIVATE_KEY", "SECRET". */
+ * "ADDRESS", "API_KEY", "JWT", "PRIVATE_KEY", "SECRET", "CODE", "URL_PASSWORD", "SEED_PHRASE".
+ * Every kind from DETECT_API_KEY on is of class secret. */
 const char *detect_kind_placeholder(enum detect_kind k);
 enum policy_class detect_kind_class(enum detect_kind k);
 int detect_kind_from_name(const char *name, enum detect_kind *ret);

@@ -292,8 +292,18 @@ int policy_evaluate(const struct policy *p, const struct policy_request *req,
 		f = v;
 		cap = n + sr.n;
 	}
-	for (size_t i = 0; i < sr.n; i++) {
+	for (size_t i = 0, n_before = n; i < sr.n; i++) {
 		const char *layer = sensitive_layer_name(sr.v[i].layer);
+		bool in_secret = false;
+
+		/* A credential's words can look like a category to the classifier ("my password
+		 * is Zq9!vL2#" as a document number). The request is secret already, so such a
+		 * finding adds nothing but an overlapping span. */
+		for (size_t k = 0; k < n_before && !in_secret; k++)
+			in_secret = f[k].class == POLICY_CLASS_SECRET &&
+				    f[k].byte_start < sr.v[i].end && sr.v[i].start < f[k].byte_end;
+		if (in_secret)
+			continue;
 		f[n++] = (struct policy_finding){ .kind = sensitive_category_name(sr.v[i].category),
 						  .byte_start = sr.v[i].start,
 						  .byte_end = sr.v[i].end,
