@@ -89,8 +89,7 @@ TEST(hard_negatives)
 		"password is incorrect",
 		"the PIN is 4 digits long",
 		"La password \xc3\xa8 scaduta.",
-		"La contrase\xc3\xb1"
-		"a es incorrecta.",
+		"La contrase\xc3\xb1\x61 es incorrecta.",
 		"The error code is 404.",
 		"Use promo code SUMMER20 at checkout.",
 		"La parola chiave \xc3\xa8 sostenibilit\xc3\xa0.",

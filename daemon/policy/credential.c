@@ -1202,6 +1202,8 @@ static bool starts_with_not_value(const char *s, size_t n)
 		k++;
 	if (k == 0 || k >= sizeof(w) - 1 || (k < n && is_alnum(s[k])))
 		return false; /* a whole word only: "required|min:8", not "i2XP" */
+	if (k == 1 && k < n && s[k] != ' ')
+		return false; /* "y", "e", "a" are words only before a space: not "Y_4dQ", "e/GW3" */
 	fold(s, k, w, sizeof(w));
 	return in_list(w, k, not_values) || in_list(w, k, placeholders);
 }
