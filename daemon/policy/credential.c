@@ -8,47 +8,11 @@
 #include <string.h>
 
 #include "../basic/macro.h"
+#include "ascii-class.h"
 #include "bip39-words.h"
 #include "credential.h"
 
 /* ---- bytes ---- */
-
-static inline bool is_digit(int c)
-{
-	return c >= '0' && c <= '9';
-}
-static inline bool is_upper(int c)
-{
-	return c >= 'A' && c <= 'Z';
-}
-static inline bool is_lower(int c)
-{
-	return c >= 'a' && c <= 'z';
-}
-static inline bool is_alpha(int c)
-{
-	return is_upper(c) || is_lower(c);
-}
-static inline bool is_alnum(int c)
-{
-	return is_alpha(c) || is_digit(c);
-}
-static inline bool is_hex(int c)
-{
-	return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-static inline int to_lower(int c)
-{
-	return is_upper(c) ? c + 32 : c;
-}
-static inline bool is_word(int c)
-{
-	return is_alnum(c) || c == '_' || c >= 0x80;
-}
-static inline bool is_space(int c)
-{
-	return c == ' ' || c == '\t' || c == '\r' || c == '\n';
-}
 
 #define AT(i) ((i) < len ? (unsigned char) t[i] : 0)
 
@@ -582,10 +546,6 @@ size_t credential_scan_seed(const char *t, size_t len, size_t lo, size_t i, size
 
 /* ---- vendor tokens ---- */
 
-static bool b64url(int c)
-{
-	return is_alnum(c) || c == '-' || c == '_';
-}
 static bool alnum(int c)
 {
 	return is_alnum(c);
@@ -608,7 +568,7 @@ static bool hex(int c)
 }
 static bool b64url_dot(int c)
 {
-	return b64url(c) || c == '.';
+	return is_b64url(c) || c == '.';
 }
 static bool b64(int c)
 {
@@ -625,7 +585,7 @@ static const struct token_format {
 	bool mixed;
 } tokens[] = {
 	/* clang-format off */
-	{ "sk-", b64url, 20, 220, true }, /* OpenAI (sk-proj-, sk-svcacct-), Anthropic (sk-ant-) */
+	{ "sk-", is_b64url, 20, 220, true }, /* OpenAI (sk-proj-, sk-svcacct-), Anthropic (sk-ant-) */
 	{ "sk_live_", alnum, 16, 120, false }, /* Stripe */
 	{ "sk_test_", alnum, 16, 120, false }, { "rk_live_", alnum, 16, 120, false },
 	{ "rk_test_", alnum, 16, 120, false }, { "whsec_", alnum, 24, 80, true },
@@ -636,20 +596,20 @@ static const struct token_format {
 	{ "gho_", alnum, 30, 60, false }, { "ghs_", alnum, 30, 60, false },
 	{ "ghu_", alnum, 30, 60, false }, { "ghr_", alnum, 30, 60, false },
 	{ "github_pat_", alnum_us, 22, 120, false },
-	{ "glpat-", b64url, 20, 80, false }, /* GitLab */
-	{ "gldt-", b64url, 20, 80, false }, { "glptt-", b64url, 20, 80, false },
-	{ "glrt-", b64url, 20, 80, false }, { "glsoat-", b64url, 20, 80, false },
-	{ "GR1348941", b64url, 20, 80, false },
+	{ "glpat-", is_b64url, 20, 80, false }, /* GitLab */
+	{ "gldt-", is_b64url, 20, 80, false }, { "glptt-", is_b64url, 20, 80, false },
+	{ "glrt-", is_b64url, 20, 80, false }, { "glsoat-", is_b64url, 20, 80, false },
+	{ "GR1348941", is_b64url, 20, 80, false },
 	{ "xoxb-", alnum_dash, 10, 200, false }, /* Slack */
 	{ "xoxp-", alnum_dash, 10, 200, false }, { "xoxa-", alnum_dash, 10, 200, false },
 	{ "xoxr-", alnum_dash, 10, 200, false }, { "xoxs-", alnum_dash, 10, 200, false },
 	{ "xoxe-", alnum_dash, 10, 200, false }, { "xoxe.xoxp-", alnum_dash, 10, 200, false },
 	{ "xapp-", alnum_dash, 10, 200, false },
-	{ "AIza", b64url, 35, 35, false }, /* Google */
-	{ "GOCSPX-", b64url, 28, 28, false }, { "ya29.", b64url_dot, 30, 400, true },
+	{ "AIza", is_b64url, 35, 35, false }, /* Google */
+	{ "GOCSPX-", is_b64url, 28, 28, false }, { "ya29.", b64url_dot, 30, 400, true },
 	{ "hf_", alnum, 30, 60, true }, /* Hugging Face */
 	{ "api_org_", alnum, 30, 40, true }, { "npm_", alnum, 36, 36, false },
-	{ "pypi-AgEIcHlwaS5vcmc", b64url, 50, 300, false },
+	{ "pypi-AgEIcHlwaS5vcmc", is_b64url, 50, 300, false },
 	{ "SG.", b64url_dot, 60, 80, false }, /* SendGrid: SG.<22>.<43> */
 	{ "SK", hex, 32, 32, true },	      /* Twilio API key */
 	{ "key-", hex, 32, 32, true },	      /* Mailgun */
@@ -666,24 +626,24 @@ static const struct token_format {
 	{ "lin_api_", alnum, 40, 40, true },	/* Linear */
 	{ "PMAK-", alnum_dash, 59, 59, false }, /* Postman */
 	{ "NRAK-", upper_digit, 27, 27, false }, /* New Relic */
-	{ "hvs.", b64url, 24, 200, true },	/* HashiCorp Vault */
-	{ "hvb.", b64url, 24, 200, true },
-	{ "sq0atp-", b64url, 22, 22, false },	/* Square */
-	{ "sq0csp-", b64url, 43, 43, false }, { "EAAA", b64url, 60, 60, true },
+	{ "hvs.", is_b64url, 24, 200, true },	/* HashiCorp Vault */
+	{ "hvb.", is_b64url, 24, 200, true },
+	{ "sq0atp-", is_b64url, 22, 22, false },	/* Square */
+	{ "sq0csp-", is_b64url, 43, 43, false }, { "EAAA", is_b64url, 60, 60, true },
 	{ "sbp_", hex, 40, 40, true },		/* Supabase */
-	{ "glc_", b64url, 32, 200, true },	/* Grafana */
+	{ "glc_", is_b64url, 32, 200, true },	/* Grafana */
 	{ "glsa_", alnum_us, 32, 64, true },
 	{ "sntrys_", b64, 60, 300, true },	/* Sentry */
 	{ "ATATT3", b64, 100, 300, true },	/* Atlassian */
-	{ "dckr_pat_", b64url, 27, 27, false }, /* Docker Hub */
+	{ "dckr_pat_", is_b64url, 27, 27, false }, /* Docker Hub */
 	{ "ntn_", alnum, 40, 50, true },	/* Notion */
 	{ "secret_", alnum, 43, 43, true },
 	{ "dp.pt.", alnum, 43, 43, false },	/* Doppler */
-	{ "fo1_", b64url, 43, 43, false },	/* Fly.io */
+	{ "fo1_", is_b64url, 43, 43, false },	/* Fly.io */
 	{ "pul-", hex, 40, 40, true },		/* Pulumi */
 	{ "ops_eyJ", b64url_dot, 100, 2000, false }, /* 1Password service accounts */
 	{ "tskey-", alnum_dash, 20, 80, true }, /* Tailscale */
-	{ "figd_", b64url, 40, 60, true },	/* Figma */
+	{ "figd_", is_b64url, 40, 60, true },	/* Figma */
 	{ "oy2", alnum, 43, 43, true },		/* NuGet */
 	{ "CLOJARS_", hex, 60, 60, true }, { "rubygems_", hex, 48, 48, true },
 	{ "AGE-SECRET-KEY-1", upper_digit, 58, 58, false }, /* age: a private key */
@@ -729,7 +689,7 @@ size_t credential_scan_token(const char *t, size_t len, size_t i, enum detect_ki
 		if (p - i < 8 || p - i > 10 || AT(p) != ':')
 			return 0;
 		e = ++p;
-		while (e < len && b64url(t[e]) && e - p <= 35)
+		while (e < len && is_b64url(t[e]) && e - p <= 35)
 			e++;
 		if (e - p != 35 || (e < len && is_word((unsigned char) t[e])))
 			return 0;
@@ -828,7 +788,7 @@ size_t credential_scan_url(const char *t, size_t len, size_t i, enum detect_kind
 	    prefix_at(t, len, host, "discordapp.com/api/webhooks/")) {
 		size_t s = (size_t) ((const char *) memchr(t + host, '/', len - host) - t);
 		q = s;
-		while (q < len && (b64url(t[q]) || t[q] == '/') && q - s < 300)
+		while (q < len && (is_b64url(t[q]) || t[q] == '/') && q - s < 300)
 			q++;
 		if (q - s < 30)
 			return 0;
