@@ -10,6 +10,7 @@
 #include "../basic/macro.h"
 #include "ascii-class.h"
 #include "bip39-words.h"
+#include "credential-private.h"
 #include "credential.h"
 
 /* ---- bytes ---- */
@@ -90,7 +91,7 @@ static const struct head heads[] = {
 	{ "pass", (PW & ~HF_ALPHA) | HF_MARKED }, { "pswd", PW }, { "psw", PW }, { "passwort", PW },
 	{ "senha", PW }, { "contrase\xc3\xb1" "a", PW }, { "contrase\xc3\xb1" "as", PW },
 	{ "contrasena", PW }, { "parola", PW | HF_ORDINE },
-	{ "clave", HF_DIGITS | HF_MIXED | HF_SUFFIX },
+	{ "clave", HF_DIGITS | HF_MIXED | HF_SUFFIX }, { "llave", HF_DIGITS | HF_MIXED },
 	{ "chiave", HF_DIGITS | HF_MIXED | HF_SUFFIX }, { "wpa", HF_MIXED | HF_LONG },
 	{ "pin", PIN }, { "pins", PIN }, { "puk", PIN }, { "cvv", PIN }, { "cvc", PIN },
 	{ "cvv2", PIN }, { "otp", PIN | HF_MIXED }, { "totp", PIN }, { "pincode", PIN },
@@ -107,7 +108,10 @@ static const struct head heads[] = {
 	{ "disarm", HF_CODE | HF_VERB }, { "apre", HF_CODE | HF_VERB },
 	{ "aprire", HF_CODE | HF_VERB }, { "sblocca", HF_CODE | HF_VERB },
 	{ "abre", HF_CODE | HF_VERB }, { "abrir", HF_CODE | HF_VERB },
-	{ "desbloquea", HF_CODE | HF_VERB }, { "key", KEY }, { "keys", KEY }, { "token", KEY },
+	{ "desbloquea", HF_CODE | HF_VERB }, { "disinserire", HF_CODE | HF_VERB },
+	{ "disattivare", HF_CODE | HF_VERB }, { "desactivar", HF_CODE | HF_VERB },
+	{ "desarmar", HF_CODE | HF_VERB }, { "deactivate", HF_CODE | HF_VERB },
+	{ "key", KEY }, { "keys", KEY }, { "token", KEY },
 	{ "tokens", KEY }, { "secret", KEY }, { "secrets", KEY }, { "segreto", KEY },
 	{ "secreto", KEY }, { "apikey", KEY }, { "accesskey", KEY }, { "auth", KEY | HF_SCHEME },
 	{ "authorization", KEY | HF_SCHEME }, { "bearer", KEY }, { "credential", KEY | HF_PAIR },
@@ -138,7 +142,8 @@ static const char *const access_words[] = {
 	"verificaci\xc3\xb3n", "verificacion", "confirmaci\xc3\xb3n", "candado", "secreto",
 	"recuperaci\xc3\xb3n", "respaldo", "telefonillo", "interfono", "armadietto", "taquilla",
 	"open", "aprire", "abrir", "garaje", "cochera", "buz\xc3\xb3n", "trastero", "bancomat",
-	"sim", "tarjeta", "carta", "card", "atm", "bank", "wifi", "wi-fi", NULL,
+	"sim", "tarjeta", "carta", "card", "atm", "bank", "wifi", "wi-fi", "sbloccare", "sblocca",
+	"desbloquear", "desbloquea", "unlocks", "phone", "telefono", "tel\xc3\xa9" "fono", NULL,
 };
 
 /* Words that make a code something other than a way in ("error code 404", "codice
@@ -315,11 +320,14 @@ static const struct head wifi_key = { "key", PW & ~HF_SUFFIX };
 static const struct head weak_code = { "code", HF_CODE | HF_DIGITONLY };
 /* "opens with [the code] 1962" */
 static const char *const with_words[] = {
-	"with", "using", "con", "col", "usando", "mediante", NULL,
+	"with", "using", "con", "col", "usando", "mediante", "type", "enter", "punch", "digita",
+	"digitare", "digiti", "inserisci", "inserire", "teclea", "teclear", "marca", "marcar",
+	"introduce", "introducir", "press", "premi", "pulsa", NULL,
 };
 static const char *const with_fill[] = {
 	"the", "code", "pin", "combination", "il", "codice", "la", "combinazione", "el",
-	"c\xc3\xb3" "digo", "combinaci\xc3\xb3n", NULL,
+	"c\xc3\xb3" "digo", "combinaci\xc3\xb3n", "in", "si", "se", "poi", "then", "luego",
+	"numero", "n\xc3\xbamero", "number", NULL,
 };
 
 /* clang-format on */
@@ -428,15 +436,21 @@ static void seed_init(void)
 	}
 }
 
-/* The end of a lower-case word (ASCII letters, UTF-8 bytes) from p, at most 12 bytes; p when
- * the word is not one (a digit, a capital or '_' in it). */
+/* The end of a word of letters (ASCII, UTF-8 bytes) from p, at most 12 bytes: lower case,
+ * capitalised or all capitals ("ORBIT CANVAS", "Abandon ability"); p when the word is not
+ * one (a digit or '_' in it, capitals inside a lower-case word). */
 static size_t seed_word_end(const char *t, size_t len, size_t p)
 {
 	size_t e = p;
+	unsigned upper = 0, lower = 0;
 
-	while (e < len && (is_lower(t[e]) || (unsigned char) t[e] >= 0x80) && e - p <= 12)
+	while (e < len && (is_alpha(t[e]) || (unsigned char) t[e] >= 0x80) && e - p <= 12) {
+		upper += is_upper(t[e]) && e > p;
+		lower += is_lower(t[e]);
 		e++;
-	if (e == p || e - p > 12 || (e < len && is_word((unsigned char) t[e])))
+	}
+	if (e == p || e - p > 12 || (e < len && is_word((unsigned char) t[e])) ||
+	    (upper && lower))
 		return p;
 	return e;
 }
@@ -446,44 +460,83 @@ static unsigned seed_word_at(const char *t, size_t len, size_t p, size_t *ret_en
 {
 	size_t e = seed_word_end(t, len, p);
 	unsigned key;
+	char w[16];
 
-	if (e - p < 3)
+	if (e - p < 3 || !fold(t + p, e - p, w, sizeof(w)))
 		return 0;
-	key = seed_tri_key(t + p, e - p);
+	key = seed_tri_key(w, e - p);
 	if (!(seed_tri[key >> 6] >> (key & 63) & 1))
 		return 0;
 	*ret_end = e;
-	return credential_bip39_langs(t + p, e - p);
+	return credential_bip39_langs(w, e - p);
 }
 
-/* The run of words of a common language from p; returns the count, the last word's end in
- * *ret_last and in *ret_break the start of what ended the run. */
+/* A word that may stand in a seed phrase that someone copied with one word wrong ("almond"
+ * for "almost"): 3 to 8 letters, in one case. */
+static bool seed_stray_word(const char *t, size_t len, size_t p, size_t *ret_end)
+{
+	size_t e = seed_word_end(t, len, p);
+
+	if (e - p < 3 || e - p > 8)
+		return false;
+	for (size_t k = p; k < e; k++)
+		if ((unsigned char) t[k] >= 0x80)
+			return false;
+	*ret_end = e;
+	return true;
+}
+
+/* The separator after a word of a run: white space and at most one ',' or '-', or a
+ * number ("2." "3)"). Returns where the next word starts (e when there is none). */
+static size_t seed_separator(const char *t, size_t len, size_t e)
+{
+	size_t q = e;
+
+	while (q < len && q - e < 8 && (is_space(t[q]) || t[q] == ',' || t[q] == '-'))
+		q++;
+	if (is_digit(AT(q))) {
+		size_t d = q;
+		while (q < len && is_digit(t[q]) && q - d < 2)
+			q++;
+		if (AT(q) == '.' || AT(q) == ')' || AT(q) == ':')
+			q++;
+		while (q < len && q - e < 14 && is_space(t[q]))
+			q++;
+	}
+	return q;
+}
+
+/* The run of words of a common language from p, with at most one stray word (see
+ * seed_stray_word()) between two list words; returns the count of words in it (list words
+ * and the stray one), *ret_stray set when there is one, the last word's end in *ret_last and
+ * in *ret_break the start of what ended the run. */
 static unsigned seed_run(const char *t, size_t len, size_t p, unsigned langs, size_t *ret_last,
-			 size_t *ret_break)
+			 size_t *ret_break, bool *ret_stray)
 {
 	unsigned count = 0;
+	bool stray = false;
 
 	for (;;) {
 		size_t e = p, q;
 		unsigned l = seed_word_at(t, len, p, &e);
-		if (!(l & langs))
-			break;
+		if (!(l & langs)) {
+			/* one stray word, if a list word follows it */
+			size_t se, nq, ne;
+			if (stray || count == 0 || !seed_stray_word(t, len, p, &se))
+				break;
+			nq = seed_separator(t, len, se);
+			ne = nq;
+			if (nq == se || !(seed_word_at(t, len, nq, &ne) & langs))
+				break;
+			stray = true;
+			count++;
+			p = nq;
+			continue;
+		}
 		langs &= l;
 		count++;
 		*ret_last = e;
-		/* a separator: white space and at most one ',' or '-', or a number ("2." "3)") */
-		q = e;
-		while (q < len && q - e < 8 && (is_space(t[q]) || t[q] == ',' || t[q] == '-'))
-			q++;
-		if (is_digit(AT(q))) {
-			size_t d = q;
-			while (q < len && is_digit(t[q]) && q - d < 2)
-				q++;
-			if (AT(q) == '.' || AT(q) == ')' || AT(q) == ':')
-				q++;
-			while (q < len && q - e < 14 && is_space(t[q]))
-				q++;
-		}
+		q = seed_separator(t, len, e);
 		if (q == e || q >= len) {
 			p = q;
 			break;
@@ -491,6 +544,7 @@ static unsigned seed_run(const char *t, size_t len, size_t p, unsigned langs, si
 		p = q;
 	}
 	*ret_break = p;
+	*ret_stray = stray;
 	return count;
 }
 
@@ -504,7 +558,7 @@ static size_t seed_word_before(const char *t, size_t p, size_t lo)
 	       (is_space(t[q - 1]) || strchr(",-.):", t[q - 1]) || is_digit(t[q - 1])))
 		q--;
 	e = q;
-	while (q > lo && e - q <= 12 && (is_lower(t[q - 1]) || (unsigned char) t[q - 1] >= 0x80))
+	while (q > lo && e - q <= 12 && (is_alpha(t[q - 1]) || (unsigned char) t[q - 1] >= 0x80))
 		q--;
 	if (q == e || e - q > 12 || (q > lo && is_word((unsigned char) t[q - 1])))
 		return lo;
@@ -535,9 +589,27 @@ size_t credential_scan_seed(const char *t, size_t len, size_t lo, size_t i, size
 	for (unsigned k = n; k-- > 0;) {
 		if (k + 1 < n && starts[k] < brk)
 			continue;
-		if (seed_run(t, len, starts[k], 7, &last, &brk) >= 12) {
+		bool stray;
+		size_t b;
+		unsigned n_run = seed_run(t, len, starts[k], 7, &last, &brk, &stray);
+		if (n_run >= 12) {
 			*ret_start = starts[k];
 			return last;
+		}
+		/* eleven list words and a stray one just before or after them ("almond rescue
+		 * tide ...") */
+		if (n_run == 11 && !stray) {
+			size_t be = 0, ae = 0, q = seed_separator(t, len, last);
+			b = seed_word_before(t, starts[k], lo);
+			if (b < starts[k] && seed_stray_word(t, len, b, &be) &&
+			    seed_separator(t, len, be) == starts[k]) {
+				*ret_start = b;
+				return last;
+			}
+			if (q > last && seed_stray_word(t, len, q, &ae)) {
+				*ret_start = starts[k];
+				return ae;
+			}
 		}
 	}
 	*ret_next = MAX(brk, i + 1);
@@ -589,8 +661,8 @@ static const struct token_format {
 	{ "sk_live_", alnum, 16, 120, false }, /* Stripe */
 	{ "sk_test_", alnum, 16, 120, false }, { "rk_live_", alnum, 16, 120, false },
 	{ "rk_test_", alnum, 16, 120, false }, { "whsec_", alnum, 24, 80, true },
-	{ "AKIA", upper_digit, 16, 16, false }, /* AWS access key ids */
-	{ "ASIA", upper_digit, 16, 16, false }, { "ABIA", upper_digit, 16, 16, false },
+	{ "AKIA", upper_digit, 14, 18, false }, /* AWS access key ids */
+	{ "ASIA", upper_digit, 14, 18, false }, { "ABIA", upper_digit, 16, 16, false },
 	{ "ACCA", upper_digit, 16, 16, false },
 	{ "ghp_", alnum, 30, 60, false }, /* GitHub */
 	{ "gho_", alnum, 30, 60, false }, { "ghs_", alnum, 30, 60, false },
@@ -605,25 +677,25 @@ static const struct token_format {
 	{ "xoxr-", alnum_dash, 10, 200, false }, { "xoxs-", alnum_dash, 10, 200, false },
 	{ "xoxe-", alnum_dash, 10, 200, false }, { "xoxe.xoxp-", alnum_dash, 10, 200, false },
 	{ "xapp-", alnum_dash, 10, 200, false },
-	{ "AIza", is_b64url, 35, 35, false }, /* Google */
-	{ "GOCSPX-", is_b64url, 28, 28, false }, { "ya29.", b64url_dot, 30, 400, true },
+	{ "AIza", is_b64url, 30, 40, false }, /* Google */
+	{ "GOCSPX-", is_b64url, 22, 34, false }, { "ya29.", b64url_dot, 30, 400, true },
 	{ "hf_", alnum, 30, 60, true }, /* Hugging Face */
-	{ "api_org_", alnum, 30, 40, true }, { "npm_", alnum, 36, 36, false },
+	{ "api_org_", alnum, 30, 40, true }, { "npm_", alnum, 30, 42, false },
 	{ "pypi-AgEIcHlwaS5vcmc", is_b64url, 50, 300, false },
 	{ "SG.", b64url_dot, 60, 80, false }, /* SendGrid: SG.<22>.<43> */
 	{ "SK", hex, 32, 32, true },	      /* Twilio API key */
 	{ "key-", hex, 32, 32, true },	      /* Mailgun */
-	{ "dop_v1_", hex, 64, 64, false },    /* DigitalOcean */
+	{ "dop_v1_", hex, 56, 72, false },    /* DigitalOcean */
 	{ "doo_v1_", hex, 64, 64, false }, { "dor_v1_", hex, 64, 64, false },
 	{ "shpat_", hex, 32, 32, true }, /* Shopify */
 	{ "shpca_", hex, 32, 32, true }, { "shppa_", hex, 32, 32, true },
 	{ "shpss_", hex, 32, 32, true },
 	{ "dapi", hex, 32, 32, true },		/* Databricks */
-	{ "gsk_", alnum, 52, 52, true },	/* Groq */
+	{ "gsk_", alnum, 44, 60, true },	/* Groq */
 	{ "r8_", alnum, 37, 40, true },		/* Replicate */
-	{ "pplx-", alnum, 48, 48, true },	/* Perplexity */
+	{ "pplx-", alnum, 40, 56, true },	/* Perplexity */
 	{ "xai-", alnum, 70, 90, true },	/* xAI */
-	{ "lin_api_", alnum, 40, 40, true },	/* Linear */
+	{ "lin_api_", alnum, 34, 46, true },	/* Linear */
 	{ "PMAK-", alnum_dash, 59, 59, false }, /* Postman */
 	{ "NRAK-", upper_digit, 27, 27, false }, /* New Relic */
 	{ "hvs.", is_b64url, 24, 200, true },	/* HashiCorp Vault */
@@ -635,7 +707,7 @@ static const struct token_format {
 	{ "glsa_", alnum_us, 32, 64, true },
 	{ "sntrys_", b64, 60, 300, true },	/* Sentry */
 	{ "ATATT3", b64, 100, 300, true },	/* Atlassian */
-	{ "dckr_pat_", is_b64url, 27, 27, false }, /* Docker Hub */
+	{ "dckr_pat_", is_b64url, 22, 34, false }, /* Docker Hub */
 	{ "ntn_", alnum, 40, 50, true },	/* Notion */
 	{ "secret_", alnum, 43, 43, true },
 	{ "dp.pt.", alnum, 43, 43, false },	/* Doppler */
@@ -1160,8 +1232,8 @@ static bool starts_with_not_value(const char *s, size_t n)
 
 	while (k < n && k < sizeof(w) - 1 && (is_alpha(s[k]) || (unsigned char) s[k] >= 0x80))
 		k++;
-	if (k == 0 || k >= sizeof(w) - 1 || (k < n && is_alnum(s[k])))
-		return false; /* a whole word only: "required|min:8", not "i2XP" */
+	if (k == 0 || k >= sizeof(w) - 1 || (k < n && (is_alnum(s[k]) || s[k] == '_')))
+		return false; /* a whole word only: "required|min:8", not "i2XP", "mi_super_x" */
 	if (k == 1 && k < n && s[k] != ' ')
 		return false; /* "y", "e", "a" are words only before a space: not "Y_4dQ", "e/GW3" */
 	fold(s, k, w, sizeof(w));
@@ -1706,6 +1778,17 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 		sep = SEP_MARK;
 		while (q < len && (t[q] == ' ' || t[q] == '\t'))
 			q++;
+		/* a label on its own line, the value on the next ("Recovery codes:\n4829 1736") */
+		{
+			size_t nl = q + (AT(q) == '\r');
+			if (AT(nl) == '\n' && !(h->flags & (HF_LABEL | HF_PAIR))) {
+				nl++;
+				while (nl < len && (t[nl] == ' ' || t[nl] == '\t'))
+					nl++;
+				if (nl < len && t[nl] != '\n' && t[nl] != '\r')
+					q = nl;
+			}
+		}
 		p = q;
 	}
 	if ((h->flags & HF_QUAL) && !access) {
@@ -1745,17 +1828,209 @@ size_t credential_scan_aws_secret(const char *t, size_t len, size_t e, size_t *r
 	return q;
 }
 
+/* Is one of cmds a word of the line before i ("sshpass", "/usr/bin/mysql", "sudo mysql")? */
+static bool line_command(const char *t, size_t i, const char *const *cmds)
+{
+	size_t p = i, lim = i > 240 ? i - 240 : 0;
+
+	while (p > lim && t[p - 1] != '\n')
+		p--;
+	while (p < i) {
+		size_t e = p;
+		char w[24];
+		while (e < i && (is_word((unsigned char) t[e]) || t[e] == '-' || t[e] == '.'))
+			e++;
+		if (e > p && e - p < sizeof(w) && fold(t + p, e - p, w, sizeof(w)) &&
+		    in_list(w, e - p, cmds))
+			return true;
+		p = e + (e == p);
+	}
+	return false;
+}
+
+/* The value of an option at p: a quoted string or a word; its start in *ret_start. */
+static size_t option_value(const char *t, size_t len, size_t p, size_t *ret_start)
+{
+	size_t v;
+
+	if (AT(p) == '\'' || AT(p) == '"') {
+		char q = t[p];
+		v = ++p;
+		while (v < len && v - p < 200 && t[v] != q && t[v] != '\n')
+			v++;
+		if (AT(v) != q)
+			return 0;
+	} else {
+		v = p;
+		while (v < len && v - p < 200 && !is_space(t[v]) && t[v] != '\'' && t[v] != '"' &&
+		       t[v] != ';' && t[v] != '|' && t[v] != '&')
+			v++;
+	}
+	*ret_start = p;
+	return v;
+}
+
+/* A password given as an option's value: long enough, not an option, a variable or a
+ * placeholder, not "-" or "stdin". */
+static bool option_password(const char *t, size_t s, size_t v)
+{
+	bool word = true;
+
+	if (v - s < 3 || placeholder(t + s, v - s) || (v - s == 5 && !memcmp(t + s, "stdin", 5)))
+		return false;
+	/* "the --password flag": prose about an option, not a value (a quoted word is one) */
+	for (size_t k = s; k < v; k++)
+		word &= is_lower(t[k]);
+	return !word || (s > 0 && (t[s - 1] == '\'' || t[s - 1] == '"'));
+}
+
+/* clang-format off */
+static const char *const cmd_sshpass[] = { "sshpass", NULL };
+static const char *const cmd_mysql[] = {
+	"mysql", "mysqldump", "mysqladmin", "mysqlimport", "mysqlshow", "mysqlcheck", "mariadb",
+	"mariadb-dump", "mysqlpump", "7z", "7za", "7zr", "unrar", "rar", NULL,
+};
+static const char *const cmd_upper_p[] = {
+	"sqlcmd", "bcp", "osql", "zip", "mosquitto_pub", "mosquitto_sub", "mosquitto_rr", NULL,
+};
+static const char *const cmd_redis[] = { "redis-cli", "keydb-cli", NULL };
+static const char *const cmd_ldap[] = {
+	"ldapsearch", "ldapadd", "ldapmodify", "ldapdelete", "ldapwhoami", "ldappasswd",
+	"ldapcompare", "ldapmodrdn", NULL,
+};
+static const char *const cmd_smb[] = { "smbclient", "rpcclient", "smbmap", "wmic", "net", "smbcacls", NULL };
+static const char *const cmd_keygen[] = { "ssh-keygen", NULL };
+static const char *const cmd_htpasswd[] = { "htpasswd", NULL };
+/* long options whose value is a password, and those whose value is a token */
+static const char *const long_pw[] = {
+	"--password", "--passwd", "--pass", "--pw", "--pwd", "--db-password", "--admin-password",
+	"--root-password", "--passphrase", "--http-password", "--ftp-password", "--proxy-password",
+	"--contrasena", NULL,
+};
+static const char *const long_token[] = {
+	"--token", "--api-key", "--apikey", "--access-token", "--auth-token", "--secret",
+	"--client-secret", "--secret-key", "--access-key", NULL,
+};
+/* clang-format on */
+
+/* The option at i ("--password") from list, its end in *ret_end. */
+static bool long_option(const char *t, size_t len, size_t i, const char *const *list,
+			size_t *ret_end)
+{
+	for (; *list; list++) {
+		size_t n = strlen(*list);
+		if (prefix_at(t, len, i, *list) && (AT(i + n) == ' ' || AT(i + n) == '=')) {
+			*ret_end = i + n + 1;
+			return true;
+		}
+	}
+	return false;
+}
+
 size_t credential_scan_cli(const char *t, size_t len, size_t i, size_t *ret_start)
 {
-	size_t p, v;
+	size_t p, v, s;
 
 	if (i > 0 && !is_space(t[i - 1]))
 		return 0;
+	/* "--password X", "--password=X", "--token X" */
+	if (long_option(t, len, i, long_pw, &p)) {
+		v = option_value(t, len, p, &s);
+		if (!v || !option_password(t, s, v))
+			return 0;
+		*ret_start = s;
+		return v;
+	}
+	if (long_option(t, len, i, long_token, &p)) {
+		v = option_value(t, len, p, &s);
+		if (!v || v - s < 8 || placeholder(t + s, v - s))
+			return 0;
+		*ret_start = s;
+		return v;
+	}
+	/* "sshpass -p X": any value; "mysql -pX", "7z x -pX": attached */
+	if (prefix_at(t, len, i, "-p") && AT(i + 2) != ' ' && !is_space(AT(i + 2)) &&
+	    line_command(t, i, cmd_mysql)) {
+		v = option_value(t, len, i + 2, &s);
+		if (!v || !option_password(t, s, v))
+			return 0;
+		*ret_start = s;
+		return v;
+	}
+	if ((prefix_at(t, len, i, "-p ") && line_command(t, i, cmd_sshpass)) ||
+	    (prefix_at(t, len, i, "-P ") && line_command(t, i, cmd_upper_p)) ||
+	    (prefix_at(t, len, i, "-a ") && line_command(t, i, cmd_redis)) ||
+	    (prefix_at(t, len, i, "-w ") && line_command(t, i, cmd_ldap)) ||
+	    (prefix_at(t, len, i, "-N ") && line_command(t, i, cmd_keygen))) {
+		v = option_value(t, len, i + 3, &s);
+		if (!v || !option_password(t, s, v))
+			return 0;
+		*ret_start = s;
+		return v;
+	}
+	/* "smbclient -U user%password" */
+	if (prefix_at(t, len, i, "-U ") && line_command(t, i, cmd_smb)) {
+		const char *pc;
+		v = option_value(t, len, i + 3, &s);
+		if (!v || !(pc = memchr(t + s, '%', v - s)))
+			return 0;
+		s = (size_t) (pc - t) + 1;
+		if (!option_password(t, s, v))
+			return 0;
+		*ret_start = s;
+		return v;
+	}
+	/* "htpasswd -b[c] FILE USER PASSWORD" */
+	if (prefix_at(t, len, i, "-") && line_command(t, i, cmd_htpasswd)) {
+		size_t q = i + 1;
+		bool b = false;
+		while (q < len && is_alpha(t[q]))
+			b |= t[q++] == 'b';
+		if (!b || AT(q) != ' ')
+			return 0;
+		for (int k = 0; k < 3; k++) {
+			while (q < len && t[q] == ' ')
+				q++;
+			v = option_value(t, len, q, &s);
+			if (!v || v == s)
+				return 0;
+			q = v + (AT(v) == '\'' || AT(v) == '"');
+		}
+		if (!option_password(t, s, v))
+			return 0;
+		*ret_start = s;
+		return v;
+	}
+	/* openssl's "-pass pass:X", "-passin pass:X", "-passout pass:X" */
+	if ((prefix_at(t, len, i, "-pass ") || prefix_at(t, len, i, "-passin ") ||
+	     prefix_at(t, len, i, "-passout ")) ) {
+		p = i + 1;
+		while (p < len && t[p] != ' ')
+			p++;
+		p++;
+		if (!prefix_at(t, len, p, "pass:"))
+			return 0;
+		v = option_value(t, len, p + 5, &s);
+		if (!v || !option_password(t, s, v))
+			return 0;
+		*ret_start = s;
+		return v;
+	}
 	if (prefix_at(t, len, i, "-p ")) {
 		/* "docker login -u bot -p X", "mysql -p X": a password, not "-p 8080:80" or
 		 * "mkdir -p a/b2" */
 		struct shape sh;
 		p = i + 3;
+		if (AT(p) == '\'' || AT(p) == '"') {
+			/* quoted: a password unless it is a port mapping or a path */
+			v = option_value(t, len, p, &s);
+			if (!v || v - s < 4 || memchr(t + s, '/', v - s) ||
+			    count_in(t + s, v - s, "0123456789:.") == v - s ||
+			    placeholder(t + s, v - s))
+				return 0;
+			*ret_start = s;
+			return v;
+		}
 		v = value_end(t, len, p);
 		sh = shape_of(t + p, v - p);
 		if (v - p < 6 || memchr(t + p, '/', v - p) || !sh.digit ||
@@ -1785,6 +2060,60 @@ size_t credential_scan_cli(const char *t, size_t len, size_t i, size_t *ret_star
 		return 0;
 	*ret_start = p;
 	return v;
+}
+
+/* ---- for the context pass (credential-private.h) ---- */
+
+bool credential_fold(const char *s, size_t n, char *w, size_t size)
+{
+	return fold(s, n, w, size);
+}
+bool credential_is_copula(const char *w, size_t n)
+{
+	return in_list(w, n, copulas);
+}
+bool credential_is_compound(const char *w, size_t n)
+{
+	return in_list(w, n, compounds);
+}
+bool credential_is_compound_before(const char *w, size_t n)
+{
+	return in_list(w, n, compounds_before);
+}
+bool credential_is_not_value(const char *w, size_t n)
+{
+	return in_list(w, n, not_values) || in_list(w, n, placeholders);
+}
+bool credential_is_access_word(const char *w, size_t n)
+{
+	return access_word(w, n);
+}
+bool credential_is_placeholder(const char *s, size_t n)
+{
+	return placeholder(s, n);
+}
+bool credential_is_code_like(const char *s, size_t n)
+{
+	return code_like(s, n, 0, 0) || snake_name(s, n);
+}
+size_t credential_digit_code_end(const char *t, size_t len, size_t p)
+{
+	return digit_code_end(t, len, p);
+}
+bool credential_unit_follows(const char *t, size_t len, size_t e)
+{
+	return unit_follows(t, len, e);
+}
+unsigned credential_seed_word(const char *t, size_t len, size_t p, size_t *ret_end)
+{
+	return seed_word_at(t, len, p, ret_end);
+}
+bool credential_key_name(const char *t, size_t i, size_t e)
+{
+	bool whole;
+	const struct head *h = find_head(t, i, e, &whole);
+
+	return h && (h->flags & (HF_ALPHA | HF_LONG | HF_MIXED)) && !(h->flags & HF_CODE);
 }
 
 /* ---- init ---- */

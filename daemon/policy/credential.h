@@ -72,6 +72,17 @@ size_t credential_scan_cli(const char *t, size_t len, size_t i, size_t *ret_star
 size_t credential_scan_seed(const char *t, size_t len, size_t lo, size_t i, size_t *ret_start,
 			    size_t *ret_next);
 
+/* The context pass, after the walk (credential-context.c): a value some words after its key
+ * word or before it, a table's password column, .pgpass lines, define('DB_PASSWORD', 'x'),
+ * password hashes ("$2y$10$..."), lists of recovery codes and seed words after their name,
+ * "root / X". Adds matches with add() that overlap none of class secret in
+ * m->v[first ..]; one of another class inside a new match takes its kind and span. Returns
+ * 0 or add()'s error. */
+typedef int (*credential_add_fn)(struct detect_matches *m, enum detect_kind k, size_t s,
+				 size_t e);
+int credential_scan_context(const char *t, size_t len, struct detect_matches *m, size_t first,
+			    credential_add_fn add);
+
 /* For tests: is the word (UTF-8, n bytes) in a BIP-39 list? Bit 0 English, 1 Italian,
  * 2 Spanish. */
 unsigned credential_bip39_langs(const char *w, size_t n);

@@ -1444,13 +1444,28 @@ static size_t plain_word_end(const char *t, size_t len, size_t i)
 	return q;
 }
 
+/* By start: the context pass appends after the walk's matches, which are in order. */
+static void sort_matches(struct detect_match *v, size_t n)
+{
+	for (size_t i = 1; i < n; i++) {
+		struct detect_match x = v[i];
+		size_t j = i;
+		while (j > 0 && v[j - 1].start > x.start) {
+			v[j] = v[j - 1];
+			j--;
+		}
+		v[j] = x;
+	}
+}
+
 int detect_scan_flags(const char *t, size_t len, struct detect_matches *m, unsigned flags)
 {
 	const bool shortcut = !(flags & DETECT_SCAN_NO_SHORTCUT);
 	/* no seed phrase starts before seed_next or inside a match (before last_end); one
-	 * lower-case word start in four (counted in words) is tried */
-	size_t i = 0, seed_next = 0, last_end = 0;
+	 * word start of letters in four (counted in words) is tried */
+	size_t i = 0, seed_next = 0, last_end = 0, first = m->n, n_walk;
 	unsigned words = 0;
+	int r;
 
 	if (!t)
 		return 0;
@@ -1459,7 +1474,6 @@ int detect_scan_flags(const char *t, size_t len, struct detect_matches *m, unsig
 		int c = (unsigned char) t[i];
 		enum detect_kind k;
 		size_t e, s = i;
-		int r;
 
 		/* only word starts (and the punctuation some values start with) are tried */
 		if ((i > 0 && (dclass[(unsigned char) t[i - 1]] & DC_WORD) && c != '-') ||
@@ -1480,7 +1494,7 @@ int detect_scan_flags(const char *t, size_t len, struct detect_matches *m, unsig
 			continue;
 		}
 		/* seed phrases: runs of plain words, so before the plain-word shortcut */
-		if ((dclass[c] & DC_LOWER) && (++words & 3) == 0 && i >= seed_next &&
+		if ((dclass[c] & DC_ALPHA) && (++words & 3) == 0 && i >= seed_next &&
 		    (e = credential_scan_seed(t, len, MAX(seed_next, last_end), i, &s,
 					      &seed_next))) {
 			r = push(m, DETECT_SEED_PHRASE, s, e);
@@ -1514,6 +1528,13 @@ int detect_scan_flags(const char *t, size_t len, struct detect_matches *m, unsig
 			i = last_end = e;
 		}
 	}
+	/* the context pass: values further from their key words, tables, config lines */
+	n_walk = m->n;
+	r = credential_scan_context(t, len, m, first, push);
+	if (r < 0)
+		return r;
+	if (m->n > n_walk)
+		sort_matches(m->v + first, m->n - first);
 	return 0;
 }
 

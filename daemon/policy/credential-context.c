@@ -1,0 +1,1177 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * credential-context.c: the context pass (see credential.h). The phrase grammar reads a key
+ * phrase and the value right after it; people also write the value further on ("I changed
+ * the password, now it's Girasole_2024"), before the key word ("hunter2025 — that's the
+ * new root password"), in a table under a "password" column, in a config line whose format
+ * names it (.pgpass, PHP's define()), as a password hash, or as a list of recovery codes
+ * or seed words some words after their name. These rules run once over the text after the
+ * walk, each from a key word or a byte that is rare in prose, so most text costs a pass over
+ * its words and nothing more.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "../basic/macro.h"
+#include "ascii-class.h"
+#include "credential-private.h"
+#include "credential.h"
+
+#define AT(i) ((i) < len ? (unsigned char) t[i] : 0)
+
+/* ---- what the key words are ---- */
+
+enum role {
+	ROLE_NONE,
+	ROLE_PASSWORD, /* password, contraseña, clave: a value of any shape near */
+	ROLE_PIN,      /* pin, puk, passcode: digits near */
+	ROLE_CODE,     /* code, codice, código: digits near, with an access word */
+	ROLE_CODES,    /* codes, códigos, codici: a list of codes, with a recovery word */
+	ROLE_SEED,     /* seed, mnemonic, frase, phrase: a run of BIP-39 words */
+	ROLE_LOCK,     /* safe, lock, alarm: digits right after a copula ("was set to 7391") */
+};
+
+struct role_word {
+	const char *w;
+	enum role role;
+};
+
+/* clang-format off */
+static const struct role_word role_words[] = {
+	{ "password", ROLE_PASSWORD }, { "passwords", ROLE_PASSWORD }, { "passwd", ROLE_PASSWORD },
+	{ "pwd", ROLE_PASSWORD }, { "pw", ROLE_PASSWORD }, { "psw", ROLE_PASSWORD },
+	{ "pswd", ROLE_PASSWORD }, { "passphrase", ROLE_PASSWORD }, { "passwort", ROLE_PASSWORD },
+	{ "senha", ROLE_PASSWORD }, { "contrase\xc3\xb1" "a", ROLE_PASSWORD },
+	{ "contrase\xc3\xb1" "as", ROLE_PASSWORD }, { "contrasena", ROLE_PASSWORD },
+	{ "clave", ROLE_PASSWORD }, { "llave", ROLE_PASSWORD }, { "psk", ROLE_PASSWORD },
+	{ "wpa", ROLE_PASSWORD }, { "wpa2", ROLE_PASSWORD }, { "wpa3", ROLE_PASSWORD },
+	{ "pin", ROLE_PIN }, { "pins", ROLE_PIN }, { "puk", ROLE_PIN }, { "pincode", ROLE_PIN },
+	{ "passcode", ROLE_PIN }, { "code", ROLE_CODE }, { "codice", ROLE_CODE },
+	{ "c\xc3\xb3" "digo", ROLE_CODE }, { "codigo", ROLE_CODE }, { "combination", ROLE_CODE },
+	{ "combinazione", ROLE_CODE }, { "combinaci\xc3\xb3n", ROLE_CODE }, { "combo", ROLE_CODE },
+	{ "codes", ROLE_CODES }, { "codici", ROLE_CODES }, { "c\xc3\xb3" "digos", ROLE_CODES },
+	{ "codigos", ROLE_CODES }, { "seed", ROLE_SEED }, { "mnemonic", ROLE_SEED },
+	{ "mnemonica", ROLE_SEED }, { "mnem\xc3\xb3nica", ROLE_SEED }, { "semilla", ROLE_SEED },
+	{ "frase", ROLE_SEED }, { "phrase", ROLE_SEED }, { "parole", ROLE_SEED },
+	{ "palabras", ROLE_SEED }, { "words", ROLE_SEED }, { "wallet", ROLE_SEED },
+	{ "safe", ROLE_LOCK }, { "cassaforte", ROLE_LOCK }, { "lock", ROLE_LOCK },
+	{ "padlock", ROLE_LOCK }, { "lucchetto", ROLE_LOCK }, { "candado", ROLE_LOCK },
+	{ "alarm", ROLE_LOCK }, { "allarme", ROLE_LOCK }, { "alarma", ROLE_LOCK },
+	{ "keypad", ROLE_LOCK }, { "tastierino", ROLE_LOCK }, { "locker", ROLE_LOCK },
+	{ "armadietto", ROLE_LOCK }, { "taquilla", ROLE_LOCK }, { "lockbox", ROLE_LOCK },
+};
+
+/* Words after a copula that keep it linking ("was set to", "è stata impostata a"). */
+static const char *const link_keep[] = {
+	"set", "to", "now", "still", "changed", "reset", "just", "a", "in", "stata", "stato",
+	"impostata", "impostato", "cambiata", "cambiato", "ora", "adesso", "ahora", "puesta",
+	"puesto", "cambiada", "cambiado", "been", "has", "ha", "sido", "always", "sempre",
+	"siempre", NULL,
+};
+
+/* Words that make a list of codes one of recovery codes. */
+static const char *const recovery_words[] = {
+	"backup", "recovery", "emergency", "2fa", "mfa", "one-time", "recupero", "emergenza",
+	"riserva", "backup", "recuperaci\xc3\xb3n", "recuperacion", "respaldo", "emergencia",
+	"seguridad", "sicurezza", "security", "verification", "verifica", "verificaci\xc3\xb3n",
+	NULL,
+};
+
+/* Words that may stand between a value and the key word after it ("X — that's my new
+ * password", "X → è la password di", "X es la contraseña"). */
+static const char *const link_words[] = {
+	"that's", "thats", "that", "this", "it's", "its", "it", "is", "was", "my", "our", "your",
+	"the", "new", "old", "current", "literally", "just", "also", "actually", "basically",
+	"still", "as", "for", "of", "a", "e", "\xc3\xa8", "era", "la", "il", "lo", "mia", "mio",
+	"tua", "tuo", "nostra", "nuova", "nuovo", "vecchia", "attuale", "come", "della", "del",
+	"di", "per", "questa", "questo", "es", "el", "mi", "tu", "su", "nueva", "nuevo", "vieja",
+	"actual", "como", "de", "para", "esta", "este", "ser\xc3\xa1", "sar\xc3\xa0", "will",
+	"be", "now", "ora", "adesso", "ahora", "sempre", "siempre", "always", NULL,
+};
+
+/* Words that make the words before "is my password" a description, not a passphrase. */
+static const char *const subject_words[] = {
+	"which", "what", "one", "same", "mine", "yours", "here", "there", "thing", "something",
+	"nothing", "everything", "whatever", "also", "only", "not", "and", "but", "all", "any",
+	"some", "who", "where", "why", "how", "when", "then", "than", "there", "these", "those",
+	"with", "without", "and", "you", "she", "they", "his", "her", "their", "name", "birthday",
+	"date", "dog", "cat", "number", "wife", "husband", NULL,
+};
+
+/* Account names that, with "/" or ":" and a strong value, make a login ("root / X"). */
+static const char *const account_names[] = {
+	"root", "admin", "administrator", "administrador", "amministratore", "sa", "postgres",
+	"ubuntu", "pi", "guest", "oracle", "superuser", "sysadmin", "elastic", "ec2-user",
+	"debian", "operator", "supervisor", "webmaster", "ftpuser", "dbadmin", NULL,
+};
+
+/* Words with digits that name a technology, not a value ("SHA256", "python3"). */
+static const char *const tech_words[] = {
+	"sha1", "sha256", "sha384", "sha512", "sha-256", "sha-512", "md5", "utf8", "utf-8",
+	"utf-16", "ipv4", "ipv6", "http2", "http/2", "x509", "x.509", "aes128", "aes256",
+	"aes-256", "aes-128", "rsa2048", "rsa4096", "pbkdf2", "argon2", "argon2id", "bcrypt",
+	"scrypt", "oauth2", "oauth", "base64", "base32", "python3", "python2", "win10", "win11",
+	"windows10", "windows11", "mp3", "mp4", "h264", "h265", "k8s", "i18n", "l10n", "1password",
+	"2fa", "mfa", "wpa2", "wpa3", "ed25519", "p256", "secp256k1", "x86_64", "arm64", "amd64",
+	"ubuntu22", "debian12", "es6", "html5", "css3", "s3", "ec2", "gpt-4", "gpt4", "ps5", "3ds",
+	"pkcs12", "pkcs#12", "pkcs8", "log4j", "node18", "node20", NULL,
+};
+/* clang-format on */
+
+static bool in_list(const char *w, size_t n, const char *const *list)
+{
+	for (; *list; list++)
+		if (strnlen(*list, n + 1) == n && memcmp(*list, w, n) == 0)
+			return true;
+	return false;
+}
+
+static enum role role_of(const char *w, size_t n)
+{
+	for (size_t k = 0; k < ELEMENTSOF(role_words); k++)
+		if (role_words[k].w[0] == w[0] && strnlen(role_words[k].w, n + 1) == n &&
+		    memcmp(role_words[k].w, w, n) == 0)
+			return role_words[k].role;
+	return ROLE_NONE;
+}
+
+/* ---- tokens ---- */
+
+/* A token: a run of bytes that are not white space, [s, e); its core [cs, ce) without the
+ * quotes, brackets and sentence punctuation around it. */
+struct token {
+	size_t s, e, cs, ce;
+	bool quoted; /* the core was between quotes */
+};
+
+static bool open_punct(const char *t, size_t len, size_t i, size_t *n)
+{
+	static const char *const open[] = {
+		"\"", "'", "(", "[", "`", "\xc2\xab", "\xe2\x80\x9c", "\xe2\x80\x98", NULL,
+	};
+	for (size_t k = 0; open[k]; k++) {
+		size_t m = strlen(open[k]);
+		if (i + m <= len && memcmp(t + i, open[k], m) == 0) {
+			*n = m;
+			return true;
+		}
+	}
+	return false;
+}
+
+static bool close_punct_before(const char *t, size_t s, size_t e, size_t *n)
+{
+	static const char *const close[] = {
+		"\"", "'", ")", "]", "`", ",", ".", ";", ":", "?", "\xc2\xbb", "\xe2\x80\x9d",
+		"\xe2\x80\x99", NULL,
+	};
+	for (size_t k = 0; close[k]; k++) {
+		size_t m = strlen(close[k]);
+		if (e - s >= m && memcmp(t + e - m, close[k], m) == 0) {
+			*n = m;
+			return true;
+		}
+	}
+	return false;
+}
+
+static void token_core(const char *t, size_t len, struct token *k)
+{
+	size_t n;
+
+	k->cs = k->s;
+	k->ce = k->e;
+	k->quoted = false;
+	while (k->cs < k->ce && open_punct(t, len, k->cs, &n)) {
+		k->quoted |= t[k->cs] == '"' || t[k->cs] == '\'' || (unsigned char) t[k->cs] >= 0x80;
+		k->cs += n;
+	}
+	while (k->ce > k->cs && close_punct_before(t, k->cs, k->ce, &n))
+		k->ce -= n;
+}
+
+/* The token at or after p, stopping at lim; false at a line end (with *ret_nl at it) or at
+ * lim. */
+static bool next_token(const char *t, size_t len, size_t p, size_t lim, struct token *k,
+		       size_t *ret_nl)
+{
+	while (p < lim && (t[p] == ' ' || t[p] == '\t' || t[p] == '\r'))
+		p++;
+	*ret_nl = SIZE_MAX;
+	if (p >= lim)
+		return false;
+	if (t[p] == '\n') {
+		*ret_nl = p;
+		return false;
+	}
+	k->s = p;
+	{
+		/* a quoted phrase is one token: "sol y sombra 44" */
+		size_t qn;
+		char close = 0;
+		if (open_punct(t, len, p, &qn) && (t[p] == '"' || t[p] == '\''))
+			close = t[p];
+		else if (open_punct(t, len, p, &qn) && qn == 3 && (unsigned char) t[p + 2] == 0x9c)
+			close = (char) 0x9d; /* “ ” */
+		if (close) {
+			size_t q = p + qn;
+			while (q < len && q - p < 80 && t[q] != '\n' &&
+			       !(t[q] == close && (close != (char) 0x9d || (unsigned char) t[q - 2] == 0xe2)))
+				q++;
+			if (q < len && t[q] == close && memchr(t + p, ' ', q - p)) {
+				p = q + 1;
+				while (p < len && !is_space(t[p]))
+					p++;
+				k->e = p;
+				token_core(t, len, k);
+				return true;
+			}
+		}
+	}
+	while (p < len && !is_space(t[p]))
+		p++;
+	k->e = p;
+	token_core(t, len, k);
+	return true;
+}
+
+/* The folded word of a token's core (letters, digits, UTF-8, '\'', '-'), or false. */
+static bool token_word(const char *t, const struct token *k, char *w, size_t size, size_t *n)
+{
+	size_t m = k->ce - k->cs;
+
+	if (m == 0 || m >= size)
+		return false;
+	for (size_t i = k->cs; i < k->ce; i++)
+		if (!is_word((unsigned char) t[i]) && t[i] != '\'' && t[i] != '-')
+			return false;
+	*n = m;
+	return credential_fold(t + k->cs, m, w, size);
+}
+
+/* ---- what a value looks like ---- */
+
+struct shape {
+	unsigned lower, upper, digit, other, utf8, sym;
+};
+
+static struct shape shape_of(const char *s, size_t n)
+{
+	struct shape h = { 0 };
+
+	for (size_t k = 0; k < n; k++) {
+		int c = (unsigned char) s[k];
+		if (is_lower(c))
+			h.lower++;
+		else if (is_upper(c))
+			h.upper++;
+		else if (is_digit(c))
+			h.digit++;
+		else if (c >= 0x80)
+			h.utf8++;
+		else {
+			h.other++;
+			h.sym += strchr("!#$%&*+=?@^~", c) != NULL;
+		}
+	}
+	return h;
+}
+
+static bool all_of(const char *s, size_t n, bool (*test)(int c))
+{
+	for (size_t k = 0; k < n; k++)
+		if (!test((unsigned char) s[k]))
+			return false;
+	return true;
+}
+
+static bool hex_or_dash(int c)
+{
+	return is_hex(c) || c == '-';
+}
+static bool date_byte(int c)
+{
+	return is_digit(c) || c == '-' || c == '/' || c == ':' || c == '.' || c == 'T' || c == 'Z';
+}
+
+/* Letters then digits, capitals only ("SHA256", "INC0012345", "CVE-2024-1234", "RFC7617"):
+ * an identifier of a thing. */
+static bool acronym_number(const char *s, size_t n)
+{
+	size_t k = 0;
+
+	while (k < n && is_upper(s[k]))
+		k++;
+	if (k == 0 || k > 6)
+		return false;
+	for (; k < n; k++)
+		if (!is_digit(s[k]) && s[k] != '-' && s[k] != '_' && s[k] != '.')
+			return false;
+	return true;
+}
+
+/* The weak passwords that lists of weak passwords quote ("password123", "Qwerty1!",
+ * "admin1234"): examples in a question about them, when no copula names them a value. */
+static bool famous_weak(const char *s, size_t n)
+{
+	static const char *const words[] = {
+		"password", "passw", "passwd", "pass", "qwerty", "qwertz", "azerty", "admin",
+		"letmein", "welcome", "iloveyou", "abc", "monkey", "dragon", "changeme", "test",
+		"user", "root", "secret", "contrasena", "clave", "passwort", "asdf", "football",
+		"princess", "sunshine", NULL,
+	};
+	static const char *const digits[] = {
+		"", "1", "12", "123", "1234", "12345", "123456", "0", "00", "000", "111", "321", NULL,
+	};
+	char l[24], d[12];
+	size_t nl = 0, nd = 0;
+
+	for (size_t k = 0; k < n; k++) {
+		int c = (unsigned char) s[k];
+		if (is_alpha(c) && nl < sizeof(l) - 1)
+			l[nl++] = (char) to_lower(c);
+		else if (is_digit(c) && nd < sizeof(d) - 1)
+			d[nd++] = (char) c;
+		else if (!strchr("!.?@#$_-", c))
+			return false;
+	}
+	l[nl] = d[nd] = 0;
+	if (!in_list(l, nl, words))
+		return false;
+	for (size_t k = 0; digits[k]; k++)
+		if (strcmp(d, digits[k]) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * A value that reads as a password wherever it stands: letters with digits or symbols,
+ * 6 to 64 bytes, that is not an identifier of something else (a path, an e-mail, a URL, a
+ * version, a date, a hash, a UUID, a unit, a technology's name, code).
+ */
+static bool strong_value(const char *s, size_t n)
+{
+	struct shape h;
+	const char *at;
+	char w[32];
+
+	if (n < 6 || n > 64 || credential_is_placeholder(s, n) || credential_is_code_like(s, n) ||
+	    famous_weak(s, n))
+		return false;
+	if (memchr(s, '/', n) || memchr(s, '\\', n) || memchr(s, '<', n) || memchr(s, '>', n))
+		return false;
+	at = memchr(s, '@', n);
+	if (at && memchr(at, '.', n - (size_t) (at - s)))
+		return false; /* an e-mail address or user@host */
+	h = shape_of(s, n);
+	if (h.lower + h.upper + h.utf8 == 0)
+		return false; /* digits and punctuation: a number, a date */
+	if (h.digit == 0 && h.sym == 0)
+		return false; /* "two-factor", "it's", "snake_case" */
+	if (h.digit == 0 && !(h.upper && h.lower) && n < 8)
+		return false;
+	if (h.utf8 && h.digit == 0)
+		return false;
+	/* "12px", "600mg", "3rd", "2FA", "10k": a number and a unit */
+	if (is_digit(s[0]) && h.lower + h.upper <= 3 && h.sym == 0)
+		return false;
+	/* versions and dates: "v2.3.1", "1.22", "2024-05-02T10:14" */
+	if ((s[0] == 'v' || s[0] == 'V') && n > 1 && is_digit(s[1]) && h.lower + h.upper == 1)
+		return false;
+	if (all_of(s, n, date_byte))
+		return false;
+	if (all_of(s, n, hex_or_dash) && h.digit && (n >= 7) &&
+	    (h.upper == 0 || h.lower == 0))
+		return false; /* a hash, a UUID */
+	if (acronym_number(s, n))
+		return false;
+	if (n < sizeof(w) && credential_fold(s, n, w, sizeof(w)) && in_list(w, n, tech_words))
+		return false;
+	/* a file name: "wp-config.php", "db.sqlite3" */
+	{
+		const char *dot = memrchr(s, '.', n);
+		if (dot && dot > s && (size_t) (s + n - dot) <= 9 && (size_t) (s + n - dot) >= 2 &&
+		    all_of(dot + 1, (size_t) (s + n - dot - 1), is_lower) && h.sym == 0)
+			return false;
+	}
+	return true;
+}
+
+/* A quoted phrase that may be a passphrase: 4 to 64 bytes, at most six words, not a
+ * placeholder. */
+static bool quoted_value(const char *s, size_t n)
+{
+	unsigned spaces = 0;
+
+	if (n < 4 || n > 64 || credential_is_placeholder(s, n))
+		return false;
+	for (size_t k = 0; k < n; k++) {
+		if (s[k] == '\n')
+			return false;
+		spaces += s[k] == ' ';
+	}
+	if (spaces > 5)
+		return false;
+	return spaces > 0 || strong_value(s, n) || shape_of(s, n).digit > 0;
+}
+
+/* ---- results ---- */
+
+struct context {
+	const char *t;
+	size_t len;
+	struct detect_matches *m;
+	size_t first; /* the matches of this text start here in m */
+	credential_add_fn add;
+};
+
+/* Adds [s, e) unless a match of class secret overlaps it; a match of another class inside it
+ * (a phone number that is a password) takes its kind. */
+static int add_match(struct context *c, enum detect_kind kind, size_t s, size_t e)
+{
+	for (size_t k = c->first; k < c->m->n; k++) {
+		struct detect_match *x = &c->m->v[k];
+		if (x->end <= s || e <= x->start)
+			continue;
+		if (detect_kind_class(x->kind) == POLICY_CLASS_SECRET)
+			return 0;
+		if (x->start >= s && x->end <= e) {
+			x->kind = kind;
+			x->start = s;
+			x->end = e;
+			return 0;
+		}
+		return 0;
+	}
+	return c->add(c->m, kind, s, e);
+}
+
+/* ---- the rules ---- */
+
+/* The word before [s, ...) on the same line, folded; false if none. */
+static bool word_before(const char *t, size_t s, char *w, size_t size, size_t *n)
+{
+	size_t e = s, p;
+
+	while (e > 0 && (t[e - 1] == ' ' || t[e - 1] == '\t'))
+		e--;
+	p = e;
+	while (p > 0 && (is_word((unsigned char) t[p - 1]) || t[p - 1] == '\''))
+		p--;
+	if (p == e || e - p >= size)
+		return false;
+	*n = e - p;
+	return credential_fold(t + p, e - p, w, size);
+}
+
+/* An access word ("door", "cancello", "alarma") within 60 bytes around [s, e) on its line. */
+static bool access_near(const char *t, size_t len, size_t s, size_t e,
+			const char *const *list)
+{
+	size_t a = s > 60 ? s - 60 : 0, b = MIN(len, e + 60);
+
+	for (size_t p = s; p > a; p--)
+		if (t[p - 1] == '\n') {
+			a = p;
+			break;
+		}
+	for (size_t p = e; p < b; p++)
+		if (t[p] == '\n') {
+			b = p;
+			break;
+		}
+	for (size_t p = a; p < b;) {
+		size_t q = p;
+		char w[32];
+		while (q < b && (is_word((unsigned char) t[q]) || t[q] == '-'))
+			q++;
+		if (q > p && q - p < sizeof(w) && (q <= s || p >= e) &&
+		    credential_fold(t + p, q - p, w, sizeof(w)) &&
+		    (list ? in_list(w, q - p, list) : credential_is_access_word(w, q - p)))
+			return true;
+		p = q + (q == p);
+	}
+	return false;
+}
+
+/* Is the 4-digit number at [s, e) a year after a preposition ("in 2019", "desde 2021")? */
+static bool year_after_preposition(const char *t, size_t s, size_t e)
+{
+	static const char *const preps[] = {
+		"in", "since", "from", "until", "of", "nel", "dal", "del", "fino", "en", "desde",
+		"hasta", "de", "year", "anno", "a\xc3\xb1o", NULL,
+	};
+	char w[16];
+	size_t n;
+	unsigned y = 0;
+
+	if (e - s != 4)
+		return false;
+	for (size_t k = s; k < e; k++)
+		y = y * 10 + (unsigned) (t[k] - '0');
+	if (y < 1950 || y > 2039)
+		return false;
+	return word_before(t, s, w, sizeof(w), &n) && in_list(w, n, preps);
+}
+
+/*
+ * After a key word [hs, he): the first value in the next 100 bytes of its sentence and the
+ * one after it (a line that ends with ':' goes on to the next line). A password key takes a
+ * strong value, a quoted phrase after a copula or ':', or digits after one; a PIN or code
+ * key takes digits.
+ */
+/* Is the word after a lock word a copula or ':' ("safe was", "alarm:", "allarme è")? */
+static bool rule_lock_link(const char *t, size_t len, size_t e)
+{
+	size_t p = e, q;
+	char w[16];
+
+	while (p < len && t[p] == ' ')
+		p++;
+	if (AT(p) == ':')
+		return true;
+	q = p;
+	while (q < len && is_word((unsigned char) t[q]) && q - p < sizeof(w))
+		q++;
+	return q > p && q - p < sizeof(w) && credential_fold(t + p, q - p, w, sizeof(w)) &&
+	       credential_is_copula(w, q - p);
+}
+
+static int rule_after(struct context *c, size_t hs, size_t he, enum role role)
+{
+	const char *t = c->t;
+	size_t len = c->len, p = he, lim = MIN(len, he + 100), nl;
+	unsigned ends = 0;
+	bool link = true; /* the last token was the key, a copula or a mark */
+	bool link_seen = false;
+	struct token k;
+	char w[32];
+	size_t n;
+
+	(void) hs;
+	for (int tokens = 0; tokens < 16; tokens++) {
+		if (!next_token(t, len, p, lim, &k, &nl)) {
+			/* a line end: go on only after a ':' that ends the line */
+			size_t b = nl;
+			if (nl == SIZE_MAX)
+				return 0;
+			while (b > he && (t[b - 1] == ' ' || t[b - 1] == '\r'))
+				b--;
+			if (b == he || t[b - 1] != ':' || AT(nl + 1) == '\n')
+				return 0;
+			p = nl + 1;
+			lim = MIN(len, p + 80);
+			continue;
+		}
+		p = k.e;
+		/* "=value", ":value": the mark, then the value */
+		while (k.cs < k.ce && (t[k.cs] == '=' || t[k.cs] == ':')) {
+			k.cs++;
+			link = true;
+		}
+		if (k.ce > k.cs) {
+			const char *v = t + k.cs;
+			size_t vn = k.ce - k.cs, de;
+			bool word = token_word(t, &k, w, sizeof(w), &n);
+			/* another key word: the value is its own */
+			if (word && tokens > 0 && role_of(w, n) != ROLE_NONE)
+				return 0;
+			if (role == ROLE_PASSWORD) {
+				if (k.quoted && link && quoted_value(v, vn))
+					return add_match(c, DETECT_SECRET, k.cs, k.ce);
+				if (strong_value(v, vn))
+					return add_match(c, DETECT_SECRET, k.cs, k.ce);
+			}
+			if (role != ROLE_PASSWORD && vn > 1 && (v[0] == '#' || v[0] == '*') &&
+			    is_digit(v[1])) {
+				k.cs++;
+				v++;
+				vn--;
+			}
+			de = credential_digit_code_end(t, len, k.cs);
+			if (de && de >= k.ce && ((role != ROLE_PASSWORD && role != ROLE_LOCK) || link) &&
+			    !credential_unit_follows(t, len, de) &&
+			    !year_after_preposition(t, k.cs, de) && de - k.cs <= 24) {
+				size_t digits = 0;
+				for (size_t q = k.cs; q < de; q++)
+					digits += is_digit(t[q]);
+				if (digits >= 4 && digits <= 12)
+					return add_match(c, role == ROLE_PASSWORD ? DETECT_SECRET
+										  : DETECT_ACCESS_CODE,
+							 k.cs, de);
+			}
+			/* a lock's code only right after its copula */
+			if (role == ROLE_LOCK && link_seen && !link)
+				return 0;
+			link = (word && credential_is_copula(w, n)) ||
+			       (link && word && in_list(w, n, link_keep)) ||
+			       (vn == 0 && (t[k.s] == ':' || t[k.s] == '='));
+			link_seen |= link;
+			/* "è:", "es:", "is:" */
+			if (!link && k.e > k.s && t[k.e - 1] == ':')
+				link = true;
+		} else {
+			/* punctuation alone: "—", ":", "->", "=" */
+			link = true;
+		}
+		/* sentence ends */
+		if (k.e > k.s && strchr(".?!", t[k.e - 1]) && !(k.ce > k.cs && k.e - 1 < k.ce))
+			if (++ends >= 2)
+				return 0;
+	}
+	return 0;
+}
+
+static bool is_mark_token(const char *t, const struct token *k)
+{
+	size_t n = k->e - k->s;
+	const char *s = t + k->s;
+
+	return (n == 1 && strchr("-:=,", s[0])) || (n == 2 && !memcmp(s, "->", 2)) ||
+	       (n == 3 && (!memcmp(s, "\xe2\x80\x94", 3) || !memcmp(s, "\xe2\x80\x93", 3) ||
+			   !memcmp(s, "\xe2\x86\x92", 3)));
+}
+
+/*
+ * Before a password key word [hs, he): "X — that's my gmail password", "\"X\" è la password
+ * che uso", "X is literally my bank password". Going back over at most seven tokens of the
+ * line: link words, marks and at most two other words, at least one copula or mark among
+ * them; then a strong value or a quoted phrase, or (before a copula) three to six plain
+ * words from the start of the sentence: a passphrase.
+ */
+static int rule_before(struct context *c, size_t hs)
+{
+	const char *t = c->t;
+	struct token tok[8];
+	size_t n_tok = 0, p = hs, ls = hs > 120 ? hs - 120 : 0;
+	unsigned others = 0;
+	bool linked = false;
+
+	for (size_t q = hs; q > ls; q--)
+		if (t[q - 1] == '\n') {
+			ls = q;
+			break;
+		}
+	/* the tokens before the key word, nearest first */
+	while (n_tok < ELEMENTSOF(tok) && p > ls) {
+		size_t e = p;
+		while (e > ls && (t[e - 1] == ' ' || t[e - 1] == '\t'))
+			e--;
+		size_t s = e;
+		while (s > ls && t[s - 1] != ' ' && t[s - 1] != '\t')
+			s--;
+		if (s == e)
+			break;
+		tok[n_tok].s = s;
+		tok[n_tok].e = e;
+		token_core(t, c->len, &tok[n_tok]);
+		n_tok++;
+		p = s;
+	}
+	for (size_t i = 0; i < n_tok; i++) {
+		const struct token *k = &tok[i];
+		const char *v = t + k->cs;
+		size_t vn = k->ce - k->cs, n;
+		char w[32];
+		bool word = token_word(t, k, w, sizeof(w), &n);
+
+		if (is_mark_token(t, k) || vn == 0) {
+			linked = true;
+			continue;
+		}
+		if (linked || i > 0) {
+			/* a value: quoted, or strong; the token after it may carry the mark
+			 * ("Tr0ub4dor&3 —", "Stellina88 →", "X," and "X:") */
+			bool marked = linked || (k->e > k->ce && strchr(",:", t[k->e - 1]));
+			if (marked && ((k->quoted && quoted_value(v, vn)) || strong_value(v, vn)))
+				return add_match(c, DETECT_SECRET, k->cs, k->ce);
+		}
+		if (word && credential_is_copula(w, n)) {
+			linked = true;
+			/* a passphrase before the copula, from the start of the sentence */
+			size_t j = i + 1, words = 0;
+			for (; j < n_tok; j++) {
+				char x[32];
+				size_t xn;
+				const struct token *y = &tok[j];
+				if (!token_word(t, y, x, sizeof(x), &xn) || xn < 3 ||
+				    y->ce != y->e || in_list(x, xn, subject_words) ||
+				    in_list(x, xn, link_words) || !all_of(t + y->cs, xn, is_lower))
+					break;
+				words++;
+			}
+			if (words >= 3 && words <= 6 &&
+			    (j == n_tok ? tok[j - 1].s == ls ||
+						   strchr(".!?:", t[tok[j - 1].s - 2])
+					: tok[j].e > tok[j].s && strchr(".!?:", t[tok[j].e - 1])))
+				return add_match(c, DETECT_SECRET, tok[j - 1].cs, tok[i + 1].ce);
+			continue;
+		}
+		if (word && in_list(w, n, link_words))
+			continue;
+		if (word && k->ce == k->e && ++others <= 2)
+			continue;
+		/* "X," or "X:" ends the value's clause before the link words */
+		if (k->e > k->ce && strchr(",:", t[k->e - 1]) && ++others <= 2) {
+			linked = true;
+			continue;
+		}
+		return 0;
+	}
+	return 0;
+}
+
+/* "codes ...: 8k2f-9qzm, t7vx-3lpa, h4nd-6wre": three codes or more in the next 300 bytes. */
+static int rule_codes(struct context *c, size_t he)
+{
+	const char *t = c->t;
+	size_t len = c->len, p = he, lim = MIN(len, he + 300), first = 0, last = 0, nl;
+	unsigned codes = 0, gap = 0;
+	struct token k;
+
+	while (p < lim) {
+		if (!next_token(t, len, p, lim, &k, &nl)) {
+			if (nl == SIZE_MAX)
+				break;
+			p = nl + 1;
+			continue;
+		}
+		p = k.e;
+		const char *v = t + k.cs;
+		size_t vn = k.ce - k.cs, de = credential_digit_code_end(t, len, k.cs);
+		struct shape h = shape_of(v, vn);
+		bool code = false;
+		if (de >= k.ce && de - k.cs >= 4) {
+			code = true;
+			/* "4829 1736": the groups are one code */
+			if (de > k.ce) {
+				p = de;
+				k.ce = de;
+			}
+		} else if (vn >= 6 && vn <= 14 && h.digit && h.lower + h.upper && h.utf8 == 0 &&
+			   h.other <= 2 && h.sym == 0 &&
+			   (strong_value(v, vn) || (h.upper && !h.lower))) {
+			code = true;
+		}
+		if (code) {
+			if (!codes)
+				first = k.cs;
+			last = k.ce;
+			codes++;
+			gap = 0;
+		} else if (codes && ++gap > 1) {
+			break;
+		} else if (!codes && vn > 0 && k.cs > he + 200) {
+			break;
+		}
+	}
+	if (codes >= 3)
+		return add_match(c, DETECT_ACCESS_CODE, first, last);
+	return 0;
+}
+
+/* "frase di recupero del wallet è: foresta tigre ...": after a seed word, ':' or a copula
+ * within 48 bytes, then 12, 15, 18, 21 or 24 words of letters, at least half of them BIP-39
+ * words. */
+static int rule_seed(struct context *c, size_t he)
+{
+	const char *t = c->t;
+	size_t len = c->len, p = he, lim = MIN(len, he + 48), start = 0, end = 0;
+	unsigned words = 0, listed = 0;
+
+	/* the link */
+	while (p < lim && t[p] != ':' && t[p] != '\n')
+		p++;
+	if (p >= lim || t[p] != ':')
+		return 0;
+	p++;
+	for (;;) {
+		size_t q = p, e;
+		while (q < len && (is_space(t[q]) || t[q] == ',' || t[q] == '-' ||
+				   (is_digit(t[q]) && words < 25) || t[q] == '.' || t[q] == ')'))
+			q++;
+		e = q;
+		while (e < len && (is_alpha(t[e]) || (unsigned char) t[e] >= 0x80) && e - q <= 12)
+			e++;
+		if (e == q || e - q < 3 || e - q > 12 || (e < len && is_word((unsigned char) t[e])))
+			break;
+		if (!words)
+			start = q;
+		words++;
+		end = e;
+		{
+			size_t we;
+			listed += credential_seed_word(t, len, q, &we) != 0;
+		}
+		p = e;
+		if (words == 24)
+			break;
+	}
+	while (words >= 12 && words % 3)
+		words--; /* (a word that follows the phrase) */
+	if (words >= 12 && listed * 2 >= words)
+		return add_match(c, DETECT_SEED_PHRASE, start, end);
+	return 0;
+}
+
+/* "vCenter root / Ch1av3Magica#5", "admin: Gr8Wall#77": an account name, '/' or ':', a
+ * strong value or capitals and digits. */
+static int rule_account(struct context *c, size_t ws, size_t we)
+{
+	const char *t = c->t;
+	size_t len = c->len, p = we, v;
+	struct shape h;
+
+	(void) ws;
+	while (p < len && t[p] == ' ')
+		p++;
+	if (AT(p) != '/' && AT(p) != ':')
+		return 0;
+	/* "root / X", not a path ("debian/rules") */
+	if (t[p] == '/' && p == we && AT(p + 1) != ' ')
+		return 0;
+	p++;
+	while (p < len && t[p] == ' ')
+		p++;
+	v = p;
+	while (v < len && !is_space(t[v]) && t[v] != ',' && t[v] != '"' && t[v] != '\'' &&
+	       t[v] != ';')
+		v++;
+	while (v > p && strchr(".):", t[v - 1]))
+		v--;
+	if (v - p < 6 || v - p > 64)
+		return 0;
+	h = shape_of(t + p, v - p);
+	if (!strong_value(t + p, v - p) &&
+	    !(h.upper && h.digit && h.lower == 0 && h.other == 0 && !acronym_number(t + p, v - p)))
+		return 0;
+	return add_match(c, DETECT_SECRET, p, v);
+}
+
+/* A crypt(3) or LDAP password hash: "$apr1$...", "$2y$10$...", "$6$...", "{SSHA}...". */
+static int rule_hash(struct context *c, size_t i)
+{
+	static const char *const prefixes[] = {
+		"$1$", "$apr1$", "$2a$", "$2b$", "$2y$", "$5$", "$6$", "$y$", "$gy$", "$7$",
+		"$argon2i$", "$argon2id$", "$argon2d$", "$scrypt$", "$pbkdf2", "{SSHA}", "{SHA}",
+		"{SSHA512}", "{CRYPT}", "{PBKDF2", NULL,
+	};
+	const char *t = c->t;
+	size_t len = c->len;
+
+	if (i > 0 && (is_word((unsigned char) t[i - 1]) || t[i - 1] == '$'))
+		return 0;
+	for (size_t k = 0; prefixes[k]; k++) {
+		size_t n = strlen(prefixes[k]), e;
+		if (i + n > len || memcmp(t + i, prefixes[k], n) != 0)
+			continue;
+		e = i + n;
+		while (e < len && (is_alnum(t[e]) || strchr("./$=,+-_", t[e])) && e - i < 400)
+			e++;
+		if (e - i < 20)
+			return 0;
+		return add_match(c, DETECT_SECRET, i, e);
+	}
+	return 0;
+}
+
+/* Per line: a .pgpass line ("host:5432:db:user:password"), a table under a password column,
+ * PHP's define('DB_PASSWORD', 'x'). */
+static bool field_is_host(const char *s, size_t n)
+{
+	if (n == 1 && s[0] == '*')
+		return true;
+	if (memchr(s, '.', n) || (n == 9 && !memcmp(s, "localhost", 9)))
+		return true;
+	for (size_t k = 0; k < n; k++)
+		if (is_alpha(s[k]) && !is_hex(s[k]))
+			return true;
+	return false;
+}
+
+static int rule_pgpass(struct context *c, size_t ls, size_t le)
+{
+	const char *t = c->t;
+	size_t f[6], nf = 0;
+
+	f[nf++] = ls;
+	for (size_t p = ls; p < le; p++) {
+		if (t[p] == ' ' || t[p] == '\t')
+			return 0;
+		if (t[p] == ':' && (p == ls || t[p - 1] != '\\')) {
+			if (nf == 5)
+				return 0;
+			f[nf++] = p + 1;
+		}
+	}
+	if (nf != 5)
+		return 0;
+	f[5] = le + 1;
+	for (int k = 0; k < 4; k++)
+		if (f[k + 1] - 1 == f[k])
+			return 0;
+	if (!field_is_host(t + f[0], f[1] - 1 - f[0]))
+		return 0;
+	for (size_t p = f[1]; p < f[2] - 1; p++)
+		if (!is_digit(t[p]) && t[p] != '*')
+			return 0;
+	if (le - f[4] < 3 || credential_is_placeholder(t + f[4], le - f[4]))
+		return 0;
+	return add_match(c, DETECT_SECRET, f[4], le);
+}
+
+/* The cells of a table row: separated by '|', a tab or ';' (markdown's outer bars
+ * dropped). Returns the count, the cells' bounds (trimmed) in s[] and e[]. */
+#define MAX_CELLS 16
+static size_t table_cells(const char *t, size_t ls, size_t le, char sep, size_t *s, size_t *e)
+{
+	size_t n = 0, p = ls;
+
+	while (p < le && t[p] == ' ')
+		p++;
+	if (sep == '|' && p < le && t[p] == '|')
+		p++;
+	for (;;) {
+		size_t q = p;
+		while (q < le && t[q] != sep)
+			q++;
+		if (n == MAX_CELLS)
+			return n;
+		size_t a = p, b = q;
+		while (a < b && (t[a] == ' ' || t[a] == '\t'))
+			a++;
+		while (b > a && (t[b - 1] == ' ' || t[b - 1] == '\t' || t[b - 1] == '\r'))
+			b--;
+		s[n] = a;
+		e[n] = b;
+		n++;
+		if (q >= le)
+			break;
+		p = q + 1;
+	}
+	/* "| a | b |": the empty cell after the last bar is no cell */
+	if (sep == '|' && n > 1 && s[n - 1] == e[n - 1])
+		n--;
+	return n;
+}
+
+static char table_separator(const char *t, size_t ls, size_t le)
+{
+	unsigned bars = 0, tabs = 0, semis = 0;
+
+	for (size_t p = ls; p < le; p++) {
+		bars += t[p] == '|';
+		tabs += t[p] == '\t';
+		semis += t[p] == ';';
+	}
+	return bars >= 2 ? '|' : tabs >= 1 ? '\t' : semis >= 2 ? ';' : 0;
+}
+
+struct table_state {
+	char sep;
+	size_t col, n_cols;
+	unsigned rows;
+};
+
+static int rule_table(struct context *c, struct table_state *ts, size_t ls, size_t le)
+{
+	const char *t = c->t;
+	size_t s[MAX_CELLS], e[MAX_CELLS], n;
+	char sep = table_separator(t, ls, le);
+
+	if (ts->sep && sep == ts->sep) {
+		n = table_cells(t, ls, le, sep, s, e);
+		if (n + 1 < ts->n_cols || n > ts->n_cols + 1 || ts->col >= n) {
+			ts->sep = 0;
+		} else {
+			size_t a = s[ts->col], b = e[ts->col];
+			bool rule = true;
+			for (size_t p = a; p < b; p++)
+				rule &= t[p] == '-' || t[p] == ':' || t[p] == '=' || t[p] == ' ';
+			ts->rows++;
+			if (!rule && b - a >= 3 && !credential_is_placeholder(t + a, b - a)) {
+				char w[32];
+				if (!(b - a < sizeof(w) && credential_fold(t + a, b - a, w, sizeof(w)) &&
+				      credential_is_not_value(w, b - a)))
+					return add_match(c, DETECT_SECRET, a, b);
+			}
+			return 0;
+		}
+	}
+	ts->sep = 0;
+	if (!sep)
+		return 0;
+	n = table_cells(t, ls, le, sep, s, e);
+	for (size_t k = 0; k < n; k++) {
+		char w[32];
+		size_t m = e[k] - s[k];
+		if (m == 0 || m >= sizeof(w) || !credential_fold(t + s[k], m, w, sizeof(w)))
+			continue;
+		/* "password", "pass", "pwd", "contraseña", "clave", "pin", "password / pin" */
+		if (role_of(w, m) == ROLE_PASSWORD || role_of(w, m) == ROLE_PIN ||
+		    (m == 4 && !memcmp(w, "pass", 4))) {
+			ts->sep = sep;
+			ts->col = k;
+			ts->n_cols = n;
+			ts->rows = 0;
+			return 0;
+		}
+	}
+	return 0;
+}
+
+static int rule_define(struct context *c, size_t i)
+{
+	static const char *const calls[] = { "define", "setenv", "putenv", "putenv_s", NULL };
+	const char *t = c->t;
+	size_t len = c->len, p = i, ks, ke, vs, ve;
+	char q;
+
+	for (size_t k = 0; calls[k]; k++) {
+		size_t n = strlen(calls[k]);
+		if (i + n <= len && memcmp(t + i, calls[k], n) == 0 && !is_word(AT(i + n))) {
+			p = i + n;
+			goto call;
+		}
+	}
+	return 0;
+call:
+	while (p < len && t[p] == ' ')
+		p++;
+	if (AT(p) != '(')
+		return 0;
+	p++;
+	while (p < len && t[p] == ' ')
+		p++;
+	if (AT(p) != '\'' && AT(p) != '"')
+		return 0;
+	q = t[p];
+	ks = ++p;
+	while (p < len && p - ks < 64 && t[p] != q)
+		p++;
+	ke = p;
+	if (AT(p) != q || !credential_key_name(t, ks, ke))
+		return 0;
+	p++;
+	while (p < len && t[p] == ' ')
+		p++;
+	if (AT(p) != ',')
+		return 0;
+	p++;
+	while (p < len && t[p] == ' ')
+		p++;
+	if (AT(p) != '\'' && AT(p) != '"')
+		return 0;
+	q = t[p];
+	vs = ++p;
+	while (p < len && p - vs < 200 && t[p] != q && t[p] != '\n')
+		p++;
+	ve = p;
+	if (AT(p) != q || ve - vs < 3 || credential_is_placeholder(t + vs, ve - vs))
+		return 0;
+	return add_match(c, DETECT_SECRET, vs, ve);
+}
+
+int credential_scan_context(const char *t, size_t len, struct detect_matches *m, size_t first,
+			    credential_add_fn add)
+{
+	struct context c = { .t = t, .len = len, .m = m, .first = first, .add = add };
+	struct table_state ts = { 0 };
+	int r = 0;
+
+	if (!t)
+		return 0;
+	/* lines: .pgpass, tables */
+	for (size_t ls = 0; ls < len;) {
+		const char *nl = memchr(t + ls, '\n', len - ls);
+		size_t le = nl ? (size_t) (nl - t) : len;
+		size_t e = le;
+		while (e > ls && t[e - 1] == '\r')
+			e--;
+		if (memchr(t + ls, ':', e - ls) && (r = rule_pgpass(&c, ls, e)) < 0)
+			return r;
+		if ((r = rule_table(&c, &ts, ls, e)) < 0)
+			return r;
+		ls = le + 1;
+	}
+	/* words */
+	for (size_t i = 0; i < len;) {
+		unsigned char b = (unsigned char) t[i];
+		size_t e;
+		char w[32];
+
+		if (b == '$' || b == '{') {
+			if ((r = rule_hash(&c, i)) < 0)
+				return r;
+			i++;
+			continue;
+		}
+		if (!is_word(b) || (i > 0 && is_word((unsigned char) t[i - 1]))) {
+			i++;
+			continue;
+		}
+		e = i;
+		while (e < len && (is_word((unsigned char) t[e]) || (t[e] == '-' && e + 1 < len &&
+								       is_alpha(t[e + 1]))))
+			e++;
+		if (e - i >= 2 && e - i < sizeof(w) && credential_fold(t + i, e - i, w, sizeof(w))) {
+			size_t n = e - i, pn;
+			enum role role = role_of(w, n);
+			char pw[32];
+
+			if (role == ROLE_NONE) {
+				if (in_list(w, n, account_names))
+					r = rule_account(&c, i, e);
+				else if (w[0] == 'd' || w[0] == 's' || w[0] == 'p')
+					r = rule_define(&c, i);
+			} else if ((AT(e) == ' ' || AT(e) == '-') && e + 1 < len &&
+				   is_word(AT(e + 1)) && role != ROLE_SEED && role != ROLE_CODES) {
+				/* "password manager", "PIN pad" */
+				size_t q = e + 1, qe = q;
+				char nw[32];
+				while (qe < len && is_word((unsigned char) t[qe]))
+					qe++;
+				if (qe - q < sizeof(nw) &&
+				    credential_fold(t + q, qe - q, nw, sizeof(nw)) &&
+				    credential_is_compound(nw, qe - q))
+					role = ROLE_NONE;
+			}
+			if (role != ROLE_NONE && word_before(t, i, pw, sizeof(pw), &pn) &&
+			    credential_is_compound_before(pw, pn))
+				role = ROLE_NONE;
+			switch (role) {
+			case ROLE_PASSWORD:
+				if ((r = rule_after(&c, i, e, role)) >= 0)
+					r = rule_before(&c, i);
+				break;
+			case ROLE_PIN:
+				r = rule_after(&c, i, e, role);
+				break;
+			case ROLE_CODE:
+				if (access_near(t, len, i, e, NULL))
+					r = rule_after(&c, i, e, role);
+				break;
+			case ROLE_CODES:
+				if (access_near(t, len, i, e, recovery_words))
+					r = rule_codes(&c, e);
+				else if (access_near(t, len, i, e, NULL))
+					r = rule_after(&c, i, e, ROLE_CODE);
+				break;
+			case ROLE_SEED:
+				r = rule_seed(&c, e);
+				break;
+			case ROLE_LOCK:
+				/* "the safe was set to 7391": no access word needed, the copula is */
+				if (rule_lock_link(t, len, e))
+					r = rule_after(&c, i, e, role);
+				break;
+			case ROLE_NONE:
+				break;
+			}
+			if (r < 0)
+				return r;
+		}
+		i = e;
+	}
+	return 0;
+}
