@@ -44,6 +44,8 @@ static const struct role_word role_words[] = {
 	{ "senha", ROLE_PASSWORD }, { "contrase\xc3\xb1" "a", ROLE_PASSWORD },
 	{ "contrase\xc3\xb1" "as", ROLE_PASSWORD }, { "contrasena", ROLE_PASSWORD },
 	{ "clave", ROLE_PASSWORD }, { "llave", ROLE_PASSWORD }, { "psk", ROLE_PASSWORD },
+	{ "pass", ROLE_PASSWORD }, { "contra", ROLE_PASSWORD }, { "passw", ROLE_PASSWORD },
+	{ "cod", ROLE_CODE },
 	{ "wpa", ROLE_PASSWORD }, { "wpa2", ROLE_PASSWORD }, { "wpa3", ROLE_PASSWORD },
 	{ "pin", ROLE_PIN }, { "pins", ROLE_PIN }, { "puk", ROLE_PIN }, { "pincode", ROLE_PIN },
 	{ "passcode", ROLE_PIN }, { "code", ROLE_CODE }, { "codice", ROLE_CODE },
@@ -59,6 +61,12 @@ static const struct role_word role_words[] = {
 	{ "alarm", ROLE_LOCK }, { "allarme", ROLE_LOCK }, { "alarma", ROLE_LOCK },
 	{ "keypad", ROLE_LOCK }, { "tastierino", ROLE_LOCK }, { "locker", ROLE_LOCK },
 	{ "armadietto", ROLE_LOCK }, { "taquilla", ROLE_LOCK }, { "lockbox", ROLE_LOCK },
+	{ "fuerte", ROLE_LOCK }, { "door", ROLE_LOCK }, { "gate", ROLE_LOCK },
+	{ "garage", ROLE_LOCK }, { "porta", ROLE_LOCK }, { "portone", ROLE_LOCK },
+	{ "cancello", ROLE_LOCK }, { "puerta", ROLE_LOCK }, { "portal", ROLE_LOCK },
+	{ "port\xc3\xb3n", ROLE_LOCK }, { "garaje", ROLE_LOCK }, { "trastero", ROLE_LOCK },
+	{ "citofono", ROLE_LOCK }, { "portero", ROLE_LOCK }, { "intercom", ROLE_LOCK },
+	{ "buz\xc3\xb3n", ROLE_LOCK }, { "cochera", ROLE_LOCK }, { "box", ROLE_LOCK },
 };
 
 /* Words after a copula that keep it linking ("was set to", "è stata impostata a"). */
@@ -88,6 +96,9 @@ static const char *const link_words[] = {
 	"actual", "como", "de", "para", "esta", "este", "ser\xc3\xa1", "sar\xc3\xa0", "will",
 	"be", "now", "ora", "adesso", "ahora", "sempre", "siempre", "always", NULL,
 };
+
+/* "as": the value before it is named by the key word after ("X as my password"). */
+static const char *const as_words[] = { "as", "come", "como", NULL };
 
 /* Words that make the words before "is my password" a description, not a passphrase. */
 static const char *const subject_words[] = {
@@ -192,8 +203,18 @@ static void token_core(const char *t, size_t len, struct token *k)
 
 /* The token at or after p, stopping at lim; false at a line end (with *ret_nl at it) or at
  * lim. */
+static bool next_token_q(const char *t, size_t len, size_t p, size_t lim, struct token *k,
+			 size_t *ret_nl, bool phrases);
+
 static bool next_token(const char *t, size_t len, size_t p, size_t lim, struct token *k,
 		       size_t *ret_nl)
+{
+	return next_token_q(t, len, p, lim, k, ret_nl, true);
+}
+
+/* next_token(), with a quoted phrase as one token when phrases is set. */
+static bool next_token_q(const char *t, size_t len, size_t p, size_t lim, struct token *k,
+			 size_t *ret_nl, bool phrases)
 {
 	while (p < lim && (t[p] == ' ' || t[p] == '\t' || t[p] == '\r'))
 		p++;
@@ -207,9 +228,11 @@ static bool next_token(const char *t, size_t len, size_t p, size_t lim, struct t
 	k->s = p;
 	{
 		/* a quoted phrase is one token: "sol y sombra 44" */
-		size_t qn;
+		size_t qn = 0;
 		char close = 0;
-		if (open_punct(t, len, p, &qn) && (t[p] == '"' || t[p] == '\''))
+		if (!phrases)
+			close = 0;
+		else if (open_punct(t, len, p, &qn) && (t[p] == '"' || t[p] == '\''))
 			close = t[p];
 		else if (open_punct(t, len, p, &qn) && qn == 3 && (unsigned char) t[p + 2] == 0x9c)
 			close = (char) 0x9d; /* “ ” */
@@ -349,7 +372,18 @@ static bool famous_weak(const char *s, size_t n)
  * 6 to 64 bytes, that is not an identifier of something else (a path, an e-mail, a URL, a
  * version, a date, a hash, a UUID, a unit, a technology's name, code).
  */
+static bool strong_value_shape(const char *s, size_t n);
+
 static bool strong_value(const char *s, size_t n)
+{
+
+	if (credential_is_snake_name(s, n))
+		return false;
+	return strong_value_shape(s, n);
+}
+
+/* strong_value() but for the snake_case test ("pepino_loco2020" after a copula is one). */
+static bool strong_value_shape(const char *s, size_t n)
 {
 	struct shape h;
 	const char *at;
@@ -366,6 +400,22 @@ static bool strong_value(const char *s, size_t n)
 	h = shape_of(s, n);
 	if (h.lower + h.upper + h.utf8 == 0)
 		return false; /* digits and punctuation: a number, a date */
+	{
+		/* "user=mrossi", "lang=es": an assignment, not a value */
+		const char *eq = memchr(s, '=', n);
+		if (eq && eq > s) {
+			bool ident = true;
+			for (const char *q = s; q < eq; q++)
+				ident &= is_alpha(*q) || *q == '_' || *q == '-';
+			if (ident)
+				return false;
+		}
+	}
+	/* an SSH public key's blob ("AAAAB3NzaC1yc2E...") */
+	if (n >= 20 && memcmp(s, "AAAA", 4) == 0 && (memcmp(s + 4, "B3NzaC1", 7) == 0 ||
+						      memcmp(s + 4, "C3NzaC1", 7) == 0 ||
+						      memcmp(s + 4, "E2VjZH", 6) == 0))
+		return false;
 	if (h.digit == 0 && h.sym == 0)
 		return false; /* "two-factor", "it's", "snake_case" */
 	if (h.digit == 0 && !(h.upper && h.lower) && n < 8)
@@ -520,30 +570,15 @@ static bool year_after_preposition(const char *t, size_t s, size_t e)
  * strong value, a quoted phrase after a copula or ':', or digits after one; a PIN or code
  * key takes digits.
  */
-/* Is the word after a lock word a copula or ':' ("safe was", "alarm:", "allarme è")? */
-static bool rule_lock_link(const char *t, size_t len, size_t e)
-{
-	size_t p = e, q;
-	char w[16];
-
-	while (p < len && t[p] == ' ')
-		p++;
-	if (AT(p) == ':')
-		return true;
-	q = p;
-	while (q < len && is_word((unsigned char) t[q]) && q - p < sizeof(w))
-		q++;
-	return q > p && q - p < sizeof(w) && credential_fold(t + p, q - p, w, sizeof(w)) &&
-	       credential_is_copula(w, q - p);
-}
-
-static int rule_after(struct context *c, size_t hs, size_t he, enum role role)
+static int rule_after(struct context *c, size_t hs, size_t he, enum role role, bool weak)
 {
 	const char *t = c->t;
 	size_t len = c->len, p = he, lim = MIN(len, he + 100), nl;
 	unsigned ends = 0;
-	bool link = true; /* the last token was the key, a copula or a mark */
-	bool link_seen = false;
+	/* the last token was the key, a copula or a mark; "pass" and "contra" are verbs and
+	 * prepositions too: a link must follow them */
+	bool link = role != ROLE_LOCK && !weak;
+	bool link_seen = false, asked = false;
 	struct token k;
 	char w[32];
 	size_t n;
@@ -557,8 +592,13 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role)
 				return 0;
 			while (b > he && (t[b - 1] == ' ' || t[b - 1] == '\r'))
 				b--;
-			if (b == he || t[b - 1] != ':' || AT(nl + 1) == '\n')
+			/* or, once, after a question ("mi ridai la pass di disney+?" and the
+			 * answer on the next line of a chat) */
+			if (AT(nl + 1) == '\n' ||
+			    !((b > he && t[b - 1] == ':') ||
+			      (b > he && t[b - 1] == '?' && role == ROLE_PASSWORD && !asked)))
 				return 0;
+			asked |= t[b - 1] == '?';
 			p = nl + 1;
 			lim = MIN(len, p + 80);
 			continue;
@@ -574,12 +614,18 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role)
 			size_t vn = k.ce - k.cs, de;
 			bool word = token_word(t, &k, w, sizeof(w), &n);
 			/* another key word: the value is its own */
-			if (word && tokens > 0 && role_of(w, n) != ROLE_NONE)
-				return 0;
+			if (word && tokens > 0) {
+				enum role other = role_of(w, n);
+				if (other == ROLE_PASSWORD || other == ROLE_PIN ||
+				    (other != ROLE_NONE && other == role))
+					return 0;
+			}
 			if (role == ROLE_PASSWORD) {
 				if (k.quoted && link && quoted_value(v, vn))
 					return add_match(c, DETECT_SECRET, k.cs, k.ce);
-				if (strong_value(v, vn))
+				if (strong_value(v, vn) ||
+				    (link && credential_is_snake_name(v, vn) && shape_of(v, vn).digit &&
+				     strong_value_shape(v, vn)))
 					return add_match(c, DETECT_SECRET, k.cs, k.ce);
 			}
 			if (role != ROLE_PASSWORD && vn > 1 && (v[0] == '#' || v[0] == '*') &&
@@ -707,15 +753,14 @@ static int rule_before(struct context *c, size_t hs)
 				return add_match(c, DETECT_SECRET, tok[j - 1].cs, tok[i + 1].ce);
 			continue;
 		}
-		if (word && in_list(w, n, link_words))
-			continue;
-		if (word && k->ce == k->e && ++others <= 2)
-			continue;
-		/* "X," or "X:" ends the value's clause before the link words */
-		if (k->e > k->ce && strchr(",:", t[k->e - 1]) && ++others <= 2) {
-			linked = true;
+		if (word && in_list(w, n, link_words)) {
+			/* "X as my password", "usa X como contraseña" */
+			if (in_list(w, n, as_words))
+				linked = true;
 			continue;
 		}
+		if (word && k->ce == k->e && ++others <= 2)
+			continue;
 		return 0;
 	}
 	return 0;
@@ -749,8 +794,7 @@ static int rule_codes(struct context *c, size_t he)
 				k.ce = de;
 			}
 		} else if (vn >= 6 && vn <= 14 && h.digit && h.lower + h.upper && h.utf8 == 0 &&
-			   h.other <= 2 && h.sym == 0 &&
-			   (strong_value(v, vn) || (h.upper && !h.lower))) {
+			   h.other <= 2 && h.sym == 0 && !credential_is_placeholder(v, vn)) {
 			code = true;
 		}
 		if (code) {
@@ -1072,6 +1116,73 @@ call:
 	return add_match(c, DETECT_SECRET, vs, ve);
 }
 
+/* A token shaped like a password with no key word at all: 8 to 24 bytes with lower case,
+ * capitals, digits and a symbol ("Hq92!mvz" has three classes and '!': "The one on the
+ * sticky note, Hq92!mvz"); or after an e-mail address and '/' ("ana@x.com / Gatitos2019!").
+ * Code, paths, URLs and base64 are not. */
+static bool password_shaped(const char *s, size_t n)
+{
+	struct shape h = shape_of(s, n);
+
+	if (n < 8 || n > 24 || h.sym == 0 || h.digit == 0 || h.lower == 0 || h.utf8)
+		return false;
+	if (h.upper == 0)
+		return false; /* "lib32stdc++6", "27+nmu1~": versions and names */
+	if (!is_alnum(s[0]) || memchr(s, '/', n) || memchr(s, '\\', n) || memchr(s, '(', n) ||
+	    memchr(s, '[', n) || memchr(s, '{', n) || memchr(s, '<', n) || memchr(s, '=', n) ||
+	    memchr(s, '%', n))
+		return false;
+	if (memchr(s, '@', n) && memchr(memchr(s, '@', n), '.', n - (size_t) ((const char *) memchr(s, '@', n) - s)))
+		return false;
+	return strong_value(s, n);
+}
+
+static bool email_token(const char *s, size_t n)
+{
+	const char *at = memchr(s, '@', n);
+
+	return at && at > s && memchr(at, '.', n - (size_t) (at - s)) && !memchr(s, '/', n);
+}
+
+static int rule_tokens(struct context *c)
+{
+	const char *t = c->t;
+	size_t len = c->len, p = 0, nl;
+	struct token k, prev = { 0 };
+	bool have_prev = false;
+
+	while (p < len) {
+		if (!next_token_q(t, len, p, len, &k, &nl, false)) {
+			if (nl == SIZE_MAX)
+				break;
+			p = nl + 1;
+			have_prev = false;
+			continue;
+		}
+		p = k.e;
+		const char *v = t + k.cs;
+		size_t vn = k.ce - k.cs;
+		int r = 0;
+		if (vn && password_shaped(v, vn))
+			r = add_match(c, DETECT_SECRET, k.cs, k.ce);
+		else if (have_prev && k.e - k.s == 1 && (t[k.s] == '/' || t[k.s] == ':') &&
+			 email_token(t + prev.cs, prev.ce - prev.cs)) {
+			/* "mail@x.com / value" */
+			struct token x;
+			if (next_token(t, len, p, len, &x, &nl) && x.ce > x.cs &&
+			    strong_value(t + x.cs, x.ce - x.cs)) {
+				r = add_match(c, DETECT_SECRET, x.cs, x.ce);
+				p = x.e;
+			}
+		}
+		if (r < 0)
+			return r;
+		prev = k;
+		have_prev = true;
+	}
+	return 0;
+}
+
 int credential_scan_context(const char *t, size_t len, struct detect_matches *m, size_t first,
 			    credential_add_fn add)
 {
@@ -1094,6 +1205,9 @@ int credential_scan_context(const char *t, size_t len, struct detect_matches *m,
 			return r;
 		ls = le + 1;
 	}
+	/* tokens with a symbol in them */
+	if ((r = rule_tokens(&c)) < 0)
+		return r;
 	/* words */
 	for (size_t i = 0; i < len;) {
 		unsigned char b = (unsigned char) t[i];
@@ -1141,29 +1255,30 @@ int credential_scan_context(const char *t, size_t len, struct detect_matches *m,
 				role = ROLE_NONE;
 			switch (role) {
 			case ROLE_PASSWORD:
-				if ((r = rule_after(&c, i, e, role)) >= 0)
+				if ((r = rule_after(&c, i, e, role,
+						    (n == 4 && !memcmp(w, "pass", 4)) ||
+							    (n == 6 && !memcmp(w, "contra", 6)))) >= 0)
 					r = rule_before(&c, i);
 				break;
 			case ROLE_PIN:
-				r = rule_after(&c, i, e, role);
+				r = rule_after(&c, i, e, role, false);
 				break;
 			case ROLE_CODE:
 				if (access_near(t, len, i, e, NULL))
-					r = rule_after(&c, i, e, role);
+					r = rule_after(&c, i, e, role, false);
 				break;
 			case ROLE_CODES:
 				if (access_near(t, len, i, e, recovery_words))
 					r = rule_codes(&c, e);
 				else if (access_near(t, len, i, e, NULL))
-					r = rule_after(&c, i, e, ROLE_CODE);
+					r = rule_after(&c, i, e, ROLE_CODE, false);
 				break;
 			case ROLE_SEED:
 				r = rule_seed(&c, e);
 				break;
 			case ROLE_LOCK:
 				/* "the safe was set to 7391": no access word needed, the copula is */
-				if (rule_lock_link(t, len, e))
-					r = rule_after(&c, i, e, role);
+				r = rule_after(&c, i, e, role, false);
 				break;
 			case ROLE_NONE:
 				break;

@@ -24,6 +24,8 @@ bool credential_is_access_word(const char *w, size_t n);
 bool credential_is_placeholder(const char *s, size_t n);
 /* "os.environ", "getpass()", "user_password": code or a name, not a value (not folded). */
 bool credential_is_code_like(const char *s, size_t n);
+/* "force_zip64", "db_password": lower-case parts joined by '_' (not folded). */
+bool credential_is_snake_name(const char *s, size_t n);
 /* Digits in groups at p ("4471", "1 9 7 3", "2580#"): the end, or 0. */
 size_t credential_digit_code_end(const char *t, size_t len, size_t p);
 /* A unit after a number that ends at e ("4 digits", "8 caratteri")? */

@@ -91,7 +91,7 @@ static const struct head heads[] = {
 	{ "pass", (PW & ~HF_ALPHA) | HF_MARKED }, { "pswd", PW }, { "psw", PW }, { "passwort", PW },
 	{ "senha", PW }, { "contrase\xc3\xb1" "a", PW }, { "contrase\xc3\xb1" "as", PW },
 	{ "contrasena", PW }, { "parola", PW | HF_ORDINE },
-	{ "clave", HF_DIGITS | HF_MIXED | HF_SUFFIX }, { "llave", HF_DIGITS | HF_MIXED },
+	{ "clave", HF_DIGITS | HF_MIXED | HF_SUFFIX },
 	{ "chiave", HF_DIGITS | HF_MIXED | HF_SUFFIX }, { "wpa", HF_MIXED | HF_LONG },
 	{ "pin", PIN }, { "pins", PIN }, { "puk", PIN }, { "cvv", PIN }, { "cvc", PIN },
 	{ "cvv2", PIN }, { "otp", PIN | HF_MIXED }, { "totp", PIN }, { "pincode", PIN },
@@ -112,7 +112,8 @@ static const struct head heads[] = {
 	{ "disattivare", HF_CODE | HF_VERB }, { "desactivar", HF_CODE | HF_VERB },
 	{ "desarmar", HF_CODE | HF_VERB }, { "deactivate", HF_CODE | HF_VERB },
 	{ "key", KEY }, { "keys", KEY }, { "token", KEY },
-	{ "tokens", KEY }, { "secret", KEY }, { "secrets", KEY }, { "segreto", KEY },
+	{ "tokens", KEY }, { "sessionid", KEY }, { "phpsessid", KEY }, { "jsessionid", KEY },
+	{ "sessid", KEY }, { "secret", KEY }, { "secrets", KEY }, { "segreto", KEY },
 	{ "secreto", KEY }, { "apikey", KEY }, { "accesskey", KEY }, { "auth", KEY | HF_SCHEME },
 	{ "authorization", KEY | HF_SCHEME }, { "bearer", KEY }, { "credential", KEY | HF_PAIR },
 	{ "credentials", KEY | HF_PAIR }, { "creds", HF_PAIR | HF_LONG },
@@ -192,7 +193,8 @@ static const char *const compounds[] = {
 	"cracking", "cracker", "leak", "leaks", "dump", "list", "lists", "points", "holder",
 	"holders", "exchange", "economy", "sale", "price", "error", "errors", "validation", "check",
 	"checks", "checker", "meter", "flow", "grant", "endpoint", "server", "service", "refresh",
-	"expires", "expired", NULL,
+	"expires", "expired", "fingerprint", "fingerprints", "public", "publica", "p\xc3\xba" "blica",
+	"pubblica", "pub", NULL,
 };
 
 /* Nouns that make a compound with the head word after them ("gestore di password", "gestor
@@ -2094,7 +2096,11 @@ bool credential_is_placeholder(const char *s, size_t n)
 }
 bool credential_is_code_like(const char *s, size_t n)
 {
-	return code_like(s, n, 0, 0) || snake_name(s, n);
+	return code_like(s, n, 0, 0);
+}
+bool credential_is_snake_name(const char *s, size_t n)
+{
+	return snake_name(s, n);
 }
 size_t credential_digit_code_end(const char *t, size_t len, size_t p)
 {
