@@ -45,7 +45,8 @@ static const struct role_word role_words[] = {
 	{ "contrase\xc3\xb1" "as", ROLE_PASSWORD }, { "contrasena", ROLE_PASSWORD },
 	{ "clave", ROLE_PASSWORD }, { "llave", ROLE_PASSWORD }, { "psk", ROLE_PASSWORD },
 	{ "pass", ROLE_PASSWORD }, { "contra", ROLE_PASSWORD }, { "passw", ROLE_PASSWORD },
-	{ "cod", ROLE_CODE },
+	{ "cod", ROLE_CODE }, { "chiave", ROLE_PASSWORD }, { "secreto", ROLE_PIN },
+	{ "segreto", ROLE_PIN }, { "antifurto", ROLE_LOCK }, { "antirrobo", ROLE_LOCK },
 	{ "wpa", ROLE_PASSWORD }, { "wpa2", ROLE_PASSWORD }, { "wpa3", ROLE_PASSWORD },
 	{ "pin", ROLE_PIN }, { "pins", ROLE_PIN }, { "puk", ROLE_PIN }, { "pincode", ROLE_PIN },
 	{ "passcode", ROLE_PIN }, { "code", ROLE_CODE }, { "codice", ROLE_CODE },
@@ -67,6 +68,24 @@ static const struct role_word role_words[] = {
 	{ "port\xc3\xb3n", ROLE_LOCK }, { "garaje", ROLE_LOCK }, { "trastero", ROLE_LOCK },
 	{ "citofono", ROLE_LOCK }, { "portero", ROLE_LOCK }, { "intercom", ROLE_LOCK },
 	{ "buz\xc3\xb3n", ROLE_LOCK }, { "cochera", ROLE_LOCK }, { "box", ROLE_LOCK },
+};
+
+static const char *const number_words[] = {
+	"number", "numero", "n\xc3\xbamero", "digits", "cifre", NULL,
+};
+static const char *const secret_adjectives[] = {
+	"security", "secret", "segreto", "secreto", "sicurezza", "seguridad", "access", "pin",
+	"accesso", "acceso", NULL,
+};
+
+/* Key words that are also ordinary words ("pass", "contra", "chiave", "llave"): a copula or
+ * a mark must come between them and their value. */
+static const char *const weak_heads[] = { "pass", "contra", "chiave", "llave", NULL };
+
+/* Verbs of change that link a key to its new value ("cambia in 1185B", "changes to"). */
+static const char *const change_words[] = {
+	"cambia", "cambiano", "diventa", "becomes", "changes", "change", "changed", "cambi\xc3\xb3",
+	"cambiado", "cambiato", "cambiata", "cambiada", "passa", "pasa", NULL,
 };
 
 /* Words after a copula that keep it linking ("was set to", "è stata impostata a"). */
@@ -465,6 +484,41 @@ static bool quoted_value(const char *s, size_t n)
 	return spaces > 0 || strong_value(s, n) || shape_of(s, n).digit > 0;
 }
 
+/* "1185B", "A4471": three to eight digits and one letter at an end, a door code. */
+static bool code_with_letter(const char *s, size_t n)
+{
+	size_t d = 0;
+
+	if (n < 4 || n > 9)
+		return false;
+	for (size_t k = 0; k < n; k++)
+		d += is_digit(s[k]);
+	if (d != n - 1 || d < 3)
+		return false;
+	return is_alpha(s[0]) || is_alpha(s[n - 1]);
+}
+
+/* "olivo-barricada-mercurio-setenta": three words or more of lower-case letters joined by
+ * '-' (not a placeholder: "your-password-here"). */
+static bool passphrase_token(const char *s, size_t n)
+{
+	unsigned parts = 1, run = 0;
+
+	if (n < 14 || n > 64 || credential_is_placeholder(s, n))
+		return false;
+	for (size_t k = 0; k < n; k++) {
+		if (is_lower(s[k]) || is_digit(s[k])) {
+			run++;
+		} else if (s[k] == '-' && run >= 2) {
+			parts++;
+			run = 0;
+		} else {
+			return false;
+		}
+	}
+	return parts >= 3 && run >= 2;
+}
+
 /* ---- results ---- */
 
 struct context {
@@ -634,6 +688,10 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 				v++;
 				vn--;
 			}
+			if (role != ROLE_PASSWORD && code_with_letter(v, vn))
+				return add_match(c, DETECT_ACCESS_CODE, k.cs, k.ce);
+			if (role == ROLE_PASSWORD && link && passphrase_token(v, vn))
+				return add_match(c, DETECT_SECRET, k.cs, k.ce);
 			de = credential_digit_code_end(t, len, k.cs);
 			if (de && de >= k.ce && ((role != ROLE_PASSWORD && role != ROLE_LOCK) || link) &&
 			    !credential_unit_follows(t, len, de) &&
@@ -649,7 +707,7 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 			/* a lock's code only right after its copula */
 			if (role == ROLE_LOCK && link_seen && !link)
 				return 0;
-			link = (word && credential_is_copula(w, n)) ||
+			link = (word && (credential_is_copula(w, n) || in_list(w, n, change_words))) ||
 			       (link && word && in_list(w, n, link_keep)) ||
 			       (vn == 0 && (t[k.s] == ':' || t[k.s] == '='));
 			link_seen |= link;
@@ -729,7 +787,8 @@ static int rule_before(struct context *c, size_t hs)
 			/* a value: quoted, or strong; the token after it may carry the mark
 			 * ("Tr0ub4dor&3 —", "Stellina88 →", "X," and "X:") */
 			bool marked = linked || (k->e > k->ce && strchr(",:", t[k->e - 1]));
-			if (marked && ((k->quoted && quoted_value(v, vn)) || strong_value(v, vn)))
+			if (marked && ((k->quoted && quoted_value(v, vn)) || strong_value(v, vn) ||
+				       (linked && shape_of(v, vn).digit && strong_value_shape(v, vn))))
 				return add_match(c, DETECT_SECRET, k->cs, k->ce);
 		}
 		if (word && credential_is_copula(w, n)) {
@@ -1137,6 +1196,33 @@ static bool password_shaped(const char *s, size_t n)
 	return strong_value(s, n);
 }
 
+/* "JBSW Y3DP EHPK 3PXP": an authenticator's setup key typed in groups of four base32
+ * characters (A-Z, 2-7), four groups or more, a digit among them. Returns the end or 0. */
+static bool base32_group(const char *t, size_t len, size_t p, unsigned *digits)
+{
+	for (size_t k = p; k < p + 4; k++) {
+		if (!(is_upper(AT(k)) || (AT(k) >= '2' && AT(k) <= '7')))
+			return false;
+		*digits += is_digit(AT(k));
+	}
+	return !is_word(AT(p + 4)) && (p == 0 || !is_word((unsigned char) t[p - 1]));
+}
+
+static size_t base32_groups_end(const char *t, size_t len, size_t p)
+{
+	unsigned groups = 0, digits = 0;
+
+	while (base32_group(t, len, p, &digits)) {
+		groups++;
+		if (AT(p + 4) != ' ' && AT(p + 4) != '-')
+			break;
+		p += 5;
+	}
+	if (groups < 4 || digits == 0)
+		return 0;
+	return p + 4 <= len && base32_group(t, len, p, &digits) ? p + 4 : p - 1;
+}
+
 static bool email_token(const char *s, size_t n)
 {
 	const char *at = memchr(s, '@', n);
@@ -1163,8 +1249,13 @@ static int rule_tokens(struct context *c)
 		const char *v = t + k.cs;
 		size_t vn = k.ce - k.cs;
 		int r = 0;
+		size_t b32;
 		if (vn && password_shaped(v, vn))
 			r = add_match(c, DETECT_SECRET, k.cs, k.ce);
+		else if (vn == 4 && (b32 = base32_groups_end(t, len, k.cs))) {
+			r = add_match(c, DETECT_SECRET, k.cs, b32);
+			p = b32;
+		}
 		else if (have_prev && k.e - k.s == 1 && (t[k.s] == '/' || t[k.s] == ':') &&
 			 email_token(t + prev.cs, prev.ce - prev.cs)) {
 			/* "mail@x.com / value" */
@@ -1233,6 +1324,9 @@ int credential_scan_context(const char *t, size_t len, struct detect_matches *m,
 			enum role role = role_of(w, n);
 			char pw[32];
 
+			if (role == ROLE_NONE && in_list(w, n, number_words) &&
+			    word_before(t, i, pw, sizeof(pw), &pn) && in_list(pw, pn, secret_adjectives))
+				role = ROLE_CODE; /* "security number", "número secreto" */
 			if (role == ROLE_NONE) {
 				if (in_list(w, n, account_names))
 					r = rule_account(&c, i, e);
@@ -1256,8 +1350,7 @@ int credential_scan_context(const char *t, size_t len, struct detect_matches *m,
 			switch (role) {
 			case ROLE_PASSWORD:
 				if ((r = rule_after(&c, i, e, role,
-						    (n == 4 && !memcmp(w, "pass", 4)) ||
-							    (n == 6 && !memcmp(w, "contra", 6)))) >= 0)
+						    in_list(w, n, weak_heads))) >= 0)
 					r = rule_before(&c, i);
 				break;
 			case ROLE_PIN:

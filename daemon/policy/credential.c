@@ -144,7 +144,8 @@ static const char *const access_words[] = {
 	"recuperaci\xc3\xb3n", "respaldo", "telefonillo", "interfono", "armadietto", "taquilla",
 	"open", "aprire", "abrir", "garaje", "cochera", "buz\xc3\xb3n", "trastero", "bancomat",
 	"sim", "tarjeta", "carta", "card", "atm", "bank", "wifi", "wi-fi", "sbloccare", "sblocca",
-	"desbloquear", "desbloquea", "unlocks", "phone", "telefono", "tel\xc3\xa9" "fono", NULL,
+	"desbloquear", "desbloquea", "unlocks", "phone", "telefono", "tel\xc3\xa9" "fono",
+	"cupboard", "cabinet", "drawer", "armadio", "armario", "cassetto", "caj\xc3\xb3n", NULL,
 };
 
 /* Words that make a code something other than a way in ("error code 404", "codice

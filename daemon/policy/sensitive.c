@@ -225,6 +225,7 @@ static const struct lexicon_group lexicon[] = {
 	  "cuñado|cuñada|alumno|alumna|mío|mía|someone i know|a friend of mine|un amico|un amigo" },
 	{ SIG_NAME,
 	  "mr|mrs|ms|miss|dr|sig|sig.ra|signor|signora|signore|dott|dottor|dottoressa|sr|sra|"
+	  "cognome|surname|apellido|apellidos|pt|"
 	  "señor|señora|don|doña|marco|sarah|john|laura|tom|dave|david|michael|james|robert|"
 	  "mary|jennifer|linda|emily|emma|olivia|liam|noah|jack|harry|george|oliver|sophie|"
 	  "chloe|jessica|daniel|paul|mark|peter|anna|giulia|francesca|luca|paolo|chiara|matteo|"
@@ -255,7 +256,7 @@ static const struct lexicon_group lexicon[] = {
 	{ SIG_DOC,
 	  "passport|passaporto|pasaporte|licence|license|patente|carnet|carné|dni|nie|"
 	  "id|identità|identidad|insurance|security|seguridad|fiscale|sanitaria|documento|"
-	  "document" },
+	  "document|soggiorno|residencia|permit|visa|visto|tie|a-number|uscis|nir|nino" },
 	{ SIG_BIRTH,
 	  "born|birth|birthday|dob|bday|b-day|birthdate|nato|nata|nascita|compleanno|compie|nací|nació|nacido|nacida|"
 	  "nacimiento|cumpleaños|cumple" },
@@ -462,6 +463,7 @@ struct word {
 
 struct chunk {
 	const unsigned char *text;
+	size_t text_len;
 	size_t start, end;
 	struct word w[SENSITIVE_CHUNK_WORDS];
 	size_t n;
@@ -741,6 +743,23 @@ static bool is_year(const struct chunk *c, const struct word *w)
 	return y >= 1900 && y <= 2030;
 }
 
+/* A lower-case hex token or a part of a UUID ("4c1a8e306c2d", "3f9a1c7e"): a request id or
+ * a hash, not a document number. */
+static bool hex_id(const struct chunk *c, const struct word *w)
+{
+	bool lower = false;
+
+	for (uint32_t k = w->start; k < w->end; k++) {
+		unsigned char b = c->text[k];
+		if (b >= 'a' && b <= 'f')
+			lower = true;
+		else if (!(b >= '0' && b <= '9'))
+			return false;
+	}
+	return lower || (w->start > 0 && c->text[w->start - 1] == '-') ||
+	       (w->end < c->text_len && c->text[w->end] == '-');
+}
+
 /* The exact rules: a document word then, within five words, a token of 6+ characters with
  * 5+ digits (gov_id); a birth word then, within eight words, a day (1-2 digits), a month
  * (a number or a name) and a year 1900-2030 (birth_date), in a chunk with a person signal.
@@ -759,7 +778,8 @@ static int chunk_rules(const struct chunk *c, struct sensitive_finding *out)
 		if (!id_done && (w->mask & (1u << SIG_DOC)))
 			for (size_t j = i + 1; j < c->n && j <= i + 5; j++) {
 				const struct word *x = &c->w[j];
-				if (x->digits >= 5 && x->len >= 6 && x->len <= 20) {
+				if (x->digits >= 5 && x->len >= 6 && x->len <= 20 &&
+				    !hex_id(c, x)) {
 					out[n++] = (struct sensitive_finding){
 						.category = SENSITIVE_GOV_ID, .start = x->start,
 						.end = x->end, .score = 1.0f,
@@ -821,6 +841,7 @@ static void foreach_chunk(const char *text, size_t len,
 	while (pos < len) {
 		bool question = false;
 		c.text = p;
+		c.text_len = len;
 		c.n = 0;
 		c.any = 0;
 		c.start = SIZE_MAX;
