@@ -251,6 +251,36 @@ TEST(redaction_keeps_the_sentence)
 /* Every prefix of a text full of credential candidates, in a buffer of exactly that size, and
  * with a NUL byte planted at each position: no read past the end (ASan), spans inside. Two
  * fuzzer finds (a value at the very end after "Bearer ", a NUL inside a value) are in it. */
+TEST(context_pass)
+{
+	EXPECT("ho cambiato la password, adesso è Girasole_2024, segnatela",
+	       "secret=[Girasole_2024]");
+	EXPECT("hunter2025 — that's the new root password on the NAS", "secret=[hunter2025]");
+	EXPECT("correct horse battery staple is literally my bank password",
+	       "secret=[correct horse battery staple]");
+	EXPECT("| device | user | password |\n| --- | --- | --- |\n| router | admin | Gr8Wall#77 |",
+	       "secret=[Gr8Wall#77]");
+	EXPECT("localhost:5432:contabilita:admin:C0nt@b1l3_24", "secret=[C0nt@b1l3_24]");
+	EXPECT("define( 'DB_PASSWORD', 'Carbon4ra!88' );", "secret=[Carbon4ra!88]");
+	EXPECT("jsmith:$apr1$Qw8zLk3R$yV7uNc2pHf0aTm9Xe1bKd/",
+	       "secret=[$apr1$Qw8zLk3R$yV7uNc2pHf0aTm9Xe1bKd/]");
+	EXPECT("the hotel room safe was set to 7391 and now", "access_code=[7391]");
+	EXPECT("setup key: JBSW Y3DP EHPK 3PXP KQ4T 6MZR", "secret=[JBSW Y3DP EHPK 3PXP KQ4T 6MZR]");
+	EXPECT("sshpass -p 'Winter2024!' ssh deploy", "secret=[Winter2024!]");
+	EXPECT("mysql -u root -pS3cureRoot_77 -h db", "secret=[S3cureRoot_77]");
+	EXPECT("ORBIT CANVAS TIMBER LOYAL FROST HABIT SPEAK MARBLE ELDER PUZZLE VACANT ROBUST",
+	       "seed_phrase=[ORBIT CANVAS TIMBER LOYAL FROST HABIT SPEAK MARBLE ELDER PUZZLE VACANT "
+	       "ROBUST]");
+	/* and what stays public */
+	EXPECT("passwords like \"password123\" and \"qwerty\" are the most common ones", "");
+	EXPECT("Deprecated --password flag in favor of --password-stdin", "");
+	EXPECT("see debian/libbz2-dev.install and lib32stdc++6", "");
+	EXPECT("Host key fingerprint is SHA256:4Lq9vKx2Tz7Pn8Rw1Yc6Hd0Js5Fe3UaBgKmXv2Qw0E.", "");
+	EXPECT("reset your password (ticket INC0012345, commit 3f9a1c7e)", "");
+	EXPECT("Se vende caja fuerte pequeña con llave, 30€", "");
+	return 0;
+}
+
 TEST(bounds)
 {
 	static const char t[] =
