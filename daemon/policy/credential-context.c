@@ -9,6 +9,7 @@
  * walk, each from a key word or a byte that is rare in prose, so most text costs a pass over
  * its words and nothing more.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -151,18 +152,34 @@ static const char *const tech_words[] = {
 static bool in_list(const char *w, size_t n, const char *const *list)
 {
 	for (; *list; list++)
-		if (strnlen(*list, n + 1) == n && memcmp(*list, w, n) == 0)
+		if ((*list)[0] == w[0] && strnlen(*list, n + 1) == n && memcmp(*list, w, n) == 0)
 			return true;
 	return false;
 }
 
+/* role_words by hash (filled by gate_init()): 0 empty, else 1 + index. */
+#define ROLE_SLOTS 256u
+static uint8_t role_slot[ROLE_SLOTS];
+
+static uint32_t word_hash(const char *w, size_t n)
+{
+	uint32_t h = 2166136261u;
+
+	for (size_t k = 0; k < n; k++)
+		h = (h ^ (unsigned char) w[k]) * 16777619u;
+	return h ^ (h >> 13);
+}
+
 static enum role role_of(const char *w, size_t n)
 {
-	for (size_t k = 0; k < ELEMENTSOF(role_words); k++)
-		if (role_words[k].w[0] == w[0] && strnlen(role_words[k].w, n + 1) == n &&
-		    memcmp(role_words[k].w, w, n) == 0)
-			return role_words[k].role;
-	return ROLE_NONE;
+	for (uint32_t i = word_hash(w, n) & (ROLE_SLOTS - 1);; i = (i + 1) & (ROLE_SLOTS - 1)) {
+		unsigned e = role_slot[i];
+		if (!e)
+			return ROLE_NONE;
+		const char *r = role_words[e - 1].w;
+		if (r[0] == w[0] && strnlen(r, n + 1) == n && memcmp(r, w, n) == 0)
+			return role_words[e - 1].role;
+	}
 }
 
 /* ---- tokens ---- */
@@ -176,6 +193,10 @@ struct token {
 
 static bool open_punct(const char *t, size_t len, size_t i, size_t *n)
 {
+	unsigned char b = (unsigned char) t[i];
+
+	if (b < 0x80 && b != '"' && b != '\'' && b != '(' && b != '[' && b != '`')
+		return false;
 	static const char *const open[] = {
 		"\"", "'", "(", "[", "`", "\xc2\xab", "\xe2\x80\x9c", "\xe2\x80\x98", NULL,
 	};
@@ -191,6 +212,10 @@ static bool open_punct(const char *t, size_t len, size_t i, size_t *n)
 
 static bool close_punct_before(const char *t, size_t s, size_t e, size_t *n)
 {
+	unsigned char b = (unsigned char) t[e - 1];
+
+	if (b < 0x80 && !strchr("\"')]`,.;:?", b))
+		return false;
 	static const char *const close[] = {
 		"\"", "'", ")", "]", "`", ",", ".", ";", ":", "?", "\xc2\xbb", "\xe2\x80\x9d",
 		"\xe2\x80\x99", NULL,
@@ -212,6 +237,9 @@ static void token_core(const char *t, size_t len, struct token *k)
 	k->cs = k->s;
 	k->ce = k->e;
 	k->quoted = false;
+	/* most tokens are a word and a space */
+	if (is_alnum(t[k->cs]) && is_alnum(t[k->ce - 1]))
+		return;
 	while (k->cs < k->ce && open_punct(t, len, k->cs, &n)) {
 		k->quoted |= t[k->cs] == '"' || t[k->cs] == '\'' || (unsigned char) t[k->cs] >= 0x80;
 		k->cs += n;
@@ -1250,6 +1278,21 @@ static int rule_tokens(struct context *c)
 		size_t vn = k.ce - k.cs;
 		int r = 0;
 		size_t b32;
+		bool sym = false, at = false, b32_start = false;
+		/* most tokens are words: only one with a symbol, an '@' or four base32 bytes
+		 * goes on */
+		for (size_t q = k.s; q < k.e; q++) {
+			unsigned char b = (unsigned char) t[q];
+			sym |= b == '!' || b == '#' || b == '$' || b == '%' || b == '&' || b == '*' ||
+			       b == '?' || b == '^' || b == '~' || b == '+' || b == '@';
+			at |= b == '@';
+		}
+		b32_start = vn == 4 && (is_upper(*v) || (*v >= '2' && *v <= '7'));
+		if (!sym && !at && !b32_start && !(k.e - k.s == 1 && have_prev)) {
+			prev = k;
+			have_prev = true;
+			continue;
+		}
 		if (vn && password_shaped(v, vn))
 			r = add_match(c, DETECT_SECRET, k.cs, k.ce);
 		else if (vn == 4 && (b32 = base32_groups_end(t, len, k.cs))) {
@@ -1274,6 +1317,43 @@ static int rule_tokens(struct context *c)
 	return 0;
 }
 
+/* A bit per (first byte, length) of the words the walk below looks up (role words, account
+ * names, number words, define/setenv/putenv): most words fail this before they are folded. */
+static uint64_t gate[256];
+static pthread_once_t gate_once = PTHREAD_ONCE_INIT;
+
+static void gate_add(const char *w)
+{
+	size_t n = strlen(w);
+	unsigned char c = (unsigned char) w[0];
+
+	if (n < 64) {
+		gate[c] |= 1ull << n;
+		if (c >= 'a' && c <= 'z')
+			gate[c - 32] |= 1ull << n; /* a capital first letter */
+	}
+}
+
+static void gate_init(void)
+{
+	static const char *const calls[] = { "define", "setenv", "putenv", "putenv_s", NULL };
+	const char *const *lists[] = { account_names, number_words, calls };
+
+	for (size_t k = 0; k < ELEMENTSOF(role_words); k++) {
+		uint32_t i = word_hash(role_words[k].w, strlen(role_words[k].w)) & (ROLE_SLOTS - 1);
+		gate_add(role_words[k].w);
+		while (role_slot[i])
+			i = (i + 1) & (ROLE_SLOTS - 1);
+		role_slot[i] = (uint8_t) (k + 1);
+	}
+	for (size_t l = 0; l < ELEMENTSOF(lists); l++)
+		for (const char *const *w = lists[l]; *w; w++)
+			gate_add(*w);
+	/* upper-case words: "PASSWORD", "PIN" (their first byte is a capital already) */
+	for (int c = 'A'; c <= 'Z'; c++)
+		gate[c] |= gate[c + 32];
+}
+
 int credential_scan_context(const char *t, size_t len, struct detect_matches *m, size_t first,
 			    credential_add_fn add)
 {
@@ -1283,6 +1363,7 @@ int credential_scan_context(const char *t, size_t len, struct detect_matches *m,
 
 	if (!t)
 		return 0;
+	(void) pthread_once(&gate_once, gate_init);
 	/* lines: .pgpass, tables */
 	for (size_t ls = 0; ls < len;) {
 		const char *nl = memchr(t + ls, '\n', len - ls);
@@ -1319,7 +1400,8 @@ int credential_scan_context(const char *t, size_t len, struct detect_matches *m,
 		while (e < len && (is_word((unsigned char) t[e]) || (t[e] == '-' && e + 1 < len &&
 								       is_alpha(t[e + 1]))))
 			e++;
-		if (e - i >= 2 && e - i < sizeof(w) && credential_fold(t + i, e - i, w, sizeof(w))) {
+		if (e - i >= 2 && e - i < sizeof(w) && (gate[b] >> (e - i) & 1) &&
+		    credential_fold(t + i, e - i, w, sizeof(w))) {
 			size_t n = e - i, pn;
 			enum role role = role_of(w, n);
 			char pw[32];
