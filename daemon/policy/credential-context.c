@@ -79,6 +79,13 @@ static const char *const secret_adjectives[] = {
 	"accesso", "acceso", NULL,
 };
 
+/* Digits said in words (dictated PINs). */
+static const char *const digit_words[] = {
+	"zero", "oh", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+	"uno", "due", "tre", "quattro", "cinque", "sei", "sette", "otto", "nove", "cero", "dos",
+	"tres", "cuatro", "cinco", "seis", "siete", "ocho", "nueve", NULL,
+};
+
 /* Key words that are also ordinary words ("pass", "contra", "chiave", "llave"): a copula or
  * a mark must come between them and their value. */
 static const char *const weak_heads[] = { "pass", "contra", "chiave", "llave", NULL };
@@ -715,6 +722,24 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 				k.cs++;
 				v++;
 				vn--;
+			}
+			/* "my pin is four four seven one": four digit words or more */
+			if ((role != ROLE_PASSWORD || link) && word && in_list(w, n, digit_words)) {
+				size_t q = k.e, last = k.ce;
+				unsigned count = 1;
+				struct token x;
+				char xw[16];
+				size_t xn;
+				while (count < 16 && next_token(t, len, q, lim, &x, &nl) &&
+				       token_word(t, &x, xw, sizeof(xw), &xn) && in_list(xw, xn, digit_words)) {
+					count++;
+					last = x.ce;
+					q = x.e;
+				}
+				if (count >= 4)
+					return add_match(c, role == ROLE_PASSWORD ? DETECT_SECRET
+										  : DETECT_ACCESS_CODE,
+							 k.cs, last);
 			}
 			if (role != ROLE_PASSWORD && code_with_letter(v, vn))
 				return add_match(c, DETECT_ACCESS_CODE, k.cs, k.ce);

@@ -167,6 +167,7 @@ static const char *const ctx_negative[] = {
 	"account",   "conto",    "cuenta",     "customer", "cliente",    "ean",    "upc",
 	"issn",      "doi",      "patent",     "licence",  "license",    "ver", "rev",
 	"commit",    "hash",     "uuid",       "guid",     "no",
+	"seguimiento", "tracciamento", "parcel", "package", "pacco", "paquete", "env\xc3\xado",
 };
 static const char *const ctx_version[] = {
 	"version", "versione", "versi\xc3\xb3n", "ver", "build", "release", "rev",
