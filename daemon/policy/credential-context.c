@@ -93,7 +93,10 @@ static const char *const weak_heads[] = { "pass", "contra", "chiave", "llave", N
 /* Verbs of change that link a key to its new value ("cambia in 1185B", "changes to"). */
 static const char *const change_words[] = {
 	"cambia", "cambiano", "diventa", "becomes", "changes", "change", "changed", "cambi\xc3\xb3",
-	"cambiado", "cambiato", "cambiata", "cambiada", "passa", "pasa", NULL,
+	"cambiado", "cambiato", "cambiata", "cambiada", "passa", "pasa", "with", "con", "using",
+	"usando", "digitare", "digita", "digitate", "teclea", "teclear", "marca", "marcar", "type",
+	"enter", "press", "premi", "pulsa", "inserire", "inserisci", "introduce", "introducir",
+	"dial", "punch", NULL,
 };
 
 /* Words after a copula that keep it linking ("was set to", "è stata impostata a"). */
@@ -585,6 +588,14 @@ static int add_match(struct context *c, enum detect_kind kind, size_t s, size_t 
 	return c->add(c->m, kind, s, e);
 }
 
+static bool overlaps_any(const struct context *c, size_t s, size_t e)
+{
+	for (size_t k = c->first; k < c->m->n; k++)
+		if (c->m->v[k].start < e && s < c->m->v[k].end)
+			return true;
+	return false;
+}
+
 /* ---- the rules ---- */
 
 /* The word before [s, ...) on the same line, folded; false if none. */
@@ -662,7 +673,7 @@ static bool year_after_preposition(const char *t, size_t s, size_t e)
 static int rule_after(struct context *c, size_t hs, size_t he, enum role role, bool weak)
 {
 	const char *t = c->t;
-	size_t len = c->len, p = he, lim = MIN(len, he + 100), nl;
+	size_t len = c->len, p = he, lim = MIN(len, he + (role == ROLE_PASSWORD ? 240 : 100)), nl;
 	unsigned ends = 0;
 	/* the last token was the key, a copula or a mark; "pass" and "contra" are verbs and
 	 * prepositions too: a link must follow them */
@@ -673,7 +684,7 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 	size_t n;
 
 	(void) hs;
-	for (int tokens = 0; tokens < 16; tokens++) {
+	for (int tokens = 0; tokens < 40; tokens++) {
 		if (!next_token(t, len, p, lim, &k, &nl)) {
 			/* a line end: go on only after a ':' that ends the line */
 			size_t b = nl;
@@ -685,7 +696,7 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 			 * answer on the next line of a chat) */
 			if (AT(nl + 1) == '\n' ||
 			    !((b > he && t[b - 1] == ':') ||
-			      (b > he && t[b - 1] == '?' && role == ROLE_PASSWORD && !asked)))
+			      (b > he && t[b - 1] == '?' && !asked)))
 				return 0;
 			asked |= t[b - 1] == '?';
 			p = nl + 1;
@@ -710,8 +721,11 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 					return 0;
 			}
 			if (role == ROLE_PASSWORD) {
+				bool near = k.cs < he + 100 && tokens < 16;
 				if (k.quoted && link && quoted_value(v, vn))
 					return add_match(c, DETECT_SECRET, k.cs, k.ce);
+				if (!near && !link)
+					goto next; /* further on, only right after a copula or mark */
 				if (strong_value(v, vn) ||
 				    (link && credential_is_snake_name(v, vn) && shape_of(v, vn).digit &&
 				     strong_value_shape(v, vn)))
@@ -757,6 +771,7 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 										  : DETECT_ACCESS_CODE,
 							 k.cs, de);
 			}
+		next:
 			/* a lock's code only right after its copula */
 			if (role == ROLE_LOCK && link_seen && !link)
 				return 0;
@@ -1114,13 +1129,17 @@ static size_t table_cells(const char *t, size_t ls, size_t le, char sep, size_t 
 static char table_separator(const char *t, size_t ls, size_t le)
 {
 	unsigned bars = 0, tabs = 0, semis = 0;
+	/* (a CSV header: "username,email,password,last_login") */
 
 	for (size_t p = ls; p < le; p++) {
 		bars += t[p] == '|';
 		tabs += t[p] == '\t';
 		semis += t[p] == ';';
 	}
-	return bars >= 2 ? '|' : tabs >= 1 ? '\t' : semis >= 2 ? ';' : 0;
+	unsigned commas = 0;
+	for (size_t p = ls; p < le; p++)
+		commas += t[p] == ',';
+	return bars >= 2 ? '|' : tabs >= 1 ? '\t' : semis >= 2 ? ';' : commas >= 2 ? ',' : 0;
 }
 
 struct table_state {
@@ -1251,29 +1270,51 @@ static bool password_shaped(const char *s, size_t n)
 
 /* "JBSW Y3DP EHPK 3PXP": an authenticator's setup key typed in groups of four base32
  * characters (A-Z, 2-7), four groups or more, a digit among them. Returns the end or 0. */
-static bool base32_group(const char *t, size_t len, size_t p, unsigned *digits)
+/* A group of four capitals and digits; counts the groups with digits and with letters. */
+static bool base32_group(const char *t, size_t len, size_t p, unsigned *with_digit,
+			 unsigned *with_letter, bool *strict)
 {
+	bool d = false, l = false;
+
 	for (size_t k = p; k < p + 4; k++) {
-		if (!(is_upper(AT(k)) || (AT(k) >= '2' && AT(k) <= '7')))
+		if (!is_upper(AT(k)) && !is_digit(AT(k)))
 			return false;
-		*digits += is_digit(AT(k));
+		d |= is_digit(AT(k));
+		l |= is_upper(AT(k));
+		*strict &= !(AT(k) == '0' || AT(k) == '1' || AT(k) == '8' || AT(k) == '9');
 	}
+	*with_digit += d;
+	*with_letter += l;
 	return !is_word(AT(p + 4)) && (p == 0 || !is_word((unsigned char) t[p - 1]));
 }
 
+/* Four groups or more of base32 (A-Z, 2-7), or five of capitals and digits (people type
+ * keys they make up with any digit), groups with digits and with letters among them; not the
+ * shape of an IBAN ("IT60 X054 ..."). Returns the end or 0. */
 static size_t base32_groups_end(const char *t, size_t len, size_t p)
 {
-	unsigned groups = 0, digits = 0;
+	unsigned groups = 0, wd = 0, wl = 0;
+	bool strict = true;
+	size_t s = p, last = 0;
 
-	while (base32_group(t, len, p, &digits)) {
+	while (base32_group(t, len, p, &wd, &wl, &strict)) {
+		/* "IT60 X054 ...": an IBAN's country and check digits, valid or not */
+		if (is_upper(AT(p)) && is_upper(AT(p + 1)) && is_digit(AT(p + 2)) &&
+		    is_digit(AT(p + 3)))
+			return 0;
 		groups++;
+		last = p + 4;
 		if (AT(p + 4) != ' ' && AT(p + 4) != '-')
 			break;
 		p += 5;
 	}
-	if (groups < 4 || digits == 0)
+	if (wd == 0 || wl < 2 || groups < (strict ? 4u : 5u) || (!strict && wd < 2))
 		return 0;
-	return p + 4 <= len && base32_group(t, len, p, &digits) ? p + 4 : p - 1;
+	/* hex only: a key's fingerprint ("7A3F 92C1 B84E ..."), not a secret */
+	for (size_t k = s; k < last; k++)
+		if (is_upper(t[k]) && t[k] > 'F')
+			return last;
+	return 0;
 }
 
 static bool email_token(const char *s, size_t n)
@@ -1282,6 +1323,8 @@ static bool email_token(const char *s, size_t n)
 
 	return at && at > s && memchr(at, '.', n - (size_t) (at - s)) && !memchr(s, '/', n);
 }
+
+static int rule_userinfo(struct context *c, size_t i, size_t e);
 
 static int rule_tokens(struct context *c)
 {
@@ -1312,15 +1355,27 @@ static int rule_tokens(struct context *c)
 			       b == '?' || b == '^' || b == '~' || b == '+' || b == '@';
 			at |= b == '@';
 		}
-		b32_start = vn == 4 && (is_upper(*v) || (*v >= '2' && *v <= '7'));
+		b32_start = vn == 4 && (is_upper(*v) || is_digit(*v));
 		if (!sym && !at && !b32_start && !(k.e - k.s == 1 && have_prev)) {
+			prev = k;
+			have_prev = true;
+			continue;
+		}
+		if (at && (r = rule_userinfo(c, k.cs, k.ce)) < 0)
+			return r;
+		/* Microsoft Teams / Office 365 incoming webhooks */
+		if (vn > 40 && (memmem(v, vn, "webhook.office.com/webhook", 26) ||
+				memmem(v, vn, "outlook.office.com/webhook", 26))) {
+			if ((r = add_match(c, DETECT_API_KEY, k.cs, k.ce)) < 0)
+				return r;
 			prev = k;
 			have_prev = true;
 			continue;
 		}
 		if (vn && password_shaped(v, vn))
 			r = add_match(c, DETECT_SECRET, k.cs, k.ce);
-		else if (vn == 4 && (b32 = base32_groups_end(t, len, k.cs))) {
+		else if (vn == 4 && (b32 = base32_groups_end(t, len, k.cs)) &&
+			 !overlaps_any(c, k.cs, b32)) {
 			r = add_match(c, DETECT_SECRET, k.cs, b32);
 			p = b32;
 		}
@@ -1340,6 +1395,154 @@ static int rule_tokens(struct context *c)
 		have_prev = true;
 	}
 	return 0;
+}
+
+/* "?token=X", "&api_key=X", "&sig=X", "appid==X" (httpie): a credential in a URL's query or
+ * a request's parameters, 12 bytes or more. */
+static int rule_query(struct context *c, size_t i)
+{
+	static const char *const names[] = {
+		"token", "access_token", "auth_token", "api_key", "apikey", "key", "sig", "signature",
+		"appid", "app_id", "secret", "client_secret", "password", "pwd", "passwd", "auth",
+		"X-Amz-Signature", "x-amz-signature", "sv", "code", "id_token", "refresh_token",
+		"private_token", "session", "sessionid", "jwt", NULL,
+	};
+	const char *t = c->t;
+	size_t len = c->len, p = i + 1, e, v;
+	struct shape h;
+
+	e = p;
+	while (e < len && (is_alnum(t[e]) || t[e] == '_' || t[e] == '-'))
+		e++;
+	if (e == p || AT(e) != '=')
+		return 0;
+	{
+		bool known = false;
+		for (size_t k = 0; names[k] && !known; k++)
+			known = strlen(names[k]) == e - p && memcmp(names[k], t + p, e - p) == 0;
+		if (!known)
+			return 0;
+	}
+	v = ++e;
+	if (AT(v) == '=')
+		v = ++e;
+	while (e < len && !is_space(t[e]) && t[e] != '&' && t[e] != '"' && t[e] != '\'' &&
+	       t[e] != '#' && t[e] != '<' && t[e] != '>' && e - v < 400)
+		e++;
+	if (e - v < 12 || credential_is_placeholder(t + v, e - v))
+		return 0;
+	h = shape_of(t + v, e - v);
+	if (!h.digit || h.lower + h.upper == 0)
+		return 0;
+	return add_match(c, DETECT_SECRET, v, e);
+}
+
+/* "<password>Erp#Lettura99</password>", "<clave>X</clave>": an element named for a
+ * credential. */
+static int rule_xml(struct context *c, size_t i)
+{
+	const char *t = c->t;
+	size_t len = c->len, p = i + 1, ne, v, e;
+	char w[32];
+
+	ne = p;
+	while (ne < len && (is_word((unsigned char) t[ne]) || t[ne] == '-') && ne - p < 31)
+		ne++;
+	if (ne == p || AT(ne) != '>' || !credential_fold(t + p, ne - p, w, sizeof(w)))
+		return 0;
+	if (role_of(w, ne - p) != ROLE_PASSWORD && role_of(w, ne - p) != ROLE_PIN &&
+	    !credential_key_name(t, p, ne))
+		return 0;
+	v = ne + 1;
+	e = v;
+	while (e < len && t[e] != '<' && t[e] != '\n' && e - v < 200)
+		e++;
+	if (AT(e) != '<' || AT(e + 1) != '/' || e - v < 3 || credential_is_placeholder(t + v, e - v))
+		return 0;
+	return add_match(c, DETECT_SECRET, v, e);
+}
+
+/* "orders:Vx7pQ2mLk9Wd@tcp(10.1.2.3:3306)/orders": user:password@ without a scheme (Go's
+ * MySQL DSN, git remotes written short). The token starts at i. */
+static int rule_userinfo(struct context *c, size_t i, size_t e)
+{
+	const char *t = c->t;
+	const char *colon = memchr(t + i, ':', e - i), *at;
+
+	if (!colon || colon == t + i)
+		return 0;
+	at = memchr(colon, '@', (size_t) (t + e - colon));
+	if (!at || at - colon < 5)
+		return 0;
+	for (const char *q = t + i; q < colon; q++)
+		if (!is_alnum(*q) && *q != '_' && *q != '-' && *q != '.')
+			return 0;
+	for (const char *q = colon + 1; q < at; q++)
+		if (*q == '/' || *q == ':' || *q == '@')
+			return 0;
+	if (!is_alnum(at[1]) || !strong_value(colon + 1, (size_t) (at - colon - 1)))
+		return 0;
+	return add_match(c, DETECT_SECRET, (size_t) (colon + 1 - t), (size_t) (at - t));
+}
+
+/* "net use P: \\srv\share /user:DOM\ana Secret#1": the word after /user:NAME. */
+static int rule_net_use(struct context *c, size_t i)
+{
+	const char *t = c->t;
+	size_t len = c->len, p = i, v, e;
+
+	if (i + 6 > len || (memcmp(t + i, "/user:", 6) != 0 && memcmp(t + i, "/USER:", 6) != 0 &&
+			    memcmp(t + i, "/u:", 3) != 0))
+		return 0;
+	while (p < len && !is_space(t[p]))
+		p++;
+	while (p < len && t[p] == ' ')
+		p++;
+	v = e = p;
+	while (e < len && !is_space(t[e]))
+		e++;
+	if (e - v < 4 || t[v] == '/' || credential_is_placeholder(t + v, e - v) ||
+	    !strong_value_shape(t + v, e - v))
+		return 0;
+	return add_match(c, DETECT_SECRET, v, e);
+}
+
+/* "chiave_api": "X", "clave_secreta=X", "password_db: X": a key name whose first part is the
+ * key word (Italian and Spanish put it first), then ':' or '=', then a strong value. */
+static int rule_prefixed_key(struct context *c, size_t i, size_t e)
+{
+	static const char *const firsts[] = {
+		"chiave", "clave", "password", "contrasena", "contrase\xc3\xb1" "a", "pwd", "passwd",
+		"token", "secret", "secreto", "segreto", "apikey", "codice", "pin", NULL,
+	};
+	const char *t = c->t;
+	size_t len = c->len, u = i, p, v, ve;
+	char w[16];
+
+	while (u < e && t[u] != '_' && t[u] != '-')
+		u++;
+	if (u == e || u - i >= sizeof(w) || u == i || !credential_fold(t + i, u - i, w, sizeof(w)) ||
+	    !in_list(w, u - i, firsts))
+		return 0;
+	p = e;
+	if (AT(p) == '"' || AT(p) == '\'')
+		p++;
+	while (p < len && t[p] == ' ')
+		p++;
+	if (AT(p) != ':' && AT(p) != '=')
+		return 0;
+	p++;
+	while (p < len && t[p] == ' ')
+		p++;
+	if (AT(p) == '"' || AT(p) == '\'')
+		p++;
+	v = ve = p;
+	while (ve < len && !is_space(t[ve]) && t[ve] != '"' && t[ve] != '\'' && t[ve] != ',' &&
+	       t[ve] != ';' && t[ve] != '}')
+		ve++;
+	if (!strong_value_shape(t + v, ve - v) && !passphrase_token(t + v, ve - v))
+		return 0;
+	return add_match(c, DETECT_SECRET, v, ve);
 }
 
 /* A bit per (first byte, length) of the words the walk below looks up (role words, account
@@ -1411,8 +1614,17 @@ int credential_scan_context(const char *t, size_t len, struct detect_matches *m,
 		size_t e;
 		char w[32];
 
-		if (b == '$' || b == '{') {
-			if ((r = rule_hash(&c, i)) < 0)
+		if (b == '$' || b == '{' || b == '?' || b == '&' || b == '<' || b == '/' ||
+		    (b == ' ' && i + 1 < len && is_alnum(t[i + 1]) && i + 2 < len)) {
+			if (b == '$' || b == '{')
+				r = rule_hash(&c, i);
+			else if (b == '?' || b == '&' || b == ' ')
+				r = rule_query(&c, i);
+			else if (b == '<')
+				r = rule_xml(&c, i);
+			else
+				r = rule_net_use(&c, i);
+			if (r < 0)
 				return r;
 			i++;
 			continue;
@@ -1425,6 +1637,8 @@ int credential_scan_context(const char *t, size_t len, struct detect_matches *m,
 		while (e < len && (is_word((unsigned char) t[e]) || (t[e] == '-' && e + 1 < len &&
 								       is_alpha(t[e + 1]))))
 			e++;
+		if (e - i > 4 && (r = rule_prefixed_key(&c, i, e)) < 0)
+			return r;
 		if (e - i >= 2 && e - i < sizeof(w) && (gate[b] >> (e - i) & 1) &&
 		    credential_fold(t + i, e - i, w, sizeof(w))) {
 			size_t n = e - i, pn;

@@ -164,7 +164,9 @@ static const char *const code_deny[] = {
 	"articolo", "ordine", "riferimento", "tracciamento", "sorgente", "colore", "catastale",
 	"ateco", "destinatario", "abi", "cab", "cap", "postal", "descuento", "cup\xc3\xb3n",
 	"cupon", "estado", "salida", "producto", "art\xc3\xad" "culo", "articulo", "pedido",
-	"referencia", "seguimiento", "fuente", "swift", "bancario", "iban", "nif", "cif", NULL,
+	"referencia", "seguimiento", "fuente", "swift", "bancario", "iban", "nif", "cif",
+	"returns", "returned", "devuelve", "devolvi\xc3\xb3", "restituisce", "risponde",
+	"responde", NULL,
 };
 
 /* Linking words: "is", "è", "es", and the ones that may follow them ("is now", "è stata
@@ -1648,8 +1650,11 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 	if (whole && i >= 7 && prefix_at(t, len, i - 6, "arola ") &&
 	    (t[i - 7] == 'p' || t[i - 7] == 'P'))
 		return 0; /* "parola chiave": a keyword */
-	/* "!pw" in "S3cret!pw" is no key word; "gestore di password" is about the manager */
+	/* "!pw" in "S3cret!pw" is no key word; "gestore di password" is about the manager;
+	 * "${POSTGRES_PASSWORD:?set it}" is a variable's reference */
 	if (i > 0 && strchr("!#$%&+/=@^|~\\", t[i - 1]))
+		return 0;
+	if (i > 1 && t[i - 1] == '{' && t[i - 2] == '$')
 		return 0;
 	if (whole && word_before(t, i, compounds_before))
 		return 0;
@@ -1783,8 +1788,11 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 			q++;
 		/* a label on its own line, the value on the next ("Recovery codes:\n4829 1736") */
 		{
-			size_t nl = q + (AT(q) == '\r');
-			if (AT(nl) == '\n' && !(h->flags & (HF_LABEL | HF_PAIR))) {
+			size_t nl = q + (AT(q) == '\r'), b = q;
+			while (b > 0 && (t[b - 1] == ' ' || t[b - 1] == '\t'))
+				b--;
+			if (AT(nl) == '\n' && !(h->flags & (HF_LABEL | HF_PAIR)) && b > 0 &&
+			    t[b - 1] == ':') {
 				nl++;
 				while (nl < len && (t[nl] == ' ' || t[nl] == '\t'))
 					nl++;
@@ -1794,6 +1802,10 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 		}
 		p = q;
 	}
+	/* "Vault returns: Code: 403": a word that makes it another code wins over an access
+	 * word further back */
+	if ((h->flags & HF_QUAL) && access && deny && sep != SEP_COPULA)
+		return 0;
 	if ((h->flags & HF_QUAL) && !access) {
 		/* in prose only ("the code is 7261"), not in code ("code = 200") */
 		if (deny || !whole || sep != SEP_COPULA)
