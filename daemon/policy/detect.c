@@ -753,6 +753,7 @@ static size_t scan_ssn(const char *t, size_t len, size_t i)
 static size_t scan_ipv4(const char *t, size_t len, size_t i)
 {
 	size_t p = i;
+	unsigned octet[4] = { 0 };
 
 	for (int part = 0; part < 4; part++) {
 		unsigned v = 0, nd = 0;
@@ -763,6 +764,7 @@ static size_t scan_ipv4(const char *t, size_t len, size_t i)
 		}
 		if (nd == 0 || nd > 3 || v > 255 || (nd > 1 && t[s] == '0'))
 			return 0;
+		octet[part] = v;
 		if (part < 3) {
 			if (AT(p) != '.')
 				return 0;
@@ -780,6 +782,12 @@ static size_t scan_ipv4(const char *t, size_t len, size_t i)
 			p = q;
 	}
 	if (number_context(t, i, true) == CTX_VERSION)
+		return 0;
+	/* RFC 5737's documentation ranges (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24) are
+	 * nobody's address: examples in docs and logs, not personal data */
+	if ((octet[0] == 192 && octet[1] == 0 && octet[2] == 2) ||
+	    (octet[0] == 198 && octet[1] == 51 && octet[2] == 100) ||
+	    (octet[0] == 203 && octet[1] == 0 && octet[2] == 113))
 		return 0;
 	return p;
 }
