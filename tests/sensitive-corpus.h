@@ -21,11 +21,13 @@
 #include "policy/sensitive.h"
 
 #define CORPUS_PUBLIC (-1)
+/* "personal": special, its category not given (trains the personal/public model only) */
+#define CORPUS_PERSONAL (-2)
 #define CORPUS_LANGS 3
 static const char *const corpus_lang_names[CORPUS_LANGS] = { "en", "it", "es" };
 
 struct corpus_item {
-	int label; /* a category, or CORPUS_PUBLIC */
+	int label; /* a category, CORPUS_PUBLIC or CORPUS_PERSONAL */
 	int lang;  /* index in corpus_lang_names */
 	char *text;
 	size_t len;
@@ -77,6 +79,8 @@ static inline int corpus_load(struct corpus *c, const char *path)
 		*text++ = 0;
 		if (strcmp(lab, "public") == 0)
 			it.label = CORPUS_PUBLIC;
+		else if (strcmp(lab, "personal") == 0)
+			it.label = CORPUS_PERSONAL;
 		else if (sensitive_category_from_name(lab, &cat) == 0)
 			it.label = (int) cat;
 		else {
@@ -180,7 +184,16 @@ static inline void corpus_evaluate(const struct corpus *c, const struct sensitiv
 					corpus_lang_names[L], r.v[0].score, it->text);
 			continue;
 		}
-		bool any = r.n > 0, own = seen[it->label];
+		bool any = r.n > 0, own;
+		if (it->label == CORPUS_PERSONAL) {
+			/* no category given: classed personal or not */
+			e->personal[L].n++;
+			e->personal[CORPUS_LANGS].n++;
+			e->personal[L].hit += any;
+			e->personal[CORPUS_LANGS].hit += any;
+			continue;
+		}
+		own = seen[it->label];
 		e->cat_n[it->label]++;
 		e->cat_tp[it->label] += own;
 		e->lang_tp[L] += own;

@@ -274,7 +274,7 @@ static void cat_train(struct cat *cm, const struct bin *b, const struct item_fea
 	if (!order)
 		return;
 	for (size_t i = 0; i < n; i++)
-		if (items[i].label != CORPUS_PUBLIC)
+		if (items[i].label >= 0) /* (CORPUS_PERSONAL: no category to learn) */
 			order[m++] = i;
 	for (int ep = 0; ep < CAT_EPOCHS; ep++) {
 		shuffle(order, m, &rng);

@@ -1326,73 +1326,71 @@ static bool email_token(const char *s, size_t n)
 
 static int rule_userinfo(struct context *c, size_t i, size_t e);
 
+/* The token (white space to white space) around i, on its line. */
+static void token_around(const char *t, size_t len, size_t i, struct token *k)
+{
+	size_t s = i, e = i;
+
+	while (s > 0 && !is_space(t[s - 1]))
+		s--;
+	while (e < len && !is_space(t[e]))
+		e++;
+	k->s = s;
+	k->e = e;
+	token_core(t, len, k);
+}
+
+/* The tokens of the text that hold a symbol or an '@', or that start a run of four-byte
+ * groups: found byte by byte, so that the words between them cost a test each. */
 static int rule_tokens(struct context *c)
 {
 	const char *t = c->t;
-	size_t len = c->len, p = 0, nl;
-	struct token k, prev = { 0 };
-	bool have_prev = false;
+	size_t len = c->len, i = 0, nl;
+	struct token k;
 
-	while (p < len) {
-		if (!next_token_q(t, len, p, len, &k, &nl, false)) {
-			if (nl == SIZE_MAX)
-				break;
-			p = nl + 1;
-			have_prev = false;
+	while (i < len) {
+		unsigned char b = (unsigned char) t[i];
+		bool sym = b == '!' || b == '#' || b == '$' || b == '%' || b == '&' || b == '*' ||
+			   b == '?' || b == '^' || b == '~' || b == '+' || b == '@';
+		bool b32 = (is_upper(b) || is_digit(b)) && (i == 0 || is_space(t[i - 1])) &&
+			   i + 5 < len && (t[i + 4] == ' ' || t[i + 4] == '-') &&
+			   (is_upper(t[i + 5]) || is_digit(t[i + 5]));
+		size_t e;
+		int r = 0;
+
+		if (!sym && !b32) {
+			i++;
 			continue;
 		}
-		p = k.e;
+		token_around(t, len, i, &k);
 		const char *v = t + k.cs;
 		size_t vn = k.ce - k.cs;
-		int r = 0;
-		size_t b32;
-		bool sym = false, at = false, b32_start = false;
-		/* most tokens are words: only one with a symbol, an '@' or four base32 bytes
-		 * goes on */
-		for (size_t q = k.s; q < k.e; q++) {
-			unsigned char b = (unsigned char) t[q];
-			sym |= b == '!' || b == '#' || b == '$' || b == '%' || b == '&' || b == '*' ||
-			       b == '?' || b == '^' || b == '~' || b == '+' || b == '@';
-			at |= b == '@';
-		}
-		b32_start = vn == 4 && (is_upper(*v) || is_digit(*v));
-		if (!sym && !at && !b32_start && !(k.e - k.s == 1 && have_prev)) {
-			prev = k;
-			have_prev = true;
-			continue;
-		}
-		if (at && (r = rule_userinfo(c, k.cs, k.ce)) < 0)
+		if (b == '@' && (r = rule_userinfo(c, k.cs, k.ce)) < 0)
 			return r;
 		/* Microsoft Teams / Office 365 incoming webhooks */
 		if (vn > 40 && (memmem(v, vn, "webhook.office.com/webhook", 26) ||
 				memmem(v, vn, "outlook.office.com/webhook", 26))) {
-			if ((r = add_match(c, DETECT_API_KEY, k.cs, k.ce)) < 0)
-				return r;
-			prev = k;
-			have_prev = true;
-			continue;
-		}
-		if (vn && password_shaped(v, vn))
+			r = add_match(c, DETECT_API_KEY, k.cs, k.ce);
+		} else if (vn && sym && password_shaped(v, vn)) {
 			r = add_match(c, DETECT_SECRET, k.cs, k.ce);
-		else if (vn == 4 && (b32 = base32_groups_end(t, len, k.cs)) &&
-			 !overlaps_any(c, k.cs, b32)) {
-			r = add_match(c, DETECT_SECRET, k.cs, b32);
-			p = b32;
-		}
-		else if (have_prev && k.e - k.s == 1 && (t[k.s] == '/' || t[k.s] == ':') &&
-			 email_token(t + prev.cs, prev.ce - prev.cs)) {
+		} else if (b32 && vn == 4 && (e = base32_groups_end(t, len, k.cs)) &&
+			   !overlaps_any(c, k.cs, e)) {
+			r = add_match(c, DETECT_SECRET, k.cs, e);
+			k.e = e;
+		} else if (b == '@' && email_token(v, vn)) {
 			/* "mail@x.com / value" */
-			struct token x;
-			if (next_token(t, len, p, len, &x, &nl) && x.ce > x.cs &&
+			struct token mark, x;
+			if (next_token_q(t, len, k.e, len, &mark, &nl, false) &&
+			    mark.e - mark.s == 1 && (t[mark.s] == '/' || t[mark.s] == ':') &&
+			    next_token(t, len, mark.e, len, &x, &nl) && x.ce > x.cs &&
 			    strong_value(t + x.cs, x.ce - x.cs)) {
 				r = add_match(c, DETECT_SECRET, x.cs, x.ce);
-				p = x.e;
+				k.e = x.e;
 			}
 		}
 		if (r < 0)
 			return r;
-		prev = k;
-		have_prev = true;
+		i = MAX(k.e, i + 1);
 	}
 	return 0;
 }

@@ -56,6 +56,7 @@ enum {
 	SIG_LABEL,  /* "DOB", "bday", "date of birth": a form label, the birth_date rule needs
 		     * no person signal after it */
 	SIG_VERB3,  /* is, has, was, è, ha, es, tiene: after a capitalised first word, a name */
+	SIG_PET,    /* dog, gatto, perra, vet: the subject may be an animal */
 	SIG_COUNT_,
 };
 
@@ -270,6 +271,11 @@ static const struct lexicon_group lexicon[] = {
 	{ SIG_VERB3,
 	  "is|has|was|had|got|gets|does|did|works|lives|told|said|just|è|ha|era|aveva|lavora|vive|"
 	  "es|tiene|está|fue|tenía|trabaja|vive|dijo|me|mi" },
+	{ SIG_PET,
+	  "dog|dogs|puppy|cat|cats|kitten|cane|cani|cagnolino|cagnolina|gatto|gatta|gattino|"
+	  "gattina|perro|perra|perrito|perrita|gato|gata|gatito|gatita|vet|vets|veterinario|"
+	  "veterinaria|veterinarian|pet|pets|mascota|animale|horse|cavallo|caballo|conejo|"
+	  "coniglio|rabbit|hamster|parrot|pappagallo|loro|cucciolo|cachorro" },
 	{ SIG_MONTH,
 	  "january|february|march|april|may|june|july|august|september|october|november|"
 	  "december|gennaio|febbraio|marzo|aprile|maggio|giugno|luglio|agosto|settembre|"
@@ -469,6 +475,7 @@ struct chunk {
 	size_t n;
 	bool question;
 	bool prev_person;
+	bool blanks; /* a form's blanks ("Nome: ______"): a template, not someone's data */
 	uint32_t any;        /* OR of the words' masks */
 };
 
@@ -489,6 +496,7 @@ enum {
 	F_LEX_NOSUBJ,
 	F_LEX_QUESTION,
 	F_LEX_THIRD_PREV,
+	F_LEX_PET,
 	F_GLOBAL, /* + one of the G_ below, category 31 */
 	F_NEAR,   /* + subject kind * 4 + distance bucket: a category word close after a subject
 		   * word ("soy diabético", "my wife is pregnant"), crossed with the category and
@@ -511,6 +519,8 @@ enum {
 	G_FP_REL,
 	G_FP_GEN,
 	G_REL_GEN,
+	G_PET,
+	G_BLANK,
 };
 
 static inline uint32_t sig_feature(unsigned id, unsigned cat)
@@ -536,7 +546,7 @@ static void chunk_features(const struct chunk *c, struct sensitive_features *f)
 	bool cap_name = c->n >= 2 && c->w[0].cap && !c->w[0].mask && c->w[0].len >= 3 &&
 			(c->w[1].mask & (1u << SIG_VERB3));
 	bool name = (any & (1u << SIG_NAME)) || cap_name, gen = any & (1u << SIG_GEN);
-	bool third = any & (1u << SIG_THIRD), capword = false;
+	bool third = any & (1u << SIG_THIRD), capword = false, pet = any & (1u << SIG_PET);
 	unsigned n_cats = (unsigned) __builtin_popcount(cats);
 
 	f->n = 0;
@@ -614,6 +624,8 @@ static void chunk_features(const struct chunk *c, struct sensitive_features *f)
 			push(f, sig_feature(F_LEX_QUESTION, k));
 		if (third && c->prev_person)
 			push(f, sig_feature(F_LEX_THIRD_PREV, k));
+		if (pet)
+			push(f, sig_feature(F_LEX_PET, k));
 	}
 	if (fp)
 		push(f, sig_feature(F_GLOBAL, G_FP));
@@ -643,6 +655,10 @@ static void chunk_features(const struct chunk *c, struct sensitive_features *f)
 		push(f, sig_feature(F_GLOBAL, G_FP_GEN));
 	if (rel && gen)
 		push(f, sig_feature(F_GLOBAL, G_REL_GEN));
+	if (pet)
+		push(f, sig_feature(F_GLOBAL, G_PET));
+	if (c->blanks)
+		push(f, sig_feature(F_GLOBAL, G_BLANK));
 	f->person = fp || we || rel || name;
 	f->gate = cats || f->person || c->prev_person || implicit;
 }
@@ -860,6 +876,8 @@ static void foreach_chunk(const char *text, size_t len,
 			question = true;
 		c.question = question;
 		c.end = c.w[c.n - 1].end;
+		c.blanks = memmem(p + c.start, MIN(len, pos + 8) - c.start, "___", 3) != NULL ||
+			   memmem(p + c.start, MIN(len, pos + 8) - c.start, "\xe2\x80\xa6\xe2\x80\xa6", 6) != NULL;
 		chunk_features(&c, &f);
 		fn(userdata, &c, &f);
 		prev_person = f.person;
