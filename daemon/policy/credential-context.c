@@ -68,7 +68,7 @@ static const struct role_word role_words[] = {
 	{ "cancello", ROLE_LOCK }, { "puerta", ROLE_LOCK }, { "portal", ROLE_LOCK },
 	{ "port\xc3\xb3n", ROLE_LOCK }, { "garaje", ROLE_LOCK }, { "trastero", ROLE_LOCK },
 	{ "citofono", ROLE_LOCK }, { "portero", ROLE_LOCK }, { "intercom", ROLE_LOCK },
-	{ "buz\xc3\xb3n", ROLE_LOCK }, { "cochera", ROLE_LOCK }, { "box", ROLE_LOCK },
+	{ "buz\xc3\xb3n", ROLE_LOCK }, { "cochera", ROLE_LOCK },
 };
 
 static const char *const number_words[] = {
@@ -96,7 +96,7 @@ static const char *const change_words[] = {
 	"cambiado", "cambiato", "cambiata", "cambiada", "passa", "pasa", "with", "con", "using",
 	"usando", "digitare", "digita", "digitate", "teclea", "teclear", "marca", "marcar", "type",
 	"enter", "press", "premi", "pulsa", "inserire", "inserisci", "introduce", "introducir",
-	"dial", "punch", NULL,
+	"dial", "punch", "sea", "cio\xc3\xa8", "cioe", "i.e.", "ie", "namely", NULL,
 };
 
 /* Words after a copula that keep it linking ("was set to", "è stata impostata a"). */
@@ -357,6 +357,24 @@ static struct shape shape_of(const char *s, size_t n)
 	return h;
 }
 
+static size_t count_digits(const char *s, size_t n)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++)
+		k += is_digit(s[i]);
+	return k;
+}
+
+static size_t count_of(const char *s, size_t n, char c)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++)
+		k += s[i] == c;
+	return k;
+}
+
 static bool all_of(const char *s, size_t n, bool (*test)(int c))
 {
 	for (size_t k = 0; k < n; k++)
@@ -519,6 +537,16 @@ static bool quoted_value(const char *s, size_t n)
 	}
 	if (spaces > 5)
 		return false;
+	/* "Contraseña incorrecta", "Forgot your password?": a string about the password */
+	for (size_t k = 0, st = 0; k <= n; k++) {
+		if (k == n || !is_word((unsigned char) s[k])) {
+			char w[32];
+			if (k > st && k - st < sizeof(w) && credential_fold(s + st, k - st, w, sizeof(w)) &&
+			    role_of(w, k - st) == ROLE_PASSWORD)
+				return false;
+			st = k + 1;
+		}
+	}
 	return spaces > 0 || strong_value(s, n) || shape_of(s, n).digit > 0;
 }
 
@@ -670,6 +698,42 @@ static bool year_after_preposition(const char *t, size_t s, size_t e)
  * strong value, a quoted phrase after a copula or ':', or digits after one; a PIN or code
  * key takes digits.
  */
+static bool is_mark_token(const char *t, const struct token *k);
+
+/* "vxqe mkzr hplt bwoa": an app password, four groups of four lower-case letters. Returns
+ * the end or 0. */
+static size_t app_password_end(const char *t, size_t len, size_t p)
+{
+	for (int g = 0; g < 4; g++, p += 5) {
+		for (size_t k = p; k < p + 4; k++)
+			if (!is_lower(AT(k)))
+				return 0;
+		if (g < 3 ? AT(p + 4) != ' ' : is_word(AT(p + 4)))
+			return 0;
+	}
+	return p - 1;
+}
+
+/* A chat line's prefix at p ("[09:13] Tom: ", "Tom: ", "12:01 - Ana: ")? */
+static bool chat_prefix(const char *t, size_t len, size_t p)
+{
+	size_t q = p, w;
+
+	if (AT(q) == '[') {
+		while (q < len && t[q] != ']' && t[q] != '\n' && q - p < 24)
+			q++;
+		if (AT(q) != ']')
+			return false;
+		q++;
+		while (q < len && t[q] == ' ')
+			q++;
+	}
+	w = q;
+	while (q < len && (is_word((unsigned char) t[q]) || t[q] == ' ' || t[q] == '.') && q - w < 24)
+		q++;
+	return q > w && AT(q) == ':' && (AT(q + 1) == ' ' || AT(q + 1) == '\t');
+}
+
 static int rule_after(struct context *c, size_t hs, size_t he, enum role role, bool weak)
 {
 	const char *t = c->t;
@@ -677,13 +741,16 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 	unsigned ends = 0;
 	/* the last token was the key, a copula or a mark; "pass" and "contra" are verbs and
 	 * prepositions too: a link must follow them */
-	bool link = role != ROLE_LOCK && !weak;
+	bool link = role != ROLE_LOCK && !weak &&
+		    (AT(he) == ' ' || AT(he) == ':' || AT(he) == '=' || AT(he) == '\t');
 	bool link_seen = false, asked = false;
+	/* a password key near a door, a safe, a wifi network: digits are its value too ("clave de
+	 * la caja fuerte 1 9 8 4", "rete FRITZ!Box, chiave 48120937716253840914") */
+	bool access = role == ROLE_PASSWORD && access_near(c->t, c->len, hs, he, NULL);
 	struct token k;
 	char w[32];
 	size_t n;
 
-	(void) hs;
 	for (int tokens = 0; tokens < 40; tokens++) {
 		if (!next_token(t, len, p, lim, &k, &nl)) {
 			/* a line end: go on only after a ':' that ends the line */
@@ -696,8 +763,9 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 			 * answer on the next line of a chat) */
 			if (AT(nl + 1) == '\n' ||
 			    !((b > he && t[b - 1] == ':') ||
-			      (b > he && t[b - 1] == '?' && !asked)))
+			      (b > he && (t[b - 1] == '?' || chat_prefix(t, len, nl + 1)) && !asked)))
 				return 0;
+			asked |= chat_prefix(t, len, nl + 1);
 			asked |= t[b - 1] == '?';
 			p = nl + 1;
 			lim = MIN(len, p + 80);
@@ -726,6 +794,8 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 					return add_match(c, DETECT_SECRET, k.cs, k.ce);
 				if (!near && !link)
 					goto next; /* further on, only right after a copula or mark */
+				if (link && (de = app_password_end(t, len, k.cs)))
+					return add_match(c, DETECT_SECRET, k.cs, de);
 				if (strong_value(v, vn) ||
 				    (link && credential_is_snake_name(v, vn) && shape_of(v, vn).digit &&
 				     strong_value_shape(v, vn)))
@@ -755,12 +825,18 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 										  : DETECT_ACCESS_CODE,
 							 k.cs, last);
 			}
+			/* a long number after a password key: a wifi key ("chiave
+			 * 48120937716253840914") */
+			if (role == ROLE_PASSWORD && (link || access) && vn >= 10 && vn <= 64 &&
+			    count_digits(v, vn) == vn)
+				return add_match(c, DETECT_SECRET, k.cs, k.ce);
 			if (role != ROLE_PASSWORD && code_with_letter(v, vn))
 				return add_match(c, DETECT_ACCESS_CODE, k.cs, k.ce);
 			if (role == ROLE_PASSWORD && link && passphrase_token(v, vn))
 				return add_match(c, DETECT_SECRET, k.cs, k.ce);
 			de = credential_digit_code_end(t, len, k.cs);
-			if (de && de >= k.ce && ((role != ROLE_PASSWORD && role != ROLE_LOCK) || link) &&
+			if (de && de >= k.ce &&
+			    ((role != ROLE_PASSWORD && role != ROLE_LOCK) || link || access) &&
 			    !credential_unit_follows(t, len, de) &&
 			    !year_after_preposition(t, k.cs, de) && de - k.cs <= 24) {
 				size_t digits = 0;
@@ -772,8 +848,9 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 							 k.cs, de);
 			}
 		next:
-			/* a lock's code only right after its copula */
-			if (role == ROLE_LOCK && link_seen && !link)
+			/* a lock's code only right after its copula, which comes within six words
+			 * of the lock word in its sentence */
+			if (role == ROLE_LOCK && ((link_seen && !link) || (!link_seen && (tokens >= 6 || ends))))
 				return 0;
 			link = (word && (credential_is_copula(w, n) || in_list(w, n, change_words))) ||
 			       (link && word && in_list(w, n, link_keep)) ||
@@ -785,6 +862,10 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 		} else {
 			/* punctuation alone: "—", ":", "->", "=" */
 			link = true;
+		}
+		if (is_mark_token(t, &k)) {
+			link = true; /* "Gym locker - 2-19-33", "alarm → 7740" */
+			link_seen = true;
 		}
 		/* sentence ends */
 		if (k.e > k.s && strchr(".?!", t[k.e - 1]) && !(k.ce > k.cs && k.e - 1 < k.ce))
@@ -894,10 +975,10 @@ static int rule_before(struct context *c, size_t hs)
 }
 
 /* "codes ...: 8k2f-9qzm, t7vx-3lpa, h4nd-6wre": three codes or more in the next 300 bytes. */
-static int rule_codes(struct context *c, size_t he)
+static int rule_codes(struct context *c, size_t he, size_t lim)
 {
 	const char *t = c->t;
-	size_t len = c->len, p = he, lim = MIN(len, he + 300), first = 0, last = 0, nl;
+	size_t len = c->len, p = he, first = 0, last = 0, nl;
 	unsigned codes = 0, gap = 0;
 	struct token k;
 
@@ -910,16 +991,12 @@ static int rule_codes(struct context *c, size_t he)
 		}
 		p = k.e;
 		const char *v = t + k.cs;
-		size_t vn = k.ce - k.cs, de = credential_digit_code_end(t, len, k.cs);
+		size_t vn = k.ce - k.cs;
 		struct shape h = shape_of(v, vn);
 		bool code = false;
-		if (de >= k.ce && de - k.cs >= 4) {
-			code = true;
-			/* "4829 1736": the groups are one code */
-			if (de > k.ce) {
-				p = de;
-				k.ce = de;
-			}
+		if (vn >= 4 && vn <= 14 && h.digit >= 4 && h.digit + h.other == vn &&
+		    h.other == count_of(v, vn, '-')) {
+			code = true; /* "4821-9930", "4829" of "4829 1736" */
 		} else if (vn >= 6 && vn <= 14 && h.digit && h.lower + h.upper && h.utf8 == 0 &&
 			   h.other <= 2 && h.sym == 0 && !credential_is_placeholder(v, vn)) {
 			code = true;
@@ -944,18 +1021,42 @@ static int rule_codes(struct context *c, size_t he)
 /* "frase di recupero del wallet è: foresta tigre ...": after a seed word, ':' or a copula
  * within 48 bytes, then 12, 15, 18, 21 or 24 words of letters, at least half of them BIP-39
  * words. */
+static int seed_run_at(struct context *c, size_t p);
+
 static int rule_seed(struct context *c, size_t he)
 {
 	const char *t = c->t;
-	size_t len = c->len, p = he, lim = MIN(len, he + 48), start = 0, end = 0;
-	unsigned words = 0, listed = 0;
+	size_t len = c->len, p = he, lim = MIN(len, he + 48);
 
-	/* the link */
+	/* the link: ':' or a copula within 48 bytes; else the words right after the name, or
+	 * after up to three more ("parole di recupero tavolo nuvola ...") */
 	while (p < lim && t[p] != ':' && t[p] != '\n')
 		p++;
-	if (p >= lim || t[p] != ':')
-		return 0;
-	p++;
+	if (p < lim && t[p] == ':')
+		return seed_run_at(c, p + 1);
+	for (int skip = 0, r; skip < 4; skip++) {
+		size_t q = he;
+		for (int k = 0; k < skip; k++) {
+			while (q < len && t[q] == ' ')
+				q++;
+			while (q < len && (is_word((unsigned char) t[q]) || t[q] == '\''))
+				q++;
+		}
+		if ((r = seed_run_at(c, q)) != 0)
+			return r;
+	}
+	return 0;
+}
+
+/* The seed rule's run from p: 12 to 24 words (a multiple of three), half of them BIP-39
+ * words; 1 when added, 0 when none, or add()'s error. */
+static int seed_run_at(struct context *c, size_t p)
+{
+	const char *t = c->t;
+	size_t len = c->len, start = 0, end = 0;
+	unsigned words = 0, listed = 0;
+	int r;
+
 	for (;;) {
 		size_t q = p, e;
 		while (q < len && (is_space(t[q]) || t[q] == ',' || t[q] == '-' ||
@@ -980,8 +1081,10 @@ static int rule_seed(struct context *c, size_t he)
 	}
 	while (words >= 12 && words % 3)
 		words--; /* (a word that follows the phrase) */
-	if (words >= 12 && listed * 2 >= words)
-		return add_match(c, DETECT_SEED_PHRASE, start, end);
+	if (words >= 12 && listed * 2 >= words) {
+		r = add_match(c, DETECT_SEED_PHRASE, start, end);
+		return r < 0 ? r : 1;
+	}
 	return 0;
 }
 
@@ -1517,10 +1620,15 @@ static int rule_prefixed_key(struct context *c, size_t i, size_t e)
 	size_t len = c->len, u = i, p, v, ve;
 	char w[16];
 
+	bool suffix;
+
 	while (u < e && t[u] != '_' && t[u] != '-')
 		u++;
-	if (u == e || u - i >= sizeof(w) || u == i || !credential_fold(t + i, u - i, w, sizeof(w)) ||
-	    !in_list(w, u - i, firsts))
+	if (u == e || u - i >= sizeof(w) || u == i)
+		return 0;
+	/* "MAIL_PASSWORD=vxqe mkzr hplt bwoa": the grammar reads the rest of such names */
+	suffix = credential_key_name(t, i, e);
+	if (!suffix && (!credential_fold(t + i, u - i, w, sizeof(w)) || !in_list(w, u - i, firsts)))
 		return 0;
 	p = e;
 	if (AT(p) == '"' || AT(p) == '\'')
@@ -1535,6 +1643,11 @@ static int rule_prefixed_key(struct context *c, size_t i, size_t e)
 	if (AT(p) == '"' || AT(p) == '\'')
 		p++;
 	v = ve = p;
+	if ((ve = app_password_end(t, len, v)))
+		return add_match(c, DETECT_SECRET, v, ve);
+	if (suffix)
+		return 0;
+	ve = v;
 	while (ve < len && !is_space(t[ve]) && t[ve] != '"' && t[ve] != '\'' && t[ve] != ',' &&
 	       t[ve] != ';' && t[ve] != '}')
 		ve++;
@@ -1669,7 +1782,8 @@ int credential_scan_context(const char *t, size_t len, struct detect_matches *m,
 			switch (role) {
 			case ROLE_PASSWORD:
 				if ((r = rule_after(&c, i, e, role,
-						    in_list(w, n, weak_heads))) >= 0)
+						    in_list(w, n, weak_heads) &&
+							    !access_near(t, len, i, e, NULL))) >= 0)
 					r = rule_before(&c, i);
 				break;
 			case ROLE_PIN:
@@ -1680,8 +1794,14 @@ int credential_scan_context(const char *t, size_t len, struct detect_matches *m,
 					r = rule_after(&c, i, e, role, false);
 				break;
 			case ROLE_CODES:
-				if (access_near(t, len, i, e, recovery_words))
-					r = rule_codes(&c, e);
+				if (access_near(t, len, i, e, recovery_words)) {
+					/* the list after the name, or before it ("... (they're my
+					 * Google backup codes)") */
+					size_t from = i > 300 ? i - 300 : 0;
+					r = rule_codes(&c, e, MIN(len, e + 300));
+					if (r >= 0 && !overlaps_any(&c, from, i))
+						r = rule_codes(&c, from, i);
+				}
 				else if (access_near(t, len, i, e, NULL))
 					r = rule_after(&c, i, e, ROLE_CODE, false);
 				break;

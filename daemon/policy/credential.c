@@ -111,9 +111,12 @@ static const struct head heads[] = {
 	{ "desbloquea", HF_CODE | HF_VERB }, { "disinserire", HF_CODE | HF_VERB },
 	{ "disattivare", HF_CODE | HF_VERB }, { "desactivar", HF_CODE | HF_VERB },
 	{ "desarmar", HF_CODE | HF_VERB }, { "deactivate", HF_CODE | HF_VERB },
+	{ "disattiva", HF_CODE | HF_VERB }, { "disinserisce", HF_CODE | HF_VERB },
+	{ "desactiva", HF_CODE | HF_VERB }, { "disarms", HF_CODE | HF_VERB },
 	{ "key", KEY }, { "keys", KEY }, { "token", KEY },
 	{ "tokens", KEY }, { "sessionid", KEY }, { "phpsessid", KEY }, { "jsessionid", KEY },
-	{ "sessid", KEY }, { "secret", KEY }, { "secrets", KEY }, { "segreto", KEY },
+	{ "sessid", KEY }, { "sid", KEY & ~HF_SUFFIX }, { "session_id", KEY },
+	{ "session-id", KEY }, { "secret", KEY }, { "secrets", KEY }, { "segreto", KEY },
 	{ "secreto", KEY }, { "apikey", KEY }, { "accesskey", KEY }, { "auth", KEY | HF_SCHEME },
 	{ "authorization", KEY | HF_SCHEME }, { "bearer", KEY }, { "credential", KEY | HF_PAIR },
 	{ "credentials", KEY | HF_PAIR }, { "creds", HF_PAIR | HF_LONG },
@@ -196,7 +199,7 @@ static const char *const compounds[] = {
 	"cracking", "cracker", "leak", "leaks", "dump", "list", "lists", "points", "holder",
 	"holders", "exchange", "economy", "sale", "price", "error", "errors", "validation", "check",
 	"checks", "checker", "meter", "flow", "grant", "endpoint", "server", "service", "refresh",
-	"expires", "expired", "fingerprint", "fingerprints", "public", "publica", "p\xc3\xba" "blica",
+	"expires", "expired", "fingerprint", "fingerprints", "id", "ids", "identifier", "public", "publica", "p\xc3\xba" "blica",
 	"pubblica", "pub", NULL,
 };
 
