@@ -18,7 +18,8 @@ c=$src/tests/data/sensitive-corpus
 (cd "$src" && "$train" -o "$t/model.c" tests/data/sensitive-corpus/generated.tsv \
 	tests/data/sensitive-corpus/handwritten-train.tsv tests/data/sensitive-corpus/blind-ad-train.tsv \
 	tests/data/sensitive-corpus/handwritten-train-2.tsv tests/data/sensitive-corpus/public-g-train.tsv \
-	tests/data/sensitive-corpus/blind-j-train.tsv \
+	tests/data/sensitive-corpus/blind-j-train.tsv tests/data/sensitive-corpus/blind-e-train.tsv \
+	tests/data/sensitive-corpus/blind-f-train.tsv \
 	2>/dev/null)
 check model_reproduced 'cmp -s "$t/model.c" "$src/daemon/policy/sensitive-model.c"'
 if [ -x /usr/bin/python3 ]; then

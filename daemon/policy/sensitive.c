@@ -257,7 +257,8 @@ static const struct lexicon_group lexicon[] = {
 	{ SIG_DOC,
 	  "passport|passaporto|pasaporte|licence|license|patente|carnet|carné|dni|nie|"
 	  "id|identità|identidad|insurance|security|seguridad|fiscale|sanitaria|documento|"
-	  "document|soggiorno|residencia|permit|visa|visto|tie|a-number|uscis|nir|nino" },
+	  "document|soggiorno|residencia|permit|visa|visto|tie|a-number|uscis|nir|nino|curp|rut|"
+	  "rfc|nss|ssn|cuil|cuit|dui|ine|nif|cedula|cédula|ni" },
 	{ SIG_BIRTH,
 	  "born|birth|birthday|dob|bday|b-day|birthdate|nato|nata|nascita|compleanno|compie|nací|nació|nacido|nacida|"
 	  "nacimiento|cumpleaños|cumple" },
@@ -776,6 +777,16 @@ static bool hex_id(const struct chunk *c, const struct word *w)
 	       (w->end < c->text_len && c->text[w->end] == '-');
 }
 
+/* Lower-case letters in the word: a part of a UUID or a hash ("1b4d"), not of an id number
+ * written in groups ("JT 48 29 61 B"). */
+static bool lower_letters(const struct chunk *c, const struct word *w)
+{
+	for (uint32_t k = w->start; k < w->end; k++)
+		if (c->text[k] >= 'a' && c->text[k] <= 'z')
+			return true;
+	return false;
+}
+
 /* The exact rules: a document word then, within five words, a token of 6+ characters with
  * 5+ digits (gov_id); a birth word then, within eight words, a day (1-2 digits), a month
  * (a number or a name) and a year 1900-2030 (birth_date), in a chunk with a person signal.
@@ -802,6 +813,25 @@ static int chunk_rules(const struct chunk *c, struct sensitive_finding *out)
 						.layer = SENSITIVE_LAYER_LEXICON };
 					id_done = true;
 					break;
+				}
+				/* a number written in groups: "JT 48 29 61 B", "17.482.930-5" */
+				if (x->digits && x->len <= 4 && !lower_letters(c, x)) {
+					size_t k = j, digits = 0;
+					while (k < c->n && k <= j + 5 && c->w[k].len <= 4 &&
+					       !lower_letters(c, &c->w[k]) &&
+					       c->w[k].end - c->w[k].start <= 4 &&
+					       (k == j || c->w[k].start - c->w[k - 1].end <= 1)) {
+						digits += c->w[k].digits;
+						k++;
+					}
+					if (digits >= 6 && k - j >= 3) {
+						out[n++] = (struct sensitive_finding){
+							.category = SENSITIVE_GOV_ID,
+							.start = x->start, .end = c->w[k - 1].end,
+							.score = 1.0f, .layer = SENSITIVE_LAYER_LEXICON };
+						id_done = true;
+						break;
+					}
 				}
 			}
 		if (!birth_done && (w->mask & (1u << SIG_BIRTH)) &&
