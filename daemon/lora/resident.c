@@ -2,10 +2,36 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "../engine/quant.h"
 #include "resident.h"
 
+
+/* A matrix's staging buffer, mapped and unmapped: after an adapter is made resident nothing of
+ * its staging stays in the process (free() may keep it in the heap or an allocator's cache). */
+struct scratch {
+	void *p;
+	size_t bytes;
+};
+
+static int scratch_new(struct scratch *s, size_t bytes)
+{
+	s->p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		    -1, 0);
+	if (s->p == MAP_FAILED) {
+		s->p = NULL;
+		return -ENOMEM;
+	}
+	s->bytes = bytes ? bytes : 1;
+	return 0;
+}
+
+static void scratch_freep(struct scratch *s)
+{
+	if (s->p)
+		(void) munmap(s->p, s->bytes);
+}
 
 static size_t dtype_bytes(uint32_t dtype)
 {
@@ -110,7 +136,7 @@ int lora_resident_new(const struct lora_adapter *a, uint32_t n_layer, size_t pag
 		size_t eb = dtype_bytes(m->dtype);
 		size_t a_bytes = lora_mat_bytes(m, false), b_bytes = lora_mat_bytes(m, true);
 		struct lora_resident_mat *rm;
-		_cleanup_free_ void *buf = NULL;
+		_cleanup_(scratch_freep) struct scratch buf = { NULL, 0 };
 
 		if (m->layer >= n_layer || m->target >= LORA_TARGET_COUNT_)
 			return errmsg_set(e, -EINVAL, "adapter '%s': matrix %zu for layer %u out of range",
@@ -127,10 +153,10 @@ int lora_resident_new(const struct lora_adapter *a, uint32_t n_layer, size_t pag
 		rm->a_rows = (const void **) (rm + 1);
 		rm->bt_rows = rm->a_rows + m->rank;
 
-		buf = malloc(MAX(a_bytes, b_bytes));
-		if (!buf)
-			return -ENOMEM;
-		res = lora_adapter_read(a, i, false, buf, a_bytes);
+		res = scratch_new(&buf, MAX(a_bytes, b_bytes));
+		if (res < 0)
+			return res;
+		res = lora_adapter_read(a, i, false, buf.p, a_bytes);
 		if (res < 0)
 			return errmsg_set(e, res, "adapter '%s': reading A of matrix %zu: %s", r->name, i,
 					  strerror(-res));
@@ -138,10 +164,10 @@ int lora_resident_new(const struct lora_adapter *a, uint32_t n_layer, size_t pag
 			void *row = packer_row(&p, m->n_in * eb);
 			if (!row)
 				return errmsg_set(e, -ENOSPC, "adapter '%s': out of pages", r->name);
-			memcpy(row, (char *) buf + (size_t) k * m->n_in * eb, m->n_in * eb);
+			memcpy(row, (char *) buf.p + (size_t) k * m->n_in * eb, m->n_in * eb);
 			rm->a_rows[k] = row;
 		}
-		res = lora_adapter_read(a, i, true, buf, b_bytes);
+		res = lora_adapter_read(a, i, true, buf.p, b_bytes);
 		if (res < 0)
 			return errmsg_set(e, res, "adapter '%s': reading B of matrix %zu: %s", r->name, i,
 					  strerror(-res));
@@ -151,7 +177,7 @@ int lora_resident_new(const struct lora_adapter *a, uint32_t n_layer, size_t pag
 				return errmsg_set(e, -ENOSPC, "adapter '%s': out of pages", r->name);
 			rm->bt_rows[k] = row;
 		}
-		transpose(buf, (void **) rm->bt_rows, m->n_out, m->rank, eb);
+		transpose(buf.p, (void **) rm->bt_rows, m->n_out, m->rank, eb);
 		r->bytes += a_bytes + b_bytes;
 	}
 	return res;
