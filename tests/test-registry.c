@@ -17,6 +17,7 @@
 #include "engine/quant.h"
 #include "lora/adapter.h"
 #include "lora/lora-file.h"
+#include "lora/lora-gen.h"
 #include "registry/registry.h"
 #include "test.h"
 
@@ -283,6 +284,60 @@ TEST(versions_specs_rollback_prune_remove)
 	ASSERT_EQ(n, 0);
 	for (int i = 1; i < 4; i++)
 		registry_version_done(&v[i]);
+	reg = registry_close(reg);
+	rm_rf(dir);
+	return 0;
+}
+
+/* 17 contents under one name: by pigeonhole two share their first hex digit, so a 1-digit
+ * prefix (the test lowers the minimum) is ambiguous for them, and the error lists both. */
+TEST(ambiguous_prefix_lists_the_candidates)
+{
+	_cleanup_(registry_closep) struct registry *reg = NULL;
+	_cleanup_free_ char *dir = new_dir();
+	char hex[17][SHA256_HEX_SIZE], spec[80], src[4200];
+	struct errmsg e = { { 0 } };
+	struct registry_version got;
+	int a = -1, b = -1;
+
+	ASSERT_TRUE(dir);
+	{
+		_cleanup_(lora_adapter_freep) struct lora_adapter *first = NULL;
+		OPEN(first, ATTN); /* loads the base */
+	}
+	ASSERT_OK(open_reg(dir, 0, &reg));
+	for (int i = 0; i < 17; i++) {
+		struct lora_gen_opts g = { .base = base, .rank = 2,
+					   .targets = 1u << LORA_TARGET_Q, .seed = 100 + (uint64_t) i,
+					   .dtype = GGML_TYPE_F16, .format = LORA_FORMAT_GGUF };
+		_cleanup_(lora_adapter_freep) struct lora_adapter *x = NULL;
+		struct registry_version v;
+
+		snprintf(src, sizeof(src), "%s/src.gguf", dir);
+		ASSERT_OK(lora_gen_write(src, &g, &e));
+		OPEN(x, src);
+		ASSERT_EQ(import(reg, x, "many", &v), 0);
+		snprintf(hex[i], sizeof(hex[i]), "%s", v.hash_hex);
+		registry_version_done(&v);
+	}
+	for (int i = 0; i < 17 && a < 0; i++)
+		for (int j = i + 1; j < 17 && a < 0; j++)
+			if (hex[i][0] == hex[j][0])
+				a = i, b = j;
+	ASSERT_TRUE(a >= 0);
+	snprintf(spec, sizeof(spec), "many@sha256:%c", hex[a][0]);
+	ASSERT_ERR(registry_resolve(reg, spec, &got, &e), -EINVAL); /* below the minimum */
+	registry_test_set_min_prefix(reg, 1);
+	ASSERT_ERR(registry_resolve(reg, spec, &got, &e), -ENOTUNIQ);
+	snprintf(spec, sizeof(spec), "many@%d", a + 1);
+	ASSERT_TRUE(strstr(e.text, spec) != NULL);
+	snprintf(spec, sizeof(spec), "many@%d", b + 1);
+	ASSERT_TRUE(strstr(e.text, spec) != NULL);
+	/* the whole hash is never ambiguous */
+	snprintf(spec, sizeof(spec), "many@sha256:%s", hex[a]);
+	ASSERT_OK(registry_resolve(reg, spec, &got, &e));
+	ASSERT_EQ(got.version, (uint32_t) a + 1);
+	registry_version_done(&got);
 	reg = registry_close(reg);
 	rm_rf(dir);
 	return 0;

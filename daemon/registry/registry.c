@@ -35,6 +35,7 @@ struct registry {
 	uint32_t keep_versions;
 	pthread_mutex_t lock;      /* serialises mutations (blob files + transactions) */
 	int hold_fd;               /* .lock, held shared (registry_hold), or -EBADF */
+	unsigned min_prefix;       /* hex digits of NAME@sha256:PREFIX (tests lower it) */
 	atomic_uint tmp_counter;
 };
 
@@ -471,6 +472,7 @@ int registry_open(const struct registry_params *params, struct registry **ret, s
 		return -ENOMEM;
 	pthread_mutex_init(&r->lock, NULL);
 	r->hold_fd = -EBADF;
+	r->min_prefix = REGISTRY_MIN_PREFIX;
 	r->read_only = params->read_only;
 	r->keep_versions = params->keep_versions;
 	r->dir = strdup(params->dir);
@@ -553,6 +555,11 @@ struct registry *registry_close(struct registry *r)
 const char *registry_dir(const struct registry *r)
 {
 	return r->dir;
+}
+
+void registry_test_set_min_prefix(struct registry *r, unsigned digits)
+{
+	r->min_prefix = digits ? digits : REGISTRY_MIN_PREFIX;
 }
 
 void registry_set_keep_versions(struct registry *r, uint32_t keep_versions)
@@ -962,10 +969,10 @@ int registry_resolve(struct registry *r, const char *spec, struct registry_versi
 	if (at && strncmp(at, "sha256:", 7) == 0) {
 		const char *h = at + 7;
 		pl = strlen(h);
-		if (pl < REGISTRY_MIN_PREFIX || pl > 64)
+		if (pl < r->min_prefix || pl > 64)
 			return errmsg_set(e, -EINVAL,
-					  "'%.100s': a hash prefix needs %d to 64 hex digits",
-					  spec, REGISTRY_MIN_PREFIX);
+					  "'%.100s': a hash prefix needs %u to 64 hex digits",
+					  spec, r->min_prefix);
 		for (size_t i = 0; i < pl; i++) {
 			if (!isxdigit((unsigned char) h[i]))
 				return errmsg_set(e, -EINVAL, "'%.100s': '%c' is not a hex digit",

@@ -186,5 +186,9 @@ int registry_fsck(const char *dir, bool repair,
  * refuses). */
 int registry_hold(struct registry *r);
 
+/* TEST ONLY: the shortest hash prefix this object accepts (REGISTRY_MIN_PREFIX otherwise), so
+ * that a test can reach an ambiguous prefix without 2^32 imports. */
+void registry_test_set_min_prefix(struct registry *r, unsigned digits);
+
 /* TEST ONLY: the crash switch (see the top). */
 void registry_crash_point(const char *step);
