@@ -2172,7 +2172,6 @@ static int follow_active(struct manager *m, const char *name, struct manager_err
 {
 	_cleanup_(registry_version_done) struct registry_version v = { 0 };
 	struct errmsg e = { { 0 } };
-	char old[HOT_KEY_SIZE] = "";
 	struct adapter_entry *a;
 	bool loaded;
 	int r;
@@ -2190,16 +2189,15 @@ static int follow_active(struct manager *m, const char *name, struct manager_err
 		return r;
 	pthread_mutex_lock(&m->lock);
 	a = adapter_find(m, name);
-	if (a && strcmp(a->hash, v.hash_hex) != 0) {
+	if (a && (strcmp(a->hash, v.hash_hex) != 0 || a->version != v.version)) {
 		flush_uses(m, a);
-		snprintf(old, sizeof(old), "%s", a->key);
 		r = entry_set_version(m, a, &v);
 	}
 	pthread_mutex_unlock(&m->lock);
 	if (r < 0)
 		return set_err(err, MANAGER_ERR_INTERNAL, r, "out of memory");
-	/* The old version stays registered while requests in flight use it. */
-	(void) old;
+	/* The old version stays registered (in the entry's keys) until unload: requests in
+	 * flight may still use it. */
 	(void) manager_routing_adapters_changed(m->routing);
 	return 0;
 }
