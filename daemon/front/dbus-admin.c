@@ -341,8 +341,12 @@ static void *job_thread(void *arg)
 	if (j->kind == JOB_IMPORT) {
 		j->r = manager_adapter_import(m, j->path, j->name, job_progress, j, &j->result_name,
 					      &j->err);
-		if (j->r >= 0 && j->load_after)
+		if (j->r >= 0 && j->load_after) {
 			j->load_r = manager_adapter_load(m, j->result_name, NULL, &j->load_err);
+			/* a new version of a loaded name: it serves the new version already */
+			if (j->load_r == -EEXIST)
+				j->load_r = 0;
+		}
 	} else
 		j->r = manager_adapter_load(m, j->name, NULL, &j->err);
 	if (j->progress_fd >= 0) {
