@@ -32,6 +32,7 @@
 #include "core/log.h"
 #include "egress/client.h"
 #include "engine/model.h"
+#include "engine/quant.h"
 #include "engine/vocab.h"
 #include "lora/adapter.h"
 #include "core/log.h"
@@ -2036,6 +2037,7 @@ static int list_one_version(const struct registry_version *v, void *ud)
 		.rank = v->rank,
 		.bytes = v->bytes,
 		.requests = v->uses,
+		.base_quant = quant_type_name(v->base_quant),
 	};
 
 	if (a) {
@@ -2226,6 +2228,7 @@ static int import_into_registry(struct manager *m, const char *path, const char 
 	if (!desc)
 		return set_err(err, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
 	imp.base_description = desc;
+	imp.base_quant = m->model->hp.n_layer ? m->model->layers[0].wq.type : 0;
 	r = registry_import(m->registry, la, &imp, ret, &e);
 	if (r < 0)
 		return set_err(err, r == -EINVAL ? MANAGER_ERR_INVALID_REQUEST : MANAGER_ERR_INTERNAL,

@@ -275,6 +275,7 @@ struct manager_adapter_info {
 	uint32_t running;           /* requests using it now (waiting or running) */
 	uint64_t bytes;             /* the blob's size */
 	const char *tier;           /* "hot" (resident in the pool) or "cold" (the blob on disk) */
+	const char *base_quant;     /* the base's weight type it was imported against ("q8_0") */
 };
 /* Calls fn for every adapter name in the registry (at its active version; loaded or not), in
  * name order, reading no blob. Under a lock: fn must not call into the manager. */

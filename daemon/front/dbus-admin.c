@@ -409,8 +409,9 @@ static void list_one(const struct manager_adapter_info *a, void *userdata)
 					  "path", "s", a->path ?: "", "base", "s", a->base ?: "",
 					  "requests", "t", a->requests, "running", "u", a->running);
 	if (r >= 0)
-		r = sd_bus_message_append(m, "{sv}{sv}{sv}", "version", "u", a->version, "bytes",
-					  "t", a->bytes, "tier", "s", a->tier ?: "cold");
+		r = sd_bus_message_append(m, "{sv}{sv}{sv}{sv}", "version", "u", a->version,
+					  "bytes", "t", a->bytes, "tier", "s", a->tier ?: "cold",
+					  "base_quant", "s", a->base_quant ?: "");
 	if (r >= 0)
 		r = sd_bus_message_open_container(m, 'e', "sv");
 	if (r >= 0)

@@ -199,10 +199,11 @@ static int hash_file(const char *path, bool sync, uint8_t hash[32], uint64_t *re
  *   0 u32 RECORD_VERSION   4 u32 parent   8 u64 created_ns   16 u64 bytes   24 u32 rank
  *   28 f32 scale   32 u32 targets   36 u32 dtype   40 u8[32] hash   72 u8[32] base fingerprint
  *   104 u32 flags (bit 0 pinned)   108 u64 uses   116 u64 last_use_ns
- *   124 strings: base, source, format, importer; u32 n_domains, domains; u32 n_exemplars,
+ *   124 u32 base_quant (the ggml type of the base's weights it was imported against)
+ *   128 strings: base, source, format, importer; u32 n_domains, domains; u32 n_exemplars,
  *       exemplars (each u32 length + bytes)
  */
-#define REC_FIXED    124
+#define REC_FIXED    128
 #define REC_FLAGS    104
 #define REC_USES     108
 #define REC_LAST_USE 116
@@ -262,6 +263,7 @@ static int record_encode(const struct registry_version *v, struct buf *b)
 	wr32(f + REC_FLAGS, v->pinned ? REC_PINNED : 0);
 	wr64(f + REC_USES, v->uses);
 	wr64(f + REC_LAST_USE, v->last_use_ns);
+	wr32(f + 124, v->base_quant);
 	buf_put(b, f, sizeof(f));
 	buf_str(b, v->base);
 	buf_str(b, v->source);
@@ -370,6 +372,7 @@ static int record_decode(const char *name, size_t name_len, uint32_t version, co
 	v->pinned = rd32(f + REC_FLAGS) & REC_PINNED;
 	v->uses = rd64(f + REC_USES);
 	v->last_use_ns = rd64(f + REC_LAST_USE);
+	v->base_quant = rd32(f + 124);
 	c = (struct cursor){ f + REC_FIXED, val->mv_size - REC_FIXED };
 	if ((r = cur_str(&c, &v->base)) < 0 || (r = cur_str(&c, &v->source)) < 0 ||
 	    (r = cur_str(&c, &v->format)) < 0 || (r = cur_str(&c, &v->importer)) < 0 ||
@@ -886,6 +889,7 @@ int registry_import(struct registry *r, const struct lora_adapter *a,
 	v.dtype = a->n_mats ? (a->mats[0].dtype == GGML_TYPE_F32 ? GGML_TYPE_F16 : a->mats[0].dtype)
 			    : 0;
 	memcpy(v.base_fingerprint, a->base_fingerprint, 32);
+	v.base_quant = imp->base_quant;
 	v.base = strdup(copy.base_description ? copy.base_description : "");
 	v.source = strdup(imp->source ? imp->source : "");
 	v.format = strdup(lora_format_name(lora_adapter_format(a)));

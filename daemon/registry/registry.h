@@ -15,7 +15,8 @@
  * domains, exemplars and provenance are records in LMDB:
  *   names     NAME → active version, last version number
  *   versions  NAME \0 u32be(N) → the version's record (hash, created, bytes, parent, rank,
- *             scale, targets, dtype, base fingerprint and description, pinned, uses, last use,
+ *             scale, targets, dtype, base fingerprint, quantisation and description, pinned,
+ *             uses, last use,
  *             provenance: source path, format, importer; domains; exemplars)
  *   hashes    HASH[32] NAME \0 u32be(N) → "" (who refers to a blob: GC, fsck, removal)
  *   meta      "schema" → 1; "drop/ENTRY" → what the drop folder held when it was imported
@@ -78,6 +79,7 @@ struct registry_version {
 	uint32_t targets;            /* mask: 1 << enum lora_target */
 	uint32_t dtype;              /* GGML_TYPE_F16 or _BF16: the weights' row type */
 	uint8_t base_fingerprint[SHA256_DIGEST_SIZE];
+	uint32_t base_quant;         /* the base's weight type (ggml) it was imported against */
 	uint64_t uses;               /* requests that used it (flushed by registry_add_uses) */
 	uint64_t last_use_ns;        /* CLOCK_REALTIME; 0: never */
 	char *base;                  /* base description */
@@ -116,6 +118,7 @@ bool registry_name_valid(const char *name);
 struct registry_import {
 	const char *name;
 	const char *base_description; /* the loaded base's (lora_base_describe) */
+	uint32_t base_quant;          /* the loaded base's weight type (its layers' Q weight) */
 	const char *source;           /* provenance */
 	const char *importer;
 	/* domains and exemplars: NULL → the adapter's own */
