@@ -2354,31 +2354,56 @@ int manager_adapter_load(struct manager *m, const char *name, const char *path,
 int manager_adapter_unload(struct manager *m, const char *name, struct manager_error *err)
 {
 	struct adapter_entry **p, *a = NULL;
-	char(*keys)[HOT_KEY_SIZE] = NULL;
-	size_t n_keys = 0;
+	bool unlinked = false;
+	size_t done = 0;
 	int r = 0;
 
 	assert_return(m && name, -EINVAL);
+	/* Out of the list first, so that no new request resolves the name while its versions
+	 * leave the scheduler. */
 	pthread_mutex_lock(&m->lock);
-	a = adapter_find(m, name);
-	if (a && a->running > 0)
-		r = -EBUSY;
-	else if (a && a->n_keys) {
-		keys = malloc(a->n_keys * sizeof(*keys));
-		if (keys) {
-			memcpy(keys, a->keys, a->n_keys * sizeof(*keys));
-			n_keys = a->n_keys;
+	for (p = &m->adapters; *p; p = &(*p)->next)
+		if (strcmp((*p)->name, name) == 0) {
+			a = *p;
+			if (a->running > 0)
+				r = -EBUSY;
+			else {
+				*p = a->next;
+				unlinked = true;
+			}
+			break;
 		}
-	}
 	pthread_mutex_unlock(&m->lock);
 	if (!a)
 		return set_err(err, MANAGER_ERR_MODEL_NOT_FOUND, -ENOENT,
 			       "adapter '%.80s' is not loaded", name);
 	/* Every version this name made computable leaves the scheduler (its pool pages go
-	 * back), unless another loaded name holds the same content. */
-	for (size_t i = 0; i < n_keys && r >= 0; i++)
-		r = hot_release(m, keys[i], a);
-	free(keys);
+	 * back), unless another loaded name holds the same content. -EBUSY: a request that
+	 * resolved it just before is still queued or running. */
+	while (unlinked && done < a->n_keys) {
+		r = hot_release(m, a->keys[done], NULL);
+		if (r < 0)
+			break;
+		done++;
+	}
+	if (r < 0 && unlinked) {
+		/* Back in the list with what is still registered, and with its active version
+		 * registered again if it went already. */
+		_cleanup_(registry_version_done) struct registry_version v = { 0 };
+		struct manager_error e2 = { 0 };
+		char spec[REGISTRY_NAME_MAX + 16];
+
+		memmove(a->keys, a->keys + done, (a->n_keys - done) * sizeof(*a->keys));
+		a->n_keys -= done;
+		snprintf(spec, sizeof(spec), "%s@%u", a->name, a->version);
+		if (!entry_has_key(a, a->key) && registry_resolve(m->registry, spec, &v, NULL) >= 0 &&
+		    hot_register(m, &v, &e2) >= 0)
+			(void) entry_add_key(a, a->key);
+		pthread_mutex_lock(&m->lock);
+		a->next = m->adapters;
+		m->adapters = a;
+		pthread_mutex_unlock(&m->lock);
+	}
 	if (r == -EBUSY)
 		return set_err(err, MANAGER_ERR_INVALID_REQUEST, r,
 			       "adapter '%s' is in use by running or waiting requests; retry when "
@@ -2387,17 +2412,10 @@ int manager_adapter_unload(struct manager *m, const char *name, struct manager_e
 	if (r < 0)
 		return set_err(err, MANAGER_ERR_INTERNAL, r, "unloading '%s': %s", name,
 			       strerror(-r));
-
 	pthread_mutex_lock(&m->lock);
-	for (p = &m->adapters; *p; p = &(*p)->next)
-		if (strcmp((*p)->name, name) == 0) {
-			a = *p;
-			*p = a->next;
-			flush_uses(m, a);
-			adapter_entry_free(a);
-			break;
-		}
+	flush_uses(m, a);
 	pthread_mutex_unlock(&m->lock);
+	adapter_entry_free(a);
 	(void) manager_routing_adapters_changed(m->routing);
 	return 0;
 }
