@@ -100,6 +100,21 @@ for step in remove-before-commit remove-after-commit remove-after-unlink; do
 	pass "crash at $step: $state state afterwards, fsck clean"
 done
 
+# ---- the drop folder: a changed file becomes a new version at the next start ----
+rm -rf "$T/state" && cp -a "$T/state.v1" "$T/state"
+cp "$ATTN" "$T/state/adapters/tale.gguf"
+write_config "[Adapters]" "Load=tale"
+mollyd_start
+n=$("${M[@]}" --json adapters history tale | python3 -c 'import json, sys; print(len(json.load(sys.stdin)))')
+[ "$n" = 2 ] || fail "the changed drop-folder file did not become version 2 ($n versions)"
+[ "$(answer tale)" != "$old" ] || fail "tale still answers with version 1 after the drop folder changed"
+mollyd_stop
+mollyd_start
+n=$("${M[@]}" --json adapters history tale | python3 -c 'import json, sys; print(len(json.load(sys.stdin)))')
+[ "$n" = 2 ] || fail "an unchanged drop-folder file was imported again ($n versions)"
+mollyd_stop
+pass "drop folder: a changed file becomes a new version at start, an unchanged one does not"
+
 # ---- unload gives the memory back ----
 "$MOLLY_BIN_DIR/molly-mkmodel" --preset 100m --layers 4 --ffn 1024 --type q8_0 \
 	--vocab "$MODEL" --out "$T/wide.gguf" >/dev/null || fail "molly-mkmodel"
