@@ -152,6 +152,28 @@ TEST(same_weights_same_hash_whatever_the_format_and_name)
 	ASSERT_EQ(v2.n_domains, 1); /* metadata goes to the record, not the blob */
 	ASSERT_STREQ(v2.domains[0], "stories");
 
+	/* A PEFT directory and a GGUF LoRA file of the same generated weights, too. */
+	for (int fi = 0; fi < 2; fi++) {
+		struct lora_gen_opts go = { .base = base, .rank = 4,
+					    .targets = 1u << LORA_TARGET_Q | 1u << LORA_TARGET_V,
+					    .seed = 7, .dtype = GGML_TYPE_F16,
+					    .format = fi ? LORA_FORMAT_GGUF : LORA_FORMAT_PEFT };
+		_cleanup_(lora_adapter_freep) struct lora_adapter *x = NULL;
+		static char peft_hash[SHA256_HEX_SIZE];
+		struct registry_version pv;
+
+		snprintf(path, sizeof(path), "%s/gen-%d%s", dir, fi, fi ? ".gguf" : "");
+		ASSERT_OK(lora_gen_write(path, &go, &e));
+		OPEN(x, path);
+		ASSERT_EQ(import(reg, x, fi ? "gen-gguf" : "gen-peft", &pv), 0);
+		ASSERT_STREQ(pv.format, fi ? "gguf" : "peft");
+		if (fi == 0)
+			snprintf(peft_hash, sizeof(peft_hash), "%s", pv.hash_hex);
+		else
+			ASSERT_STREQ(pv.hash_hex, peft_hash);
+		registry_version_done(&pv);
+	}
+
 	/* Importing the same content and metadata under the same name adds nothing. */
 	ASSERT_EQ(import(reg, g, "tale", &v3), 1);
 	ASSERT_EQ(v3.version, 1);
