@@ -55,6 +55,12 @@ static inline void closedirp_(DIR **d)
  * scheduler holds are keyed by content ("sha256:HEX"), never by name, so replacing what a
  * name means can never serve the old weights. */
 #define HOT_KEY_SIZE (7 + SHA256_HEX_SIZE) /* "sha256:" + hex + NUL */
+struct hot_ref {
+	char key[HOT_KEY_SIZE];
+	uint32_t version;
+	uint64_t uses, flushed; /* requests on this version; of them, added to its record */
+	uint64_t last_use_ns;   /* CLOCK_REALTIME */
+};
 struct adapter_entry {
 	struct adapter_entry *next;
 	char *name;
@@ -69,14 +75,12 @@ struct adapter_entry {
 	size_t n_exemplars;
 	uint32_t rank;
 	uint64_t bytes;        /* the blob's size */
-	uint64_t requests;
-	uint64_t requests_flushed; /* of requests, already added to the registry's statistics */
-	uint64_t last_use_ns;  /* CLOCK_REALTIME */
+	uint64_t requests;     /* the registry's count at load, plus this run's */
 	uint32_t running;
-	/* every scheduler key registered for this name: the active version's and those asked
-	 * for as NAME@N or NAME@sha256:... (released at unload) */
-	char (*keys)[HOT_KEY_SIZE];
-	size_t n_keys;
+	/* every version registered with the scheduler for this name: the active one and those
+	 * asked for as NAME@N or NAME@sha256:... (released at unload), with their uses */
+	struct hot_ref *refs;
+	size_t n_refs;
 };
 
 struct mtoken {
@@ -286,25 +290,32 @@ static struct adapter_entry *adapter_find_spec(struct manager *m, const char *sp
 	return NULL;
 }
 
-static bool entry_has_key(const struct adapter_entry *a, const char *key)
+static struct hot_ref *entry_ref(const struct adapter_entry *a, const char *key)
 {
-	for (size_t i = 0; i < a->n_keys; i++)
-		if (strcmp(a->keys[i], key) == 0)
-			return true;
-	return false;
+	for (size_t i = 0; i < a->n_refs; i++)
+		if (strcmp(a->refs[i].key, key) == 0)
+			return &a->refs[i];
+	return NULL;
 }
 
-static int entry_add_key(struct adapter_entry *a, const char *key)
+static bool entry_has_key(const struct adapter_entry *a, const char *key)
 {
-	char(*k)[HOT_KEY_SIZE];
+	return entry_ref(a, key) != NULL;
+}
+
+static int entry_add_key(struct adapter_entry *a, const char *key, uint32_t version)
+{
+	struct hot_ref *k;
 
 	if (entry_has_key(a, key))
 		return 0;
-	k = realloc(a->keys, (a->n_keys + 1) * sizeof(*k));
+	k = realloc(a->refs, (a->n_refs + 1) * sizeof(*k));
 	if (!k)
 		return -ENOMEM;
-	a->keys = k;
-	snprintf(a->keys[a->n_keys++], HOT_KEY_SIZE, "%s", key);
+	a->refs = k;
+	k = &a->refs[a->n_refs++];
+	*k = (struct hot_ref){ .version = version };
+	snprintf(k->key, sizeof(k->key), "%s", key);
 	return 0;
 }
 
@@ -334,7 +345,7 @@ static struct adapter_entry *adapter_entry_free(struct adapter_entry *a)
 		return NULL;
 	entry_clear_meta(a);
 	free(a->name);
-	free(a->keys);
+	free(a->refs);
 	free(a);
 	return NULL;
 }
@@ -381,7 +392,7 @@ static int entry_set_version(struct manager *m, struct adapter_entry *a,
 	if ((r = strv_copy(v->domains, v->n_domains, &a->domains, &a->n_domains)) < 0 ||
 	    (r = strv_copy(v->exemplars, v->n_exemplars, &a->exemplars, &a->n_exemplars)) < 0)
 		return r;
-	return entry_add_key(a, a->key);
+	return entry_add_key(a, a->key, a->version);
 }
 
 /* A name usable as a model id and a file name: [A-Za-z0-9._-], not starting with '.',
@@ -1126,7 +1137,7 @@ static int resolve_adapter(struct manager *m, const char *spec, const char *mode
 	hot_key(v.hash_hex, key);
 	pthread_mutex_lock(&m->lock);
 	a = adapter_find(m, name);
-	r = a ? entry_add_key(a, key) : -ENOENT;
+	r = a ? entry_add_key(a, key, v.version) : -ENOENT;
 	pthread_mutex_unlock(&m->lock);
 	if (r == -ENOENT) {
 		/* unloaded meanwhile: give the version back unless someone holds it */
@@ -1755,10 +1766,14 @@ static int submit_local(struct manager *m, const struct manager_request *r,
 	m->requests = q;
 	for (size_t i = 0; i < q->n_adapters; i++) {
 		struct adapter_entry *a = adapter_find(m, q->adapters[i]);
+		struct hot_ref *ref = a ? entry_ref(a, keys[i]) : NULL;
 		if (a) {
 			a->running++;
 			a->requests++;
-			a->last_use_ns = lmdb_realtime_ns();
+		}
+		if (ref) {
+			ref->uses++;
+			ref->last_use_ns = lmdb_realtime_ns();
 		}
 	}
 	pthread_mutex_unlock(&m->lock);
@@ -2162,11 +2177,13 @@ static int hot_release(struct manager *m, const char *key, const struct adapter_
 /* Adds a loaded entry's request count to the registry's statistics (m->lock held). */
 static void flush_uses(struct manager *m, struct adapter_entry *a)
 {
-	if (a->requests == a->requests_flushed)
-		return;
-	if (registry_add_uses(m->registry, a->name, a->version, a->requests - a->requests_flushed,
-			      a->last_use_ns) >= 0)
-		a->requests_flushed = a->requests;
+	for (size_t i = 0; i < a->n_refs; i++) {
+		struct hot_ref *k = &a->refs[i];
+		if (k->uses != k->flushed &&
+		    registry_add_uses(m->registry, a->name, k->version, k->uses - k->flushed,
+				      k->last_use_ns) >= 0)
+			k->flushed = k->uses;
+	}
 }
 
 /* After an import or rollback: a loaded name follows its new active version. */
@@ -2334,7 +2351,7 @@ int manager_adapter_load(struct manager *m, const char *name, const char *path,
 		adapter_entry_free(a);
 		return set_err(err, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
 	}
-	a->requests = a->requests_flushed = v.uses;
+	a->requests = v.uses;
 	pthread_mutex_lock(&m->lock);
 	if (adapter_find(m, name)) {
 		pthread_mutex_unlock(&m->lock);
@@ -2380,8 +2397,8 @@ int manager_adapter_unload(struct manager *m, const char *name, struct manager_e
 	/* Every version this name made computable leaves the scheduler (its pool pages go
 	 * back), unless another loaded name holds the same content. -EBUSY: a request that
 	 * resolved it just before is still queued or running. */
-	while (unlinked && done < a->n_keys) {
-		r = hot_release(m, a->keys[done], NULL);
+	while (unlinked && done < a->n_refs) {
+		r = hot_release(m, a->refs[done].key, NULL);
 		if (r < 0)
 			break;
 		done++;
@@ -2393,12 +2410,16 @@ int manager_adapter_unload(struct manager *m, const char *name, struct manager_e
 		struct manager_error e2 = { 0 };
 		char spec[REGISTRY_NAME_MAX + 16];
 
-		memmove(a->keys, a->keys + done, (a->n_keys - done) * sizeof(*a->keys));
-		a->n_keys -= done;
+		/* what was released is counted now; the rest stays with the entry */
+		pthread_mutex_lock(&m->lock);
+		flush_uses(m, a);
+		pthread_mutex_unlock(&m->lock);
+		memmove(a->refs, a->refs + done, (a->n_refs - done) * sizeof(*a->refs));
+		a->n_refs -= done;
 		snprintf(spec, sizeof(spec), "%s@%u", a->name, a->version);
 		if (!entry_has_key(a, a->key) && registry_resolve(m->registry, spec, &v, NULL) >= 0 &&
 		    hot_register(m, &v, &e2) >= 0)
-			(void) entry_add_key(a, a->key);
+			(void) entry_add_key(a, a->key, a->version);
 		pthread_mutex_lock(&m->lock);
 		a->next = m->adapters;
 		m->adapters = a;

@@ -650,6 +650,13 @@ static int hist_cb(const struct registry_version *v, void *ud)
 	return 0;
 }
 
+static int uses_by_version(const struct registry_version *v, void *ud)
+{
+	if (v->version < 3)
+		((uint64_t *) ud)[v->version] = v->uses;
+	return 0;
+}
+
 static int v1_hash(const struct registry_version *v, void *ud)
 {
 	if (v->version == 1)
@@ -751,6 +758,16 @@ TEST(replaced_adapter_never_serves_old_weights)
 	ASSERT_ERR(manager_adapter_remove(m, "y", &err), -ENOENT);
 	ASSERT_OK(manager_adapter_gc(m, &blobs, &bytes, &err));
 	ASSERT_EQ(blobs, 0);
+
+	/* statistics reach the registry at unload, per version: x@1 served "x" before the
+	 * import, "x@1", the hash prefix and "x" after the rollback; x@2 "x" and "x@2" */
+	{
+		uint64_t uses[3] = { 0 };
+		ASSERT_OK(manager_adapter_unload(m, "x", &err));
+		ASSERT_OK(manager_adapter_history(m, "x", uses_by_version, uses, &err));
+		ASSERT_EQ(uses[1], 4);
+		ASSERT_EQ(uses[2], 2);
+	}
 	return 0;
 }
 
