@@ -28,9 +28,11 @@
 #include "basic/sha256.h"
 #include "basic/time-util.h"
 #include "core/config.h"
+#include "core/lmdb-util.h"
 #include "core/log.h"
 #include "egress/client.h"
 #include "engine/model.h"
+#include "engine/quant.h"
 #include "engine/vocab.h"
 #include "lora/adapter.h"
 #include "core/log.h"
@@ -38,6 +40,7 @@
 #include "manager-judge.h"
 #include "manager-remote.h"
 #include "manager.h"
+#include "registry/registry.h"
 #include "sched/sched.h"
 
 #define DEFAULT_MAX_CONTEXT 8192
@@ -48,19 +51,36 @@ static inline void closedirp_(DIR **d)
 		(void) closedir(*d);
 }
 
+/* A loaded adapter name: usable in requests. Its versions live in the registry; the ones the
+ * scheduler holds are keyed by content ("sha256:HEX"), never by name, so replacing what a
+ * name means can never serve the old weights. */
+#define HOT_KEY_SIZE (7 + SHA256_HEX_SIZE) /* "sha256:" + hex + NUL */
+struct hot_ref {
+	char key[HOT_KEY_SIZE];
+	uint32_t version;
+	uint64_t uses, flushed; /* requests on this version; of them, added to its record */
+	uint64_t last_use_ns;   /* CLOCK_REALTIME */
+};
 struct adapter_entry {
 	struct adapter_entry *next;
 	char *name;
-	char *path;            /* where it was loaded from */
+	uint32_t version;      /* the name's active version (follows import and rollback) */
+	char key[HOT_KEY_SIZE]; /* the scheduler's key for that version */
 	char hash[SHA256_HEX_SIZE];
+	char *path;            /* the version's blob */
 	char *base;            /* base description */
 	char **domains;
 	size_t n_domains;
 	char **exemplars;      /* for the router's classifier */
 	size_t n_exemplars;
 	uint32_t rank;
-	uint64_t requests;
+	uint64_t bytes;        /* the blob's size */
+	uint64_t requests;     /* the registry's count at load, plus this run's */
 	uint32_t running;
+	/* every version registered with the scheduler for this name: the active one and those
+	 * asked for as NAME@N or NAME@sha256:... (released at unload), with their uses */
+	struct hot_ref *refs;
+	size_t n_refs;
 };
 
 struct mtoken {
@@ -121,7 +141,10 @@ struct manager {
 
 	struct mreq *requests;        /* in flight */
 	uint64_t next_id;
-	struct adapter_entry *adapters;
+	struct adapter_entry *adapters; /* loaded names */
+	/* The adapter library (registry/registry.h): every name and version; owned. */
+	struct registry *registry;
+	char *registry_tmp;           /* owned: a private registry's directory, removed at free */
 
 	uint64_t requests_total, requests_rejected, requests_finished, requests_failed;
 	uint64_t prompt_tokens, completion_tokens;
@@ -246,7 +269,7 @@ static void strv_free(char **v, size_t n)
 }
 
 
-/* ---- adapter registry (m->lock held) ---- */
+/* ---- loaded adapters (m->lock held) ---- */
 
 static struct adapter_entry *adapter_find(struct manager *m, const char *name)
 {
@@ -256,102 +279,154 @@ static struct adapter_entry *adapter_find(struct manager *m, const char *name)
 	return NULL;
 }
 
-static struct adapter_entry *adapter_entry_free(struct adapter_entry *a)
+/* Like adapter_find(), for the name part of a spec ("NAME", "NAME@2", "NAME@sha256:..."). */
+static struct adapter_entry *adapter_find_spec(struct manager *m, const char *spec)
 {
-	if (!a)
-		return NULL;
-	free(a->name);
+	size_t n = registry_spec_name_len(spec);
+
+	for (struct adapter_entry *a = m->adapters; a; a = a->next)
+		if (strlen(a->name) == n && memcmp(a->name, spec, n) == 0)
+			return a;
+	return NULL;
+}
+
+static struct hot_ref *entry_ref(const struct adapter_entry *a, const char *key)
+{
+	for (size_t i = 0; i < a->n_refs; i++)
+		if (strcmp(a->refs[i].key, key) == 0)
+			return &a->refs[i];
+	return NULL;
+}
+
+static bool entry_has_key(const struct adapter_entry *a, const char *key)
+{
+	return entry_ref(a, key) != NULL;
+}
+
+static int entry_add_key(struct adapter_entry *a, const char *key, uint32_t version)
+{
+	struct hot_ref *k;
+
+	if (entry_has_key(a, key))
+		return 0;
+	k = realloc(a->refs, (a->n_refs + 1) * sizeof(*k));
+	if (!k)
+		return -ENOMEM;
+	a->refs = k;
+	k = &a->refs[a->n_refs++];
+	*k = (struct hot_ref){ .version = version };
+	snprintf(k->key, sizeof(k->key), "%s", key);
+	return 0;
+}
+
+/* Whether a loaded name other than except holds key. */
+static bool key_held(struct manager *m, const char *key, const struct adapter_entry *except)
+{
+	for (struct adapter_entry *a = m->adapters; a; a = a->next)
+		if (a != except && entry_has_key(a, key))
+			return true;
+	return false;
+}
+
+static void entry_clear_meta(struct adapter_entry *a)
+{
 	free(a->path);
 	free(a->base);
 	strv_free(a->domains, a->n_domains);
 	strv_free(a->exemplars, a->n_exemplars);
+	a->path = a->base = NULL;
+	a->domains = a->exemplars = NULL;
+	a->n_domains = a->n_exemplars = 0;
+}
+
+static struct adapter_entry *adapter_entry_free(struct adapter_entry *a)
+{
+	if (!a)
+		return NULL;
+	entry_clear_meta(a);
+	free(a->name);
+	free(a->refs);
 	free(a);
 	return NULL;
 }
 
-static int adapter_entry_new(const struct lora_adapter *la, const char *path,
-			     struct adapter_entry **ret)
+static int strv_copy(char *const *src, size_t n, char ***ret, size_t *ret_n)
 {
-	struct adapter_entry *a = calloc(1, sizeof(*a));
-
-	if (!a)
+	*ret = NULL;
+	*ret_n = 0;
+	if (n == 0)
+		return 0;
+	*ret = calloc(n, sizeof(char *));
+	if (!*ret)
 		return -ENOMEM;
-	a->name = strdup(la->meta.name);
-	a->path = strdup(path);
-	a->base = strdup(la->base_description ? la->base_description : "");
-	a->rank = la->max_rank;
-	sha256_hex(la->content_hash, a->hash);
-	if (!a->name || !a->path || !a->base)
-		goto oom;
-	if (la->meta.n_domains > 0) {
-		a->domains = calloc(la->meta.n_domains, sizeof(char *));
-		if (!a->domains)
-			goto oom;
-		for (size_t i = 0; i < la->meta.n_domains; i++) {
-			a->domains[i] = strdup(la->meta.domains[i]);
-			if (!a->domains[i])
-				goto oom;
-			a->n_domains++;
-		}
-	}
-	if (la->meta.n_exemplars > 0) {
-		a->exemplars = calloc(la->meta.n_exemplars, sizeof(char *));
-		if (!a->exemplars)
-			goto oom;
-		for (size_t i = 0; i < la->meta.n_exemplars; i++) {
-			a->exemplars[i] = strdup(la->meta.exemplars[i]);
-			if (!a->exemplars[i])
-				goto oom;
-			a->n_exemplars++;
-		}
-	}
-	*ret = a;
+	for (size_t i = 0; i < n; i++, (*ret_n)++)
+		if (!((*ret)[i] = strdup(src[i])))
+			return -ENOMEM;
 	return 0;
-oom:
-	adapter_entry_free(a);
-	return -ENOMEM;
+}
+
+static void hot_key(const char *hash_hex, char key[HOT_KEY_SIZE])
+{
+	snprintf(key, HOT_KEY_SIZE, "sha256:%s", hash_hex);
+}
+
+/* Points an entry at version v (its active version): metadata, key; the key is added to the
+ * entry's keys. -ENOMEM leaves the entry without metadata but consistent. */
+static int entry_set_version(struct manager *m, struct adapter_entry *a,
+			     const struct registry_version *v)
+{
+	char path[4200];
+	int r;
+
+	entry_clear_meta(a);
+	a->version = v->version;
+	snprintf(a->hash, sizeof(a->hash), "%s", v->hash_hex);
+	hot_key(v->hash_hex, a->key);
+	a->rank = v->rank;
+	a->bytes = v->bytes;
+	registry_blob_path(m->registry, v->hash, path, sizeof(path));
+	a->path = strdup(path);
+	a->base = strdup(v->base ? v->base : "");
+	if (!a->path || !a->base)
+		return -ENOMEM;
+	if ((r = strv_copy(v->domains, v->n_domains, &a->domains, &a->n_domains)) < 0 ||
+	    (r = strv_copy(v->exemplars, v->n_exemplars, &a->exemplars, &a->n_exemplars)) < 0)
+		return r;
+	return entry_add_key(a, a->key, a->version);
 }
 
 /* A name usable as a model id and a file name: [A-Za-z0-9._-], not starting with '.',
- * at most 64 bytes, without ':' (which separates base and adapter). */
+ * at most 64 bytes, without ':' (which separates base and adapter) or '@' (a version). */
 static bool adapter_name_valid(const char *name)
 {
-	size_t n = strlen(name);
-
-	if (n == 0 || n > 64 || name[0] == '.' || name[0] == '-')
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		char c = name[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '.' || c == '_' || c == '-'))
-			return false;
-	}
-	return true;
+	return registry_name_valid(name);
 }
 
 /* The suffixes an adapter file in Directory= may have; a directory has none. */
 static const char *const adapter_suffixes[] = { ".molly", ".gguf" };
 
 /* The adapter's name for a directory entry: the entry without a known suffix. NULL if the
- * entry is not an adapter (hidden, temporary, unknown suffix on a regular file). */
-static char *adapter_name_of_entry(const char *dir, const char *entry)
+ * entry is not an adapter (hidden, temporary, unknown suffix on a regular file). st gets the
+ * entry's (for a PEFT directory: its weights file's) status. */
+static char *adapter_name_of_entry(const char *dir, const char *entry, struct stat *st)
 {
 	_cleanup_free_ char *p = NULL;
-	struct stat st;
 
 	if (entry[0] == '.')
 		return NULL;
 	if (asprintf(&p, "%s/%s", dir, entry) < 0)
 		return NULL;
-	if (stat(p, &st) < 0)
+	if (stat(p, st) < 0)
 		return NULL;
-	if (S_ISDIR(st.st_mode)) {
-		_cleanup_free_ char *cfg = NULL;
+	if (S_ISDIR(st->st_mode)) {
+		_cleanup_free_ char *cfg = NULL, *w = NULL;
 		if (asprintf(&cfg, "%s/adapter_config.json", p) < 0 || access(cfg, F_OK) < 0)
+			return NULL;
+		if (asprintf(&w, "%s/adapter_model.safetensors", p) < 0 || stat(w, st) < 0)
 			return NULL;
 		return adapter_name_valid(entry) ? strdup(entry) : NULL;
 	}
-	if (!S_ISREG(st.st_mode))
+	if (!S_ISREG(st->st_mode))
 		return NULL;
 	for (size_t i = 0; i < ELEMENTSOF(adapter_suffixes); i++) {
 		size_t n = strlen(entry), k = strlen(adapter_suffixes[i]);
@@ -367,25 +442,6 @@ static char *adapter_name_of_entry(const char *dir, const char *entry)
 	return NULL;
 }
 
-/* Finds NAME in dir: "dir/NAME" (a PEFT directory) or "dir/NAME.<suffix>". */
-static int adapter_find_in_dir(const char *dir, const char *name, char **ret_path)
-{
-	_cleanup_(closedirp_) DIR *d = NULL;
-	struct dirent *de;
-
-	if (!dir)
-		return -ENOENT;
-	d = opendir(dir);
-	if (!d)
-		return -errno;
-	while ((de = readdir(d))) {
-		_cleanup_free_ char *n = adapter_name_of_entry(dir, de->d_name);
-		if (n && strcmp(n, name) == 0)
-			return asprintf(ret_path, "%s/%s", dir, de->d_name) < 0 ? -ENOMEM : 0;
-	}
-	return -ENOENT;
-}
-
 /* ---- lifetime ---- */
 
 static uint32_t pick_max_context(const struct config *c, const struct model *mdl)
@@ -398,6 +454,11 @@ static uint32_t pick_max_context(const struct config *c, const struct model *mdl
 }
 
 static int routing_new(struct manager *m, const struct config *c, struct errmsg *e);
+static int registry_setup(struct manager *m, const struct config *c, struct errmsg *e);
+static void registry_teardown(struct manager *m);
+static int hot_register(struct manager *m, const struct registry_version *v,
+			struct manager_error *err);
+static int hot_release(struct manager *m, const char *key, const struct adapter_entry *except);
 
 int manager_new(struct config *config, struct manager **ret, struct errmsg *e)
 {
@@ -517,6 +578,9 @@ int manager_new_with_egress(struct config *config, struct egress_client *egress,
 		return errmsg_set(e, r, "the policy judge: %s", strerror(-r));
 	manager_judge_configure(m->judge, config);
 
+	r = registry_setup(m, config, e);
+	if (r < 0)
+		return errmsg_prefix(e, r, "the adapter registry");
 	for (size_t i = 0; i < config->n_adapter_load; i++) {
 		struct manager_error err = { 0 };
 		r = manager_adapter_load(m, config->adapter_load[i], NULL, &err);
@@ -549,6 +613,7 @@ struct manager *manager_free(struct manager *m)
 	m->audit = manager_audit_free(m->audit);
 	m->policy = policy_free(m->policy);
 	pthread_rwlock_destroy(&m->policy_lock);
+	registry_teardown(m);
 	while (m->adapters) {
 		struct adapter_entry *a = m->adapters;
 		m->adapters = a->next;
@@ -664,6 +729,10 @@ int manager_reload(struct manager *m, struct config *c, struct errmsg *e)
 		"[Engine]");
 	CHANGED(old->bus != c->bus, "[DBus] Bus=");
 	CHANGED(!streq_null(old->user, c->user), "[Daemon] User=");
+	CHANGED(old->registry_map_bytes != c->registry_map_bytes ||
+			!streq_null(old->state_directory, c->state_directory),
+		"[Adapters] RegistryMapBytes=, [Paths] StateDirectory=");
+	registry_set_keep_versions(m->registry, c->keep_versions);
 	/* Everything else (members, adapters, admin group, HTTP limits, timeouts) applies now. */
 	m->config = config_ref(c);
 	pthread_mutex_unlock(&m->lock);
@@ -717,8 +786,16 @@ bool manager_caller_may_use(struct manager *m, const struct manager_caller *call
 	const struct config_member *mem;
 	bool ok;
 
+	char plain[256];
+
 	if (!caller || !caller->member)
 		return true;
+	/* Scopes name adapters, not versions: "tale@2" is within a scope that allows "tale". */
+	if (model && strchr(model, '@') && strlen(model) < sizeof(plain)) {
+		snprintf(plain, sizeof(plain), "%s", model);
+		*strchr(plain, '@') = 0;
+		model = plain;
+	}
 	pthread_mutex_lock(&m->lock);
 	mem = config_find_member(m->config, caller->member);
 	/* A member that a reload removed has no scopes left. */
@@ -1019,19 +1096,79 @@ oom:
 	(void) sched_cancel(m->sched, sev->id);
 }
 
-/* Resolves r->model and r->loras into scheduler loras (names point into r or the manager's
- * strings) and the model id. */
+/* One adapter spec of a request ("NAME", "NAME@N", "NAME@sha256:PREFIX") of a loaded name:
+ * the scheduler key of that version into key (registered on demand), the name into name. */
+static int resolve_adapter(struct manager *m, const char *spec, const char *model,
+			   char key[HOT_KEY_SIZE], char name[REGISTRY_NAME_MAX + 1],
+			   struct manager_error *err)
+{
+	_cleanup_(registry_version_done) struct registry_version v = { 0 };
+	size_t nl = registry_spec_name_len(spec);
+	struct adapter_entry *a;
+	struct errmsg e = { { 0 } };
+	int r;
+
+	pthread_mutex_lock(&m->lock);
+	a = adapter_find_spec(m, spec);
+	if (a) {
+		snprintf(name, REGISTRY_NAME_MAX + 1, "%s", a->name);
+		snprintf(key, HOT_KEY_SIZE, "%s", a->key);
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (!a)
+		return set_err(err, MANAGER_ERR_MODEL_NOT_FOUND, -ENOENT,
+			       "The model `%s` does not exist: no adapter `%.*s` is loaded "
+			       "(see `molly adapters list`)",
+			       model, (int) MIN(nl, 80), spec);
+	if (!spec[nl])
+		return 0; /* the active version */
+
+	r = registry_resolve(m->registry, spec, &v, &e);
+	if (r == -ENOENT)
+		return set_err(err, MANAGER_ERR_MODEL_NOT_FOUND, r, "The model `%s` does not exist: %s",
+			       model, e.text);
+	if (r < 0)
+		return set_err(err, r == -EINVAL || r == -ENOTUNIQ ? MANAGER_ERR_INVALID_REQUEST
+								   : MANAGER_ERR_INTERNAL,
+			       r, "%s", e.text);
+	r = hot_register(m, &v, err);
+	if (r < 0)
+		return r;
+	hot_key(v.hash_hex, key);
+	pthread_mutex_lock(&m->lock);
+	a = adapter_find(m, name);
+	r = a ? entry_add_key(a, key, v.version) : -ENOENT;
+	pthread_mutex_unlock(&m->lock);
+	if (r == -ENOENT) {
+		/* unloaded meanwhile: give the version back unless someone holds it */
+		(void) hot_release(m, key, NULL);
+		return set_err(err, MANAGER_ERR_MODEL_NOT_FOUND, r,
+			       "The model `%s` does not exist: adapter `%s` was unloaded", model,
+			       name);
+	}
+	if (r < 0)
+		return set_err(err, MANAGER_ERR_INTERNAL, r, "out of memory");
+	return 0;
+}
+
+/* Resolves r->model and r->loras into scheduler loras (names point into keys: the content
+ * keys of the versions asked for), the adapters' names (for their counters) and the model
+ * id. */
 static int resolve_model(struct manager *m, const struct manager_request *r,
 			 const struct manager_caller *caller, struct sched_lora *loras,
+			 char (*keys)[HOT_KEY_SIZE], char (*names)[REGISTRY_NAME_MAX + 1],
 			 size_t *n_loras, char **ret_model, struct manager_error *err)
 {
 	const char *model = r->model && r->model[0] ? r->model : NULL;
 	const char *adapter = NULL;
 	size_t n = 0;
+	int k;
 
 	if (model && strcmp(model, m->model_name) != 0) {
-		const char *colon = strchr(model, ':');
+		const char *colon = strchr(model, ':'), *at = strchr(model, '@');
 
+		if (colon && at && at < colon)
+			colon = NULL; /* "NAME@sha256:HEX": no base part */
 		if (colon) {
 			size_t bl = (size_t) (colon - model);
 			/* The adapter part of "base:adapter" must be on this base. */
@@ -1053,43 +1190,31 @@ static int resolve_model(struct manager *m, const struct manager_request *r,
 			       "too many adapters in lora: %zu (at most %d)", r->n_loras,
 			       MANAGER_MAX_LORAS);
 
-	pthread_mutex_lock(&m->lock);
 	if (adapter) {
-		if (!adapter_find(m, adapter)) {
-			pthread_mutex_unlock(&m->lock);
-			return set_err(err, MANAGER_ERR_MODEL_NOT_FOUND, -ENOENT,
-				       "The model `%s` does not exist: no adapter `%s` is loaded "
-				       "(see `molly adapters list`)",
-				       model, adapter);
-		}
-		loras[n++] = (struct sched_lora){ .name = adapter, .scale = 1.0f };
+		k = resolve_adapter(m, adapter, model, keys[n], names[n], err);
+		if (k < 0)
+			return k;
+		loras[n] = (struct sched_lora){ .name = keys[n], .scale = 1.0f };
+		n++;
 	}
 	for (size_t i = 0; i < r->n_loras; i++) {
 		const struct manager_lora *l = &r->loras[i];
 
-		if (!l->name || !l->name[0] || !isfinite(l->scale) || fabsf(l->scale) > 100.0f) {
-			pthread_mutex_unlock(&m->lock);
+		if (!l->name || !l->name[0] || !isfinite(l->scale) || fabsf(l->scale) > 100.0f)
 			return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
 				       "lora[%zu]: needs a name and a finite scale in [-100, 100]",
 				       i);
-		}
-		if (!adapter_find(m, l->name)) {
-			pthread_mutex_unlock(&m->lock);
-			return set_err(err, MANAGER_ERR_MODEL_NOT_FOUND, -ENOENT,
-				       "The model `%s` does not exist: no adapter `%s` is loaded "
-				       "(see `molly adapters list`)",
-				       l->name, l->name);
-		}
-		for (size_t k = 0; k < n; k++)
-			if (strcmp(loras[k].name, l->name) == 0) {
-				pthread_mutex_unlock(&m->lock);
+		k = resolve_adapter(m, l->name, l->name, keys[n], names[n], err);
+		if (k < 0)
+			return k;
+		for (size_t j = 0; j < n; j++)
+			if (strcmp(keys[j], keys[n]) == 0)
 				return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
 					       "adapter `%s` is named twice in the request",
 					       l->name);
-			}
-		loras[n++] = (struct sched_lora){ .name = l->name, .scale = l->scale };
+		loras[n] = (struct sched_lora){ .name = keys[n], .scale = l->scale };
+		n++;
 	}
-	pthread_mutex_unlock(&m->lock);
 
 	/* Scopes: the model as named, and every extra adapter. */
 	if (!manager_caller_may_use(m, caller, model))
@@ -1536,6 +1661,8 @@ static int submit_local(struct manager *m, const struct manager_request *r,
 			struct manager_error *err, int k, bool leg, bool routed_here)
 {
 	struct sched_lora loras[MANAGER_MAX_LORAS + 1];
+	char keys[MANAGER_MAX_LORAS + 1][HOT_KEY_SIZE];
+	char names[MANAGER_MAX_LORAS + 1][REGISTRY_NAME_MAX + 1];
 	size_t n_loras = 0;
 	_cleanup_free_ int32_t *ids = NULL;
 	_cleanup_free_ char *model = NULL;
@@ -1547,7 +1674,7 @@ static int submit_local(struct manager *m, const struct manager_request *r,
 	bool cancel;
 
 	if (k >= 0)
-		k = resolve_model(m, r, caller, loras, &n_loras, &model, err);
+		k = resolve_model(m, r, caller, loras, keys, names, &n_loras, &model, err);
 	if (k >= 0)
 		k = tokenize_request(m, r, &ids, &n_ids, err);
 	if (k >= 0 && n_ids >= m->max_context)
@@ -1602,7 +1729,7 @@ static int submit_local(struct manager *m, const struct manager_request *r,
 		if (!q->adapters)
 			goto oom;
 		for (size_t i = 0; i < n_loras; i++) {
-			q->adapters[i] = strdup(loras[i].name);
+			q->adapters[i] = strdup(names[i]);
 			if (!q->adapters[i])
 				goto oom;
 			q->n_adapters++;
@@ -1639,9 +1766,14 @@ static int submit_local(struct manager *m, const struct manager_request *r,
 	m->requests = q;
 	for (size_t i = 0; i < q->n_adapters; i++) {
 		struct adapter_entry *a = adapter_find(m, q->adapters[i]);
+		struct hot_ref *ref = a ? entry_ref(a, keys[i]) : NULL;
 		if (a) {
 			a->running++;
 			a->requests++;
+		}
+		if (ref) {
+			ref->uses++;
+			ref->last_use_ns = lmdb_realtime_ns();
 		}
 	}
 	pthread_mutex_unlock(&m->lock);
@@ -1734,7 +1866,17 @@ static void hook_prefetch(void *userdata, const char *adapter)
 {
 	struct manager *m = userdata;
 
-	(void) sched_prefetch_adapter(m->sched, adapter);
+	char key[HOT_KEY_SIZE] = "";
+	struct adapter_entry *a;
+
+	/* the router names adapters; the scheduler knows contents */
+	pthread_mutex_lock(&m->lock);
+	a = adapter_find_spec(m, adapter);
+	if (a)
+		snprintf(key, sizeof(key), "%s", a->key);
+	pthread_mutex_unlock(&m->lock);
+	if (key[0])
+		(void) sched_prefetch_adapter(m->sched, key);
 }
 
 static void hook_foreach_adapter(void *userdata,
@@ -1858,7 +2000,7 @@ void manager_get_stats(struct manager *m, struct manager_stats *ret)
 }
 
 struct sched_snapshot {
-	char name[72];
+	char key[HOT_KEY_SIZE];
 	bool resident, pinned;
 };
 
@@ -1879,10 +2021,66 @@ static void snapshot_one(const struct sched_adapter_info *info, void *userdata)
 		l->v = v;
 		l->cap = cap;
 	}
-	snprintf(l->v[l->n].name, sizeof(l->v[l->n].name), "%s", info->name);
+	snprintf(l->v[l->n].key, sizeof(l->v[l->n].key), "%s", info->name);
 	l->v[l->n].resident = info->resident;
 	l->v[l->n].pinned = info->pinned;
 	l->n++;
+}
+
+struct list_walk {
+	struct manager *m;
+	const struct snapshot_list *snap;
+	void (*fn)(const struct manager_adapter_info *a, void *userdata);
+	void *userdata;
+};
+
+static int list_one_version(const struct registry_version *v, void *ud)
+{
+	struct list_walk *w = ud;
+	struct adapter_entry *a = adapter_find(w->m, v->name);
+	char path[4200], key[HOT_KEY_SIZE];
+	struct manager_adapter_info info = {
+		.name = v->name,
+		.version = v->version,
+		.content_hash = v->hash_hex,
+		.path = registry_blob_path(w->m->registry, v->hash, path, sizeof(path)),
+		.base = v->base,
+		.domains = (const char *const *) v->domains,
+		.n_domains = v->n_domains,
+		.exemplars = (const char *const *) v->exemplars,
+		.n_exemplars = v->n_exemplars,
+		.rank = v->rank,
+		.bytes = v->bytes,
+		.requests = v->uses,
+		.base_quant = quant_type_name(v->base_quant),
+	};
+
+	if (a) {
+		/* A loaded name shows what it serves now (its entry follows the active version). */
+		info.loaded = true;
+		info.version = a->version;
+		info.content_hash = a->hash;
+		info.path = a->path;
+		info.base = a->base;
+		info.domains = (const char *const *) a->domains;
+		info.n_domains = a->n_domains;
+		info.exemplars = (const char *const *) a->exemplars;
+		info.n_exemplars = a->n_exemplars;
+		info.rank = a->rank;
+		info.bytes = a->bytes;
+		info.requests = a->requests;
+		info.running = a->running;
+	}
+	hot_key(info.content_hash, key);
+	for (size_t i = 0; i < w->snap->n; i++)
+		if (strcmp(w->snap->v[i].key, key) == 0) {
+			info.resident = w->snap->v[i].resident;
+			info.pinned = w->snap->v[i].pinned;
+		}
+	info.pinned = info.pinned || v->pinned;
+	info.tier = info.resident ? "hot" : "cold";
+	w->fn(&info, w->userdata);
+	return 0;
 }
 
 void manager_foreach_adapter(struct manager *m,
@@ -1890,70 +2088,220 @@ void manager_foreach_adapter(struct manager *m,
 			     void *userdata)
 {
 	struct snapshot_list snap = { 0 };
-	_cleanup_(closedirp_) DIR *d = NULL;
-	_cleanup_free_ char *dir = NULL;
+	struct list_walk w = { .m = m, .snap = &snap, .fn = fn, .userdata = userdata };
 
 	/* The scheduler's view first, without our lock (see the top of this file). */
 	sched_foreach_adapter(m->sched, snapshot_one, &snap);
 
+	/* Every name in the registry, in name order, at its active version (a read transaction:
+	 * no blob is read). */
 	pthread_mutex_lock(&m->lock);
-	if (m->config->adapter_directory)
-		dir = strdup(m->config->adapter_directory);
-	for (struct adapter_entry *a = m->adapters; a; a = a->next) {
-		struct manager_adapter_info info = {
-			.name = a->name,
-			.content_hash = a->hash,
-			.path = a->path,
-			.base = a->base,
-			.domains = (const char *const *) a->domains,
-			.n_domains = a->n_domains,
-			.exemplars = (const char *const *) a->exemplars,
-			.n_exemplars = a->n_exemplars,
-			.rank = a->rank,
-			.loaded = true,
-			.requests = a->requests,
-			.running = a->running,
-		};
-		for (size_t i = 0; i < snap.n; i++)
-			if (strcmp(snap.v[i].name, a->name) == 0) {
-				info.resident = snap.v[i].resident;
-				info.pinned = snap.v[i].pinned;
-			}
-		fn(&info, userdata);
-	}
-	/* Then what is in Directory= but not loaded. */
-	d = dir ? opendir(dir) : NULL;
-	if (d) {
-		struct dirent *de;
-		while ((de = readdir(d))) {
-			_cleanup_free_ char *name = adapter_name_of_entry(dir, de->d_name);
-			_cleanup_free_ char *path = NULL;
-			struct manager_adapter_info info = { .content_hash = "" , .base = "" };
-
-			if (!name || adapter_find(m, name))
-				continue;
-			if (asprintf(&path, "%s/%s", dir, de->d_name) < 0)
-				continue;
-			info.name = name;
-			info.path = path;
-			fn(&info, userdata);
-		}
-	}
+	(void) registry_list(m->registry, list_one_version, &w);
 	pthread_mutex_unlock(&m->lock);
 	free(snap.v);
 }
 
 /* ---- adapter administration ---- */
 
+static int registry_err(struct manager_error *err, int r, const struct errmsg *e)
+{
+	enum manager_err kind = MANAGER_ERR_INTERNAL;
+
+	switch (r) {
+	case -ENOENT:
+		kind = MANAGER_ERR_MODEL_NOT_FOUND;
+		break;
+	case -EINVAL:
+	case -ENOTUNIQ:
+	case -EEXIST:
+	case -EXDEV:
+	case -EBUSY:
+	case -EBADMSG:
+		kind = MANAGER_ERR_INVALID_REQUEST;
+		break;
+	}
+	return set_err(err, kind, r, "%s", e->text[0] ? e->text : strerror(-r));
+}
+
+/* Makes version v computable: its blob opened (checked against the base) and registered
+ * with the scheduler under its content key, unless some loaded name holds it already. */
+static int hot_register(struct manager *m, const struct registry_version *v,
+			struct manager_error *err)
+{
+	_cleanup_(lora_adapter_freep) struct lora_adapter *la = NULL;
+	char key[HOT_KEY_SIZE], path[4200];
+	struct lora_open_opts opts = { .base = m->model, .name = key };
+	struct errmsg e = { { 0 } };
+	bool have;
+	int r;
+
+	hot_key(v->hash_hex, key);
+	pthread_mutex_lock(&m->lock);
+	have = key_held(m, key, NULL);
+	pthread_mutex_unlock(&m->lock);
+	if (have)
+		return 0;
+	registry_blob_path(m->registry, v->hash, path, sizeof(path));
+	r = lora_adapter_open(path, &opts, &la, NULL, &e);
+	if (r < 0)
+		return set_err(err, MANAGER_ERR_INTERNAL, r, "%s@%u: blob %s: %s", v->name,
+			       v->version, path, e.text);
+	r = lora_adapter_check_base(la, m->model, &e);
+	if (r < 0)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, r, "%s", e.text);
+	r = sched_add_adapter(m->sched, la, &e);
+	if (r == -EEXIST)
+		return 0; /* registered meanwhile by another name of the same content */
+	if (r < 0)
+		return set_err(err, MANAGER_ERR_INTERNAL, r, "%s", e.text);
+	TAKE_PTR(la); /* the scheduler owns it now */
+	return 0;
+}
+
+/* Drops a content key from the scheduler unless a loaded name still holds it. -EBUSY while
+ * requests use it. */
+static int hot_release(struct manager *m, const char *key, const struct adapter_entry *except)
+{
+	bool held;
+	int r;
+
+	pthread_mutex_lock(&m->lock);
+	held = key_held(m, key, except);
+	pthread_mutex_unlock(&m->lock);
+	if (held)
+		return 0;
+	r = sched_remove_adapter(m->sched, key);
+	return r == -ENOENT ? 0 : r;
+}
+
+/* Adds a loaded entry's request count to the registry's statistics (m->lock held). */
+static void flush_uses(struct manager *m, struct adapter_entry *a)
+{
+	for (size_t i = 0; i < a->n_refs; i++) {
+		struct hot_ref *k = &a->refs[i];
+		if (k->uses != k->flushed &&
+		    registry_add_uses(m->registry, a->name, k->version, k->uses - k->flushed,
+				      k->last_use_ns) >= 0)
+			k->flushed = k->uses;
+	}
+}
+
+/* After an import or rollback: a loaded name follows its new active version. */
+static int follow_active(struct manager *m, const char *name, struct manager_error *err)
+{
+	_cleanup_(registry_version_done) struct registry_version v = { 0 };
+	struct errmsg e = { { 0 } };
+	struct adapter_entry *a;
+	bool loaded;
+	int r;
+
+	pthread_mutex_lock(&m->lock);
+	loaded = adapter_find(m, name) != NULL;
+	pthread_mutex_unlock(&m->lock);
+	if (!loaded)
+		return 0;
+	r = registry_resolve(m->registry, name, &v, &e);
+	if (r < 0)
+		return registry_err(err, r, &e);
+	r = hot_register(m, &v, err);
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&m->lock);
+	a = adapter_find(m, name);
+	if (a && (strcmp(a->hash, v.hash_hex) != 0 || a->version != v.version)) {
+		flush_uses(m, a);
+		r = entry_set_version(m, a, &v);
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (r < 0)
+		return set_err(err, MANAGER_ERR_INTERNAL, r, "out of memory");
+	/* The old version stays registered (in the entry's keys) until unload: requests in
+	 * flight may still use it. */
+	(void) manager_routing_adapters_changed(m->routing);
+	return 0;
+}
+
+/* Imports an adapter from path into the registry under name (the caller checked both). */
+static int import_into_registry(struct manager *m, const char *path, const char *name,
+				const char *importer, struct registry_version *ret,
+				struct manager_error *err)
+{
+	_cleanup_(lora_adapter_freep) struct lora_adapter *la = NULL;
+	_cleanup_free_ char *desc = NULL;
+	struct lora_open_opts opts = { .base = m->model, .name = name };
+	struct registry_import imp = { .name = name, .source = path, .importer = importer };
+	struct errmsg e = { { 0 } };
+	int r;
+
+	r = lora_adapter_open(path, &opts, &la, NULL, &e);
+	if (r < 0)
+		return set_err(err, r == -ENOENT ? MANAGER_ERR_MODEL_NOT_FOUND
+						 : MANAGER_ERR_INVALID_REQUEST,
+			       r, "%s", e.text);
+	r = lora_adapter_check_base(la, m->model, &e);
+	if (r < 0)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, r, "%s", e.text);
+	desc = lora_base_describe(m->model);
+	if (!desc)
+		return set_err(err, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
+	imp.base_description = desc;
+	imp.base_quant = m->model->hp.n_layer ? m->model->layers[0].wq.type : 0;
+	r = registry_import(m->registry, la, &imp, ret, &e);
+	if (r < 0)
+		return set_err(err, r == -EINVAL ? MANAGER_ERR_INVALID_REQUEST : MANAGER_ERR_INTERNAL,
+			       r, "importing %s as '%s': %s", path, name, e.text);
+	return r;
+}
+
+/* The drop folder ([Adapters] Directory=): what is new or changed since it was last seen
+ * becomes a version of its name (on first start: version 1). Failures are logged, never
+ * fatal: a broken file in the folder must not stop the daemon. */
+static void drop_folder_sync(struct manager *m, const char *only_name)
+{
+	_cleanup_(closedirp_) DIR *d = NULL;
+	struct dirent *de;
+	const char *dir = m->config->adapter_directory;
+
+	if (!dir || !(d = opendir(dir)))
+		return;
+	while ((de = readdir(d))) {
+		struct stat st;
+		_cleanup_free_ char *name = adapter_name_of_entry(dir, de->d_name, &st);
+		_cleanup_free_ char *path = NULL, *note = NULL;
+		struct manager_error err = { 0 };
+		uint64_t seen[2], now[2];
+		int r;
+
+		if (!name || (only_name && strcmp(name, only_name) != 0))
+			continue;
+		if (strcmp(name, m->model_name) == 0)
+			continue;
+		now[0] = (uint64_t) st.st_size;
+		now[1] = (uint64_t) st.st_mtim.tv_sec * 1000000000ull + (uint64_t) st.st_mtim.tv_nsec;
+		if (asprintf(&note, "drop/%s", de->d_name) < 0 ||
+		    asprintf(&path, "%s/%s", dir, de->d_name) < 0)
+			return;
+		if (registry_note_get(m->registry, note, seen, sizeof(seen)) == 0 &&
+		    memcmp(seen, now, sizeof(seen)) == 0)
+			continue;
+		r = import_into_registry(m, path, name, "drop folder", NULL, &err);
+		if (r < 0) {
+			log_warning("adapter %s in the drop folder: %s", path, err.message);
+			continue;
+		}
+		log_info("adapter %s: %s into the registry as '%s'", path,
+			 r == 1 ? "already" : "imported", name);
+		(void) registry_note_put(m->registry, note, now, sizeof(now));
+		(void) follow_active(m, name, &err);
+	}
+}
+
 int manager_adapter_load(struct manager *m, const char *name, const char *path,
 			 struct manager_error *err)
 {
-	_cleanup_(lora_adapter_freep) struct lora_adapter *la = NULL;
-	_cleanup_free_ char *found = NULL;
+	_cleanup_(registry_version_done) struct registry_version v = { 0 };
 	struct adapter_entry *a = NULL;
-	struct lora_open_opts opts = { .base = m->model, .name = name };
 	struct errmsg e = { { 0 } };
-	_cleanup_free_ char *dir = NULL;
 	bool exists;
 	int r;
 
@@ -1970,53 +2318,47 @@ int manager_adapter_load(struct manager *m, const char *name, const char *path,
 
 	pthread_mutex_lock(&m->lock);
 	exists = adapter_find(m, name) != NULL;
-	if (m->config->adapter_directory)
-		dir = strdup(m->config->adapter_directory);
 	pthread_mutex_unlock(&m->lock);
 	if (exists)
 		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EEXIST,
 			       "adapter '%s' is already loaded", name);
 
-	if (!path) {
-		r = adapter_find_in_dir(dir, name, &found);
+	if (path) {
+		/* vLLM's load_lora_adapter: the file becomes a version of name first. */
+		r = import_into_registry(m, path, name, "load", NULL, err);
 		if (r < 0)
-			return set_err(
-				err, MANAGER_ERR_MODEL_NOT_FOUND, -ENOENT,
-				"no adapter '%s' in %s (import it with `molly adapters import "
-				"PATH`)",
-				name, dir ? dir : "the adapter directory ([Adapters] Directory=)");
-		path = found;
+			return r;
 	}
+	r = registry_resolve(m->registry, name, &v, &e);
+	if (r == -ENOENT) {
+		/* dropped into Directory= while running */
+		drop_folder_sync(m, name);
+		r = registry_resolve(m->registry, name, &v, &e);
+	}
+	if (r == -ENOENT)
+		return set_err(err, MANAGER_ERR_MODEL_NOT_FOUND, -ENOENT,
+			       "no adapter '%s' in the registry (import it with `molly adapters "
+			       "import PATH`)",
+			       name);
+	if (r < 0)
+		return registry_err(err, r, &e);
+	r = hot_register(m, &v, err);
+	if (r < 0)
+		return r;
 
-	r = lora_adapter_open(path, &opts, &la, NULL, &e);
-	if (r < 0)
-		return set_err(err, r == -ENOENT ? MANAGER_ERR_MODEL_NOT_FOUND
-						 : MANAGER_ERR_INVALID_REQUEST,
-			       r, "%s", e.text);
-	r = lora_adapter_check_base(la, m->model, &e);
-	if (r < 0)
-		return set_err(err, MANAGER_ERR_INVALID_REQUEST, r, "%s", e.text);
-	r = adapter_entry_new(la, path, &a);
-	if (r < 0)
-		return set_err(err, MANAGER_ERR_INTERNAL, r, "out of memory");
-	/* The registry name is the one asked for, whatever the file's metadata says. */
-	free(a->name);
-	a->name = strdup(name);
-	if (!a->name) {
+	a = calloc(1, sizeof(*a));
+	if (!a || !(a->name = strdup(name)) || entry_set_version(m, a, &v) < 0) {
 		adapter_entry_free(a);
 		return set_err(err, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
 	}
-
-	r = sched_add_adapter(m->sched, la, &e);
-	if (r < 0) {
-		adapter_entry_free(a);
-		return set_err(err,
-			       r == -EEXIST ? MANAGER_ERR_INVALID_REQUEST : MANAGER_ERR_INTERNAL, r,
-			       "%s", e.text);
-	}
-	TAKE_PTR(la); /* the scheduler owns it now */
-
+	a->requests = v.uses;
 	pthread_mutex_lock(&m->lock);
+	if (adapter_find(m, name)) {
+		pthread_mutex_unlock(&m->lock);
+		adapter_entry_free(a);
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EEXIST,
+			       "adapter '%s' is already loaded", name);
+	}
 	a->next = m->adapters;
 	m->adapters = a;
 	pthread_mutex_unlock(&m->lock);
@@ -2029,45 +2371,96 @@ int manager_adapter_load(struct manager *m, const char *name, const char *path,
 int manager_adapter_unload(struct manager *m, const char *name, struct manager_error *err)
 {
 	struct adapter_entry **p, *a = NULL;
-	int r;
+	bool unlinked = false;
+	size_t done = 0;
+	int r = 0;
 
 	assert_return(m && name, -EINVAL);
+	/* Out of the list first, so that no new request resolves the name while its versions
+	 * leave the scheduler. */
 	pthread_mutex_lock(&m->lock);
-	a = adapter_find(m, name);
+	for (p = &m->adapters; *p; p = &(*p)->next)
+		if (strcmp((*p)->name, name) == 0) {
+			a = *p;
+			if (a->running > 0)
+				r = -EBUSY;
+			else {
+				*p = a->next;
+				unlinked = true;
+			}
+			break;
+		}
 	pthread_mutex_unlock(&m->lock);
 	if (!a)
 		return set_err(err, MANAGER_ERR_MODEL_NOT_FOUND, -ENOENT,
 			       "adapter '%.80s' is not loaded", name);
+	/* Every version this name made computable leaves the scheduler (its pool pages go
+	 * back), unless another loaded name holds the same content. -EBUSY: a request that
+	 * resolved it just before is still queued or running. */
+	while (unlinked && done < a->n_refs) {
+		r = hot_release(m, a->refs[done].key, NULL);
+		if (r < 0)
+			break;
+		done++;
+	}
+	if (r < 0 && unlinked) {
+		/* Back in the list with what is still registered, and with its active version
+		 * registered again if it went already. */
+		_cleanup_(registry_version_done) struct registry_version v = { 0 };
+		struct manager_error e2 = { 0 };
+		char spec[REGISTRY_NAME_MAX + 16];
 
-	r = sched_remove_adapter(m->sched, name);
+		/* what was released is counted now; the rest stays with the entry */
+		pthread_mutex_lock(&m->lock);
+		flush_uses(m, a);
+		pthread_mutex_unlock(&m->lock);
+		memmove(a->refs, a->refs + done, (a->n_refs - done) * sizeof(*a->refs));
+		a->n_refs -= done;
+		snprintf(spec, sizeof(spec), "%s@%u", a->name, a->version);
+		if (!entry_has_key(a, a->key) && registry_resolve(m->registry, spec, &v, NULL) >= 0 &&
+		    hot_register(m, &v, &e2) >= 0)
+			(void) entry_add_key(a, a->key, a->version);
+		pthread_mutex_lock(&m->lock);
+		a->next = m->adapters;
+		m->adapters = a;
+		pthread_mutex_unlock(&m->lock);
+	}
 	if (r == -EBUSY)
 		return set_err(err, MANAGER_ERR_INVALID_REQUEST, r,
 			       "adapter '%s' is in use by running or waiting requests; retry when "
 			       "they are done",
 			       name);
-	if (r < 0 && r != -ENOENT)
+	if (r < 0)
 		return set_err(err, MANAGER_ERR_INTERNAL, r, "unloading '%s': %s", name,
 			       strerror(-r));
-
 	pthread_mutex_lock(&m->lock);
-	for (p = &m->adapters; *p; p = &(*p)->next)
-		if (strcmp((*p)->name, name) == 0) {
-			a = *p;
-			*p = a->next;
-			adapter_entry_free(a);
-			break;
-		}
+	flush_uses(m, a);
 	pthread_mutex_unlock(&m->lock);
+	adapter_entry_free(a);
 	(void) manager_routing_adapters_changed(m->routing);
 	return 0;
 }
 
 int manager_adapter_pin(struct manager *m, const char *name, bool pin, struct manager_error *err)
 {
+	struct adapter_entry *a;
+	char key[HOT_KEY_SIZE] = "";
+	struct errmsg e = { { 0 } };
+	uint32_t version = 0;
 	int r;
 
 	assert_return(m && name, -EINVAL);
-	r = sched_pin_adapter(m->sched, name, pin);
+	pthread_mutex_lock(&m->lock);
+	a = adapter_find(m, name);
+	if (a) {
+		snprintf(key, sizeof(key), "%s", a->key);
+		version = a->version;
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (!a)
+		return set_err(err, MANAGER_ERR_MODEL_NOT_FOUND, -ENOENT,
+			       "adapter '%.80s' is not loaded (load it first)", name);
+	r = sched_pin_adapter(m->sched, key, pin);
 	if (r == -ENOENT)
 		return set_err(err, MANAGER_ERR_MODEL_NOT_FOUND, r,
 			       "adapter '%.80s' is not loaded (load it first)", name);
@@ -2075,56 +2468,134 @@ int manager_adapter_pin(struct manager *m, const char *name, bool pin, struct ma
 		return set_err(err,
 			       r == -ENOSPC ? MANAGER_ERR_INVALID_REQUEST : MANAGER_ERR_INTERNAL, r,
 			       "%s '%s': %s", pin ? "pinning" : "unpinning", name, strerror(-r));
+	/* A pinned version is also kept by garbage collection. */
+	r = registry_set_pinned(m->registry, name, version, pin, &e);
+	if (r < 0)
+		return registry_err(err, r, &e);
 	return 0;
 }
 
-/* ---- import ---- */
+/* ---- import and the registry's own operations ---- */
 
-struct copy_progress {
-	void (*fn)(uint64_t done, uint64_t total, void *userdata);
-	void *userdata;
-	uint64_t done, total;
-};
-
-static int copy_file(const char *from, const char *to, struct copy_progress *pr)
+int manager_adapter_import(struct manager *m, const char *path, const char *name,
+			   void (*progress)(uint64_t done, uint64_t total, void *userdata),
+			   void *userdata, char **ret_name, struct manager_error *err)
 {
-	_cleanup_close_ int in = -EBADF, out = -EBADF;
-	char buf[1 << 16];
+	_cleanup_(registry_version_done) struct registry_version v = { 0 };
+	_cleanup_free_ char *nm = NULL;
+	struct stat st;
+	int r;
 
-	in = open(from, O_RDONLY | O_CLOEXEC);
-	if (in < 0)
-		return -errno;
-	out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	if (out < 0)
-		return -errno;
-	for (;;) {
-		ssize_t n = read(in, buf, sizeof(buf));
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
+	assert_return(m && path && ret_name, -EINVAL);
+	if (path[0] != '/')
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+			       "'%.200s': give an absolute path (the daemon does not share your "
+			       "working directory)",
+			       path);
+	if (stat(path, &st) < 0)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -errno, "%.200s: %s", path,
+			       strerror(errno));
+	if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+			       "%.200s is neither a file nor a PEFT directory", path);
+	if (name)
+		nm = strdup(name);
+	else {
+		/* The source's own name: the file or directory name without a known suffix. */
+		const char *slash = strrchr(path, '/');
+		size_t n;
+		nm = strdup(slash && slash[1] ? slash + 1 : path);
+		if (nm && (n = strlen(nm)) > 1 && nm[n - 1] == '/')
+			nm[n - 1] = 0;
+		for (size_t i = 0; nm && i < ELEMENTSOF(adapter_suffixes); i++) {
+			size_t k = strlen(adapter_suffixes[i]);
+			n = strlen(nm);
+			if (n > k && strcmp(nm + n - k, adapter_suffixes[i]) == 0)
+				nm[n - k] = 0;
 		}
-		if (n == 0)
-			break;
-		for (ssize_t off = 0; off < n;) {
-			ssize_t w = write(out, buf + off, (size_t) (n - off));
-			if (w < 0) {
-				if (errno == EINTR)
-					continue;
-				return -errno;
-			}
-			off += w;
-		}
-		pr->done += (uint64_t) n;
-		if (pr->fn)
-			pr->fn(pr->done, pr->total, pr->userdata);
 	}
-	if (fsync(out) < 0)
-		return -errno;
+	if (!nm)
+		return set_err(err, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
+	if (!adapter_name_valid(nm) || strcmp(nm, m->model_name) == 0)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+			       "'%.80s' is not a usable adapter name (letters, digits, '.', '_', "
+			       "'-', at most 64, not the base's name); pass name= to choose one",
+			       nm);
+	if (progress)
+		progress(0, (uint64_t) st.st_size, userdata);
+	r = import_into_registry(m, path, nm, "import", &v, err);
+	if (r < 0)
+		return r;
+	if (progress)
+		progress((uint64_t) st.st_size, (uint64_t) st.st_size, userdata);
+	/* A loaded name serves its new version from now on. */
+	r = follow_active(m, nm, err);
+	if (r < 0)
+		return r;
+	*ret_name = TAKE_PTR(nm);
 	return 0;
 }
 
-static void rm_rf_one_level(const char *path)
+int manager_adapter_history(struct manager *m, const char *name,
+			    int (*fn)(const struct registry_version *v, void *ud), void *ud,
+			    struct manager_error *err)
+{
+	int r = registry_history(m->registry, name, fn, ud);
+
+	if (r == -ENOENT)
+		return set_err(err, MANAGER_ERR_MODEL_NOT_FOUND, r,
+			       "no adapter '%.80s' in the registry", name);
+	if (r < 0)
+		return set_err(err, MANAGER_ERR_INTERNAL, r, "history of '%.80s': %s", name,
+			       strerror(-r));
+	return 0;
+}
+
+int manager_adapter_rollback(struct manager *m, const char *name, uint32_t version,
+			     struct manager_error *err)
+{
+	struct errmsg e = { { 0 } };
+	int r = registry_rollback(m->registry, name, version, &e);
+
+	if (r < 0)
+		return registry_err(err, r, &e);
+	return follow_active(m, name, err);
+}
+
+int manager_adapter_remove(struct manager *m, const char *name, struct manager_error *err)
+{
+	struct errmsg e = { { 0 } };
+	bool loaded;
+	int r;
+
+	pthread_mutex_lock(&m->lock);
+	loaded = adapter_find(m, name) != NULL;
+	pthread_mutex_unlock(&m->lock);
+	if (loaded) {
+		r = manager_adapter_unload(m, name, err);
+		if (r < 0)
+			return r;
+	}
+	r = registry_remove(m->registry, name, &e);
+	if (r < 0)
+		return registry_err(err, r, &e);
+	return 0;
+}
+
+int manager_adapter_gc(struct manager *m, uint32_t *ret_blobs, uint64_t *ret_bytes,
+		       struct manager_error *err)
+{
+	struct errmsg e = { { 0 } };
+	int r = registry_gc(m->registry, ret_blobs, ret_bytes, &e);
+
+	if (r < 0)
+		return registry_err(err, r, &e);
+	return 0;
+}
+
+/* ---- the registry at start and stop ---- */
+
+static void remove_tree(const char *path)
 {
 	_cleanup_(closedirp_) DIR *d = opendir(path);
 	struct dirent *de;
@@ -2138,128 +2609,61 @@ static void rm_rf_one_level(const char *path)
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
 		if (asprintf(&p, "%s/%s", path, de->d_name) >= 0)
-			(void) unlink(p);
+			remove_tree(p);
 	}
 	(void) rmdir(path);
 }
 
-int manager_adapter_import(struct manager *m, const char *path, const char *name,
-			   void (*progress)(uint64_t done, uint64_t total, void *userdata),
-			   void *userdata, char **ret_name, struct manager_error *err)
+/* <StateDirectory>/registry; without a state directory (tests, tools), a private one that
+ * goes away with the manager. */
+static int registry_setup(struct manager *m, const struct config *c, struct errmsg *e)
 {
-	_cleanup_(lora_adapter_freep) struct lora_adapter *la = NULL;
-	_cleanup_free_ char *dir = NULL, *final = NULL, *tmp = NULL, *nm = NULL;
-	_cleanup_free_ char *existing = NULL;
-	struct lora_open_opts opts = { .base = m->model, .name = name };
-	struct copy_progress pr = { .fn = progress, .userdata = userdata };
-	struct errmsg e = { { 0 } };
-	const char *suffix = "";
-	struct stat st;
+	struct registry_params p = { .map_bytes = c->registry_map_bytes,
+				     .keep_versions = c->keep_versions };
+	_cleanup_free_ char *dir = NULL;
 	int r;
 
-	assert_return(m && path && ret_name, -EINVAL);
-
-	pthread_mutex_lock(&m->lock);
-	if (m->config->adapter_directory)
-		dir = strdup(m->config->adapter_directory);
-	pthread_mutex_unlock(&m->lock);
-	if (!dir)
-		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -ENOTDIR,
-			       "no adapter directory: set [Adapters] Directory=");
-	if (path[0] != '/')
-		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
-			       "'%.200s': give an absolute path (the daemon does not share your "
-			       "working directory)",
-			       path);
-	if (stat(path, &st) < 0)
-		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -errno, "%.200s: %s", path,
-			       strerror(errno));
-
-	/* Open it first: a file that does not load, or is for another base, is not copied. */
-	r = lora_adapter_open(path, &opts, &la, NULL, &e);
+	if (c->state_directory) {
+		if (asprintf(&dir, "%s/registry", c->state_directory) < 0)
+			return -ENOMEM;
+		if (mkdir(c->state_directory, 0755) < 0 && errno != EEXIST)
+			return errmsg_set(e, -errno, "creating %s: %m", c->state_directory);
+	} else {
+		const char *t = getenv("TMPDIR");
+		if (asprintf(&m->registry_tmp, "%s/molly-registry.XXXXXX", t && t[0] ? t : "/tmp") < 0)
+			return -ENOMEM;
+		if (!mkdtemp(m->registry_tmp)) {
+			r = -errno;
+			free(m->registry_tmp);
+			m->registry_tmp = NULL;
+			return errmsg_set(e, r, "a private adapter registry: %s", strerror(-r));
+		}
+		dir = strdup(m->registry_tmp);
+		if (!dir)
+			return -ENOMEM;
+	}
+	p.dir = dir;
+	r = registry_open(&p, &m->registry, e);
 	if (r < 0)
-		return set_err(err, MANAGER_ERR_INVALID_REQUEST, r, "%s", e.text);
-	r = lora_adapter_check_base(la, m->model, &e);
+		return r;
+	/* `molly adapters fsck --repair` refuses while we hold it */
+	r = registry_hold(m->registry);
 	if (r < 0)
-		return set_err(err, MANAGER_ERR_INVALID_REQUEST, r, "%s", e.text);
-	nm = strdup(name ? name : la->meta.name);
-	if (!nm)
-		return set_err(err, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
-	if (!name) {
-		/* A file's own name keeps its suffix in meta.name only if the reader kept it. */
-		for (size_t i = 0; i < ELEMENTSOF(adapter_suffixes); i++) {
-			size_t n = strlen(nm), k = strlen(adapter_suffixes[i]);
-			if (n > k && strcmp(nm + n - k, adapter_suffixes[i]) == 0)
-				nm[n - k] = 0;
-		}
-	}
-	if (!adapter_name_valid(nm) || strcmp(nm, m->model_name) == 0)
-		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
-			       "'%.80s' is not a usable adapter name (letters, digits, '.', '_', "
-			       "'-', at most 64, not the base's name); pass name= to choose one",
-			       nm);
-	if (adapter_find_in_dir(dir, nm, &existing) >= 0)
-		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EEXIST,
-			       "an adapter named '%s' exists already (%s); pass another name", nm,
-			       existing);
-
-	if (S_ISREG(st.st_mode)) {
-		const char *dot = strrchr(path, '.');
-		suffix = dot && strcmp(dot, ".gguf") == 0 ? ".gguf" : ".molly";
-		pr.total = (uint64_t) st.st_size;
-	} else if (S_ISDIR(st.st_mode)) {
-		const char *files[] = { "adapter_config.json", "adapter_model.safetensors" };
-		for (size_t i = 0; i < ELEMENTSOF(files); i++) {
-			_cleanup_free_ char *p = NULL;
-			struct stat fs;
-			if (asprintf(&p, "%s/%s", path, files[i]) < 0)
-				return set_err(err, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
-			if (stat(p, &fs) < 0)
-				return set_err(err, MANAGER_ERR_INVALID_REQUEST, -errno, "%s: %s",
-					       p, strerror(errno));
-			pr.total += (uint64_t) fs.st_size;
-		}
-	} else
-		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
-			       "%.200s is neither a file nor a PEFT directory", path);
-
-	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-		return set_err(err, MANAGER_ERR_INTERNAL, -errno, "creating %s: %s", dir,
-			       strerror(errno));
-	if (asprintf(&final, "%s/%s%s", dir, nm, suffix) < 0 ||
-	    asprintf(&tmp, "%s/.%s%s.tmp", dir, nm, suffix) < 0)
-		return set_err(err, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
-
-	/* Copy under a hidden temporary name, then rename: a crash leaves no half adapter that
-	 * List or Load would pick up. */
-	rm_rf_one_level(tmp);
-	if (S_ISREG(st.st_mode))
-		r = copy_file(path, tmp, &pr);
-	else {
-		const char *files[] = { "adapter_config.json", "adapter_model.safetensors" };
-		r = mkdir(tmp, 0755) < 0 ? -errno : 0;
-		for (size_t i = 0; r >= 0 && i < ELEMENTSOF(files); i++) {
-			_cleanup_free_ char *src = NULL, *dst = NULL;
-			if (asprintf(&src, "%s/%s", path, files[i]) < 0 ||
-			    asprintf(&dst, "%s/%s", tmp, files[i]) < 0)
-				r = -ENOMEM;
-			else
-				r = copy_file(src, dst, &pr);
-		}
-	}
-	if (r < 0) {
-		rm_rf_one_level(tmp);
-		return set_err(err, MANAGER_ERR_INTERNAL, r, "copying %s into %s: %s", path, dir,
-			       strerror(-r));
-	}
-	if (rename(tmp, final) < 0) {
-		r = -errno;
-		rm_rf_one_level(tmp);
-		return set_err(err, MANAGER_ERR_INTERNAL, r, "renaming into %s: %s", final,
-			       strerror(-r));
-	}
-	*ret_name = TAKE_PTR(nm);
+		return errmsg_set(e, r, "locking the registry in %s: %s", dir, strerror(-r));
+	drop_folder_sync(m, NULL);
 	return 0;
+}
+
+static void registry_teardown(struct manager *m)
+{
+	for (struct adapter_entry *a = m->adapters; a && m->registry; a = a->next)
+		flush_uses(m, a);
+	m->registry = registry_close(m->registry);
+	if (m->registry_tmp) {
+		remove_tree(m->registry_tmp);
+		free(m->registry_tmp);
+		m->registry_tmp = NULL;
+	}
 }
 
 /* ---- egress (egress/client.h) ---- */

@@ -259,8 +259,9 @@ void manager_get_stats(struct manager *m, struct manager_stats *ret);
 
 struct manager_adapter_info {
 	const char *name;
-	const char *content_hash;   /* 64 hex digits */
-	const char *path;           /* the file or directory it was loaded from */
+	uint32_t version;           /* the version a request naming NAME gets (the active one) */
+	const char *content_hash;   /* 64 hex digits: SHA-256 of the version's blob (its identity) */
+	const char *path;           /* the version's blob in the registry */
 	const char *base;           /* the base it was made for (description) */
 	const char *const *domains;
 	size_t n_domains;
@@ -270,11 +271,14 @@ struct manager_adapter_info {
 	bool loaded;                /* registered with the scheduler (usable in requests) */
 	bool resident;              /* weights in the pool */
 	bool pinned;
-	uint64_t requests;          /* requests that used it since load */
+	uint64_t requests;          /* requests that used it (the registry's count, plus this run's) */
 	uint32_t running;           /* requests using it now (waiting or running) */
+	uint64_t bytes;             /* the blob's size */
+	const char *tier;           /* "hot" (resident in the pool) or "cold" (the blob on disk) */
+	const char *base_quant;     /* the base's weight type it was imported against ("q8_0") */
 };
-/* Calls fn for every adapter the daemon knows: loaded ones and, not loaded, the files in
- * [Adapters] Directory=. Under a lock: fn must not call into the manager. */
+/* Calls fn for every adapter name in the registry (at its active version; loaded or not), in
+ * name order, reading no blob. Under a lock: fn must not call into the manager. */
 void manager_foreach_adapter(struct manager *m,
 			     void (*fn)(const struct manager_adapter_info *a, void *userdata),
 			     void *userdata);
@@ -282,22 +286,42 @@ void manager_foreach_adapter(struct manager *m,
 /* ---- adapters (administrative: fronts check the caller first) ---- */
 
 /*
- * Copies the adapter at path (a PEFT directory, a GGUF LoRA file or a Molly adapter file)
- * into [Adapters] Directory= as NAME (default: the source's name) after checking that it opens
- * and fits the base; does not load it. progress (may be NULL) is called with bytes copied so
- * far and the total, from the calling thread. *ret_name is malloc'd.
- * Errors: -EEXIST (name taken), -EXDEV (other base), -EINVAL (bad name or file)...
+ * Imports the adapter at path (a PEFT directory, a GGUF LoRA file or a Molly adapter file) into
+ * the registry (registry/registry.h) as a new version of NAME (default: the source's name),
+ * after checking that it opens and fits the base, and makes it the active version; a loaded
+ * NAME serves the new version from then on (content the name's active version has already:
+ * nothing changes). progress (may be NULL) is called with bytes done and the total, from the
+ * calling thread. *ret_name is malloc'd.
+ * Errors: -EXDEV (other base), -EINVAL (bad name or file), -ENOSPC (registry or disk full)...
  */
 int manager_adapter_import(struct manager *m, const char *path, const char *name,
 			   void (*progress)(uint64_t done, uint64_t total, void *userdata),
 			   void *userdata, char **ret_name, struct manager_error *err);
-/* Loads NAME from the Directory= (or path, when not NULL: vLLM's load_lora_adapter) into the
- * scheduler. -EEXIST when loaded already, -ENOENT when not found. */
+/* Loads NAME (its active version) from the registry, so that requests may name it (NAME,
+ * NAME@N, NAME@sha256:PREFIX). path (vLLM's load_lora_adapter) is imported as a version of NAME
+ * first. A name not in the registry but in [Adapters] Directory= (the drop folder) is imported
+ * from there. -EEXIST when loaded already, -ENOENT when not found. */
 int manager_adapter_load(struct manager *m, const char *name, const char *path,
 			 struct manager_error *err);
-/* -EBUSY while requests use it; -ENOENT when not loaded. */
+/* -EBUSY while requests use it; -ENOENT when not loaded. Every version the name made
+ * computable leaves the scheduler (unless another loaded name has the same content). */
 int manager_adapter_unload(struct manager *m, const char *name, struct manager_error *err);
+/* Pins the loaded name's active version in the pool, and keeps it from garbage collection. */
 int manager_adapter_pin(struct manager *m, const char *name, bool pin, struct manager_error *err);
+
+/* The registry's versions of name, oldest first (fn gets a borrowed record). */
+struct registry_version;
+int manager_adapter_history(struct manager *m, const char *name,
+			    int (*fn)(const struct registry_version *v, void *ud), void *ud,
+			    struct manager_error *err);
+/* Makes version the active one (a loaded name follows). */
+int manager_adapter_rollback(struct manager *m, const char *name, uint32_t version,
+			     struct manager_error *err);
+/* Unloads name (when loaded) and removes every version of it and their blobs. */
+int manager_adapter_remove(struct manager *m, const char *name, struct manager_error *err);
+/* Prunes versions beyond [Adapters] KeepVersions= and removes unreferenced blobs. */
+int manager_adapter_gc(struct manager *m, uint32_t *ret_blobs, uint64_t *ret_bytes,
+		       struct manager_error *err);
 
 /* ---- policy and audit ---- */
 

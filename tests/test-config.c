@@ -465,7 +465,7 @@ TEST(example_and_docs_cover_every_key)
 		"AllowNonLoopback=", "MaxBodyBytes=", "Bus=", "StreamBufferBytes=",
 		"StateDirectory=", "RuntimeDirectory=", "User=", "AdminGroup=", "StopTimeoutSec=",
 		"LogLevel=", "KeyHash=", "UIDs=", "Models=", "Admin=", "Judge=", "JudgeBand=",
-		"JudgeTimeoutMs=",
+		"JudgeTimeoutMs=", "KeepVersions=", "RegistryMapBytes=",
 	};
 
 	ASSERT_TRUE(example != NULL);

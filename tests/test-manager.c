@@ -11,6 +11,7 @@
 #include "core/config.h"
 #include "manager.h"
 #include "manager-judge.h"
+#include "registry/registry.h"
 #include "test.h"
 
 #define MODEL MOLLY_SHARED_DIR "/models/stories260K.gguf"
@@ -523,6 +524,8 @@ struct list_state {
 	bool tale_loaded;
 	bool copy_listed;
 	uint32_t rank;
+	uint32_t version, copy_version;
+	char tier[8];
 	char hash[65];
 };
 
@@ -534,10 +537,14 @@ static void list_cb(const struct manager_adapter_info *a, void *userdata)
 	if (strcmp(a->name, "tale") == 0) {
 		s->tale_loaded = a->loaded;
 		s->rank = a->rank;
+		s->version = a->version;
+		snprintf(s->tier, sizeof(s->tier), "%s", a->tier);
 		snprintf(s->hash, sizeof(s->hash), "%s", a->content_hash);
 	}
-	if (strcmp(a->name, "copy") == 0 && !a->loaded)
+	if (strcmp(a->name, "copy") == 0 && !a->loaded) {
 		s->copy_listed = true;
+		s->copy_version = a->version;
+	}
 }
 
 static void progress_cb(uint64_t done, uint64_t total, void *userdata)
@@ -568,7 +575,10 @@ TEST(adapters)
 	ASSERT_OK(manager_adapter_import(m, LORA, "copy", progress_cb, &last, &name, &err));
 	ASSERT_STREQ(name, "copy");
 	ASSERT_TRUE(last != UINT64_MAX && last > 0);
-	ASSERT_ERR(manager_adapter_import(m, LORA, "copy", NULL, NULL, &name, &err), -EEXIST);
+	/* the same content again under the same name: no new version, no error */
+	free(name);
+	name = NULL;
+	ASSERT_OK(manager_adapter_import(m, LORA, "copy", NULL, NULL, &name, &err));
 	ASSERT_ERR(manager_adapter_import(m, "relative.gguf", NULL, NULL, NULL, &name, &err),
 		   -EINVAL);
 	ASSERT_TRUE(manager_adapter_import(m, MODEL, "notalora", NULL, NULL, &name, &err) < 0);
@@ -586,6 +596,10 @@ TEST(adapters)
 	ASSERT_TRUE(ls.copy_listed);
 	ASSERT_EQ(ls.rank, 8);
 	ASSERT_EQ(strlen(ls.hash), 64);
+
+	ASSERT_EQ(ls.version, 1);
+	ASSERT_EQ(ls.copy_version, 1);
+	ASSERT_STREQ(ls.tier, "cold");
 
 	manager_request_init(&r);
 	r.prompt = "Once upon a time";
@@ -616,6 +630,144 @@ TEST(adapters)
 	m = manager_free(m);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	ASSERT_EQ(system(cmd), 0);
+	return 0;
+}
+
+#define ATTN MOLLY_SHARED_DIR "/models/stories260K-lora-attn-r8.gguf"
+
+struct hist_state {
+	int n;
+	uint32_t active;
+};
+
+static int hist_cb(const struct registry_version *v, void *ud)
+{
+	struct hist_state *h = ud;
+
+	h->n++;
+	if (v->active)
+		h->active = v->version;
+	return 0;
+}
+
+static int uses_by_version(const struct registry_version *v, void *ud)
+{
+	if (v->version < 3)
+		((uint64_t *) ud)[v->version] = v->uses;
+	return 0;
+}
+
+static int v1_hash(const struct registry_version *v, void *ud)
+{
+	if (v->version == 1)
+		snprintf(ud, 65, "%s", v->hash_hex);
+	return 0;
+}
+
+static int text_of(struct manager *m, const char *model, char *out, size_t size)
+{
+	struct manager_request r;
+	struct collect c;
+	int k;
+
+	manager_request_init(&r);
+	r.prompt = "Once upon a time";
+	r.max_tokens = 16;
+	r.temperature = 0;
+	r.model = model;
+	collect_init(&c);
+	k = run(m, &r, NULL, &c, NULL);
+	if (k < 0)
+		return k;
+	if (c.final != MANAGER_EVENT_DONE)
+		return -EIO;
+	snprintf(out, size, "%s", c.text);
+	return 0;
+}
+
+/* Issue 16: the scheduler keys adapters by content, so replacing what a name means (a new
+ * version, a rollback) can never serve the old weights, even while the old ones are resident
+ * and pinned; NAME@N and NAME@sha256:PREFIX reach the older versions. */
+TEST(replaced_adapter_never_serves_old_weights)
+{
+	_cleanup_(manager_freep) struct manager *m = NULL;
+	char all[8192], attn[8192], got[8192], spec[128];
+	_cleanup_free_ char *name = NULL;
+	struct manager_error err;
+	struct list_state ls = { 0 };
+	struct hist_state h = { 0 };
+	struct manager_request r;
+	uint32_t blobs;
+	uint64_t bytes;
+
+	NEW_MANAGER(m, NULL);
+	ASSERT_OK(manager_adapter_import(m, LORA, "x", NULL, NULL, &name, &err));
+	free(name);
+	name = NULL;
+	ASSERT_OK(manager_adapter_import(m, ATTN, "y", NULL, NULL, &name, &err));
+	ASSERT_OK(manager_adapter_load(m, "x", NULL, &err));
+	ASSERT_OK(manager_adapter_load(m, "y", NULL, &err));
+	ASSERT_OK(manager_adapter_pin(m, "x", true, &err)); /* x@1 stays resident */
+	ASSERT_OK(text_of(m, "x", all, sizeof(all)));
+	ASSERT_OK(text_of(m, "y", attn, sizeof(attn)));
+	ASSERT_TRUE(strcmp(all, attn) != 0);
+	manager_foreach_adapter(m, list_cb, &ls); /* (tale absent: ls.hash stays empty) */
+
+	/* x becomes the attn weights while loaded, resident and pinned */
+	free(name);
+	name = NULL;
+	ASSERT_OK(manager_adapter_import(m, ATTN, "x", NULL, NULL, &name, &err));
+	ASSERT_OK(text_of(m, "x", got, sizeof(got)));
+	ASSERT_STREQ(got, attn);
+	ASSERT_OK(text_of(m, "x@1", got, sizeof(got)));
+	ASSERT_STREQ(got, all);
+	ASSERT_OK(text_of(m, "stories260K:x@2", got, sizeof(got)));
+	ASSERT_STREQ(got, attn);
+	ASSERT_OK(manager_adapter_history(m, "x", hist_cb, &h, &err));
+	ASSERT_EQ(h.n, 2);
+	ASSERT_EQ(h.active, 2);
+
+	/* by hash prefix (x@1's hash: y's differs, so look it up through history) */
+	{
+		char hex[65] = "";
+		ASSERT_OK(manager_adapter_history(m, "x", v1_hash, hex, &err));
+		snprintf(spec, sizeof(spec), "x@sha256:%.10s", hex);
+	}
+	ASSERT_OK(text_of(m, spec, got, sizeof(got)));
+	ASSERT_STREQ(got, all);
+
+	manager_request_init(&r);
+	r.prompt = "Once";
+	r.model = "x@9";
+	ASSERT_OK(expect_reject(m, &r, NULL, MANAGER_ERR_MODEL_NOT_FOUND, "no version 9"));
+	r.model = "x@sha256:zz";
+	ASSERT_OK(expect_reject(m, &r, NULL, MANAGER_ERR_INVALID_REQUEST, "hex"));
+	r.model = "ghost@1";
+	ASSERT_OK(expect_reject(m, &r, NULL, MANAGER_ERR_MODEL_NOT_FOUND, "no adapter `ghost`"));
+
+	/* rollback: x is the all-targets adapter again */
+	ASSERT_OK(manager_adapter_rollback(m, "x", 1, &err));
+	ASSERT_OK(text_of(m, "x", got, sizeof(got)));
+	ASSERT_STREQ(got, all);
+	ASSERT_ERR(manager_adapter_rollback(m, "x", 5, &err), -ENOENT);
+
+	/* remove y; gc finds nothing to do (y's blob is x@2's too) */
+	ASSERT_OK(manager_adapter_remove(m, "y", &err));
+	r.model = "y";
+	ASSERT_OK(expect_reject(m, &r, NULL, MANAGER_ERR_MODEL_NOT_FOUND, "y"));
+	ASSERT_ERR(manager_adapter_remove(m, "y", &err), -ENOENT);
+	ASSERT_OK(manager_adapter_gc(m, &blobs, &bytes, &err));
+	ASSERT_EQ(blobs, 0);
+
+	/* statistics reach the registry at unload, per version: x@1 served "x" before the
+	 * import, "x@1", the hash prefix and "x" after the rollback; x@2 "x" and "x@2" */
+	{
+		uint64_t uses[3] = { 0 };
+		ASSERT_OK(manager_adapter_unload(m, "x", &err));
+		ASSERT_OK(manager_adapter_history(m, "x", uses_by_version, uses, &err));
+		ASSERT_EQ(uses[1], 4);
+		ASSERT_EQ(uses[2], 2);
+	}
 	return 0;
 }
 

@@ -4,9 +4,14 @@
  *
  *   molly ask PROMPT [--adapter A] [--chat] [--max-tokens N] [--temperature T] [--seed S]
  *             [--stop STR]...           streams the answer (D-Bus Stream, one JSON line each)
- *   molly adapters list                 the adapters the daemon knows
- *   molly adapters import PATH [--name N] [--load]    copies an adapter in (progress bar)
- *   molly adapters load|unload|pin|unpin NAME
+ *   molly adapters list                 the adapters in the registry (name, version, hash,
+ *                                       tier, bytes, pinned...)
+ *   molly adapters import PATH [--name N] [--load]    a new version of N in the registry
+ *   molly adapters load|unload|pin|unpin|remove NAME
+ *   molly adapters history NAME         the versions of NAME
+ *   molly adapters rollback NAME VERSION    makes an earlier version the active one
+ *   molly adapters gc                   prunes old versions, removes unreferenced blobs
+ *   molly adapters fsck [--state-dir DIR] [--repair]   checks the registry (no daemon needed)
  *   molly status                        the daemon's counters
  *   molly config check [FILE]           parses the configuration like mollyd would
  *   molly config apply [--config FILE] [--out DIR]   writes the systemd drop-in with
@@ -47,6 +52,7 @@
 #include <sys/socket.h>
 
 #include "audit/audit.h"
+#include "registry/registry.h"
 #include "egress/worker.h"
 #include "router/priors.h"
 #include "core/config.h"
@@ -554,6 +560,7 @@ static int adapters_list(sd_bus *bus)
 		if (all) {
 			o = json_object_new_object();
 			json_object_object_add(o, "name", json_object_new_string(name));
+			json_object_object_add(o, "hash", json_object_new_string(hash));
 			json_object_object_add(o, "content_hash", json_object_new_string(hash));
 			json_object_array_add(all, o);
 		} else {
@@ -764,16 +771,193 @@ static int adapters_import(sd_bus *bus, int argc, char **argv)
 	return 0;
 }
 
+static int adapters_history(sd_bus *bus, const char *name)
+{
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+	_cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+	struct json_object *all = arg_json ? json_object_new_array() : NULL;
+	const char *hash, *created, *prov;
+	uint32_t version;
+	int64_t bytes;
+	char what[128];
+	int r, n = 0;
+
+	snprintf(what, sizeof(what), "adapters history %s", name);
+	r = sd_bus_call_method(bus, BUS_NAME, BUS_PATH, "org.molly.Adapters1", "History", &error,
+			       &reply, "s", name);
+	if (r < 0)
+		return explain(what, &error, r);
+	r = sd_bus_message_enter_container(reply, 'a', "(ussxs)");
+	while (r >= 0 && (r = sd_bus_message_read(reply, "(ussxs)", &version, &hash, &created,
+						  &bytes, &prov)) > 0) {
+		if (all) {
+			struct json_object *o = json_object_new_object();
+			json_object_object_add(o, "version", json_object_new_int64(version));
+			json_object_object_add(o, "hash", json_object_new_string(hash));
+			json_object_object_add(o, "created", json_object_new_string(created));
+			json_object_object_add(o, "bytes", json_object_new_int64(bytes));
+			json_object_object_add(o, "provenance", json_object_new_string(prov));
+			json_object_array_add(all, o);
+		} else {
+			if (n == 0)
+				printf("%-8s %-16s %-21s %10s %s\n", "VERSION", "HASH", "CREATED",
+				       "BYTES", "PROVENANCE");
+			printf("%-8u %-16.16s %-21s %10" PRId64 " %s\n", version, hash, created, bytes,
+			       prov);
+		}
+		n++;
+	}
+	if (r < 0) {
+		fprintf(stderr, "molly: unexpected reply: %s\n", strerror(-r));
+		json_object_put(all);
+		return 1;
+	}
+	if (all) {
+		printf("%s\n", json_object_to_json_string_ext(all, JSON_C_TO_STRING_PRETTY |
+									   JSON_C_TO_STRING_NOSLASHESCAPE));
+		json_object_put(all);
+	}
+	return 0;
+}
+
+static void fsck_report(enum registry_finding kind, const char *text, void *ud)
+{
+	static const char *const what[] = { "error", "warning", "repaired" };
+
+	(void) ud;
+	if (arg_json) {
+		struct json_object *o = json_object_new_object();
+		json_object_object_add(o, "kind", json_object_new_string(what[kind]));
+		json_object_object_add(o, "text", json_object_new_string(text));
+		printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_NOSLASHESCAPE));
+		json_object_put(o);
+	} else
+		printf("%s: %s\n", what[kind], text);
+}
+
+/* molly adapters fsck: the registry checked without a daemon (like molly audit). */
+static int adapters_fsck(int argc, char **argv)
+{
+	static const struct option options[] = {
+		{ "state-dir", required_argument, NULL, 'd' },
+		{ "config", required_argument, NULL, 'f' },
+		{ "repair", no_argument, NULL, 'r' },
+		{},
+	};
+	_cleanup_(config_unrefp) struct config *cfg = NULL;
+	_cleanup_free_ char *dir = NULL;
+	const char *state_dir = NULL, *config_file = NULL;
+	struct errmsg e = { { 0 } };
+	size_t warnings = 0;
+	bool repair = false;
+	int c, r;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "", options, NULL)) >= 0) {
+		switch (c) {
+		case 'd':
+			state_dir = optarg;
+			break;
+		case 'f':
+			config_file = optarg;
+			break;
+		case 'r':
+			repair = true;
+			break;
+		default:
+			fprintf(stderr, "Usage: molly adapters fsck [--state-dir DIR] [--config FILE] "
+					"[--repair]\n");
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "molly adapters fsck: unexpected argument '%s'\n", argv[optind]);
+		return 2;
+	}
+	if (!state_dir) {
+		r = config_load(config_file, &cfg, &e);
+		if (r < 0) {
+			fprintf(stderr, "molly adapters fsck: %s (or pass --state-dir DIR)\n", e.text);
+			return 1;
+		}
+		state_dir = cfg->state_directory;
+	}
+	if (!state_dir || asprintf(&dir, "%s/registry", state_dir) < 0) {
+		fprintf(stderr, "molly adapters fsck: no state directory: pass --state-dir DIR\n");
+		return 1;
+	}
+	r = registry_fsck(dir, repair, fsck_report, NULL, &warnings, &e);
+	if (r < 0) {
+		fprintf(stderr, "molly adapters fsck: %s\n", e.text[0] ? e.text : strerror(-r));
+		return 1;
+	}
+	if (!arg_json)
+		printf("%d error%s, %zu warning%s%s\n", r, r == 1 ? "" : "s", warnings,
+		       warnings == 1 ? "" : "s", repair && warnings ? " (repaired)" : "");
+	/* Errors (a record without its blob, a corrupt blob) fail; warnings do not. */
+	return r > 0 ? 1 : 0;
+}
+
 static int cmd_adapters(int argc, char **argv)
 {
-	static const char *const simple[] = { "load", "unload", "pin", "unpin" };
-	static const char *const methods[] = { "Load", "Unload", "Pin", "Unpin" };
+	static const char *const simple[] = { "load", "unload", "pin", "unpin", "remove" };
+	static const char *const methods[] = { "Load", "Unload", "Pin", "Unpin", "Remove" };
 	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
 	_cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
 	const char *verb = argc > 1 ? argv[1] : "list";
 
+	if (strcmp(verb, "fsck") == 0)
+		return adapters_fsck(argc - 1, argv + 1);
 	if (bus_open(&bus) < 0)
 		return 1;
+	if (strcmp(verb, "history") == 0) {
+		if (argc != 3) {
+			fprintf(stderr, "Usage: molly adapters history NAME\n");
+			return 2;
+		}
+		return adapters_history(bus, argv[2]);
+	}
+	if (strcmp(verb, "rollback") == 0) {
+		char *end, what[128];
+		unsigned long v;
+		int r;
+
+		errno = 0;
+		v = argc == 4 ? strtoul(argv[3], &end, 10) : 0;
+		if (argc != 4 || errno || *end || v == 0 || v > UINT32_MAX) {
+			fprintf(stderr, "Usage: molly adapters rollback NAME VERSION (a number from "
+					"molly adapters history NAME)\n");
+			return 2;
+		}
+		snprintf(what, sizeof(what), "adapters rollback %s %lu", argv[2], v);
+		r = sd_bus_call_method(bus, BUS_NAME, BUS_PATH, "org.molly.Adapters1", "Rollback",
+				       &error, NULL, "su", argv[2], (uint32_t) v);
+		if (r < 0)
+			return explain(what, &error, r);
+		if (arg_json)
+			printf("{\"ok\":true}\n");
+		return 0;
+	}
+	if (strcmp(verb, "gc") == 0) {
+		_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+		uint32_t blobs;
+		uint64_t bytes;
+		int r = sd_bus_call_method(bus, BUS_NAME, BUS_PATH, "org.molly.Adapters1", "Gc",
+					   &error, &reply, "");
+		if (r < 0)
+			return explain("adapters gc", &error, r);
+		r = sd_bus_message_read(reply, "ut", &blobs, &bytes);
+		if (r < 0) {
+			fprintf(stderr, "molly: unexpected reply: %s\n", strerror(-r));
+			return 1;
+		}
+		if (arg_json)
+			printf("{\"blobs\":%u,\"bytes\":%" PRIu64 "}\n", blobs, bytes);
+		else
+			printf("removed %u blob%s, %" PRIu64 " bytes\n", blobs, blobs == 1 ? "" : "s",
+			       bytes);
+		return 0;
+	}
 	if (strcmp(verb, "list") == 0)
 		return adapters_list(bus);
 	if (strcmp(verb, "import") == 0)
@@ -798,7 +982,7 @@ static int cmd_adapters(int argc, char **argv)
 		return 0;
 	}
 	fprintf(stderr, "molly adapters: unknown command '%s' (list, import, load, unload, pin, "
-			"unpin)\n",
+			"unpin, remove, history, rollback, gc, fsck)\n",
 		verb);
 	return 2;
 }
@@ -1782,7 +1966,12 @@ static void usage(void)
 	       "      [--seed S] [--stop STR]...     stream an answer\n"
 	       "  adapters list                       the adapters the daemon knows\n"
 	       "  adapters import PATH [--name N] [--load]\n"
-	       "  adapters load|unload|pin|unpin NAME\n"
+	       "  adapters load|unload|pin|unpin|remove NAME\n"
+	       "  adapters history NAME               the versions of NAME\n"
+	       "  adapters rollback NAME VERSION      makes an earlier version the active one\n"
+	       "  adapters gc                         prunes old versions, unreferenced blobs\n"
+	       "  adapters fsck [--state-dir DIR] [--repair]\n"
+	       "                                      checks the registry (no daemon needed)\n"
 	       "  status                              the daemon's state and counters\n"
 	       "  config check [FILE]                 check a configuration (default "
 	       CONFIG_DEFAULT_PATH ")\n"

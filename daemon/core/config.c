@@ -849,9 +849,22 @@ static const struct key_def engine_keys[] = {
 	{ "StepTokens", parse_step_tokens, C(step_tokens) },
 	{},
 };
+DEFINE_PARSE_U32(keep_versions, 0, 1000000)
+static int parse_registry_map_bytes(struct pctx *x, const char *v, void *field)
+{
+	int r = parse_size(x, v, field);
+
+	/* Below 1 MiB not even a few hundred records fit; LMDB maps what the address space
+	 * allows. */
+	if (r >= 0 && (*(uint64_t *) field < (1ull << 20) || *(uint64_t *) field > (1ull << 40)))
+		return perr(x, -ERANGE, "'%s' is outside [1M, 1T]", v);
+	return r;
+}
 static const struct key_def adapters_keys[] = {
 	{ "Directory", parse_path, C(adapter_directory) },
 	{ "Load", parse_adapter_load, SELF },
+	{ "KeepVersions", parse_keep_versions, C(keep_versions) },
+	{ "RegistryMapBytes", parse_registry_map_bytes, C(registry_map_bytes) },
 	{},
 };
 static const struct key_def http_keys[] = {
@@ -1145,6 +1158,8 @@ int config_new(struct config **ret)
 	c->policy_judge_timeout_ms = 2000;
 	c->audit_retention_days = 90;
 	c->audit_map_size = 256ull << 20;
+	c->keep_versions = 3;
+	c->registry_map_bytes = 1ull << 30;
 	c->egress_enforce = true;
 	c->egress_resolve_interval_ns = 300ull * 1000000000ull;
 	c->router_mixture_entropy = 0.8;

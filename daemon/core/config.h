@@ -130,6 +130,8 @@ struct config {
 	char *adapter_directory; /* owned; default <StateDirectory>/adapters */
 	char **adapter_load;     /* owned, n_adapter_load: names in Directory= to load at start */
 	size_t n_adapter_load;
+	uint32_t keep_versions;      /* versions kept per name (active and pinned always); 0: all */
+	uint64_t registry_map_bytes; /* the registry's LMDB map; default 1 GiB */
 
 	/* [HTTP] */
 	struct config_listen listen;  /* default 127.0.0.1:8411 */

@@ -19,7 +19,7 @@
 #include <immintrin.h>
 #endif
 
-#include "../lora/resident.h"
+#include "sgmv.h"
 #include "exp-avx2.h"
 #include "forward.h"
 #include "matmul.h"

@@ -13,7 +13,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 
-#include "../lora/resident.h"
+#include "sgmv.h"
 #include "matmul.h"
 #include "quant.h"
 #include "threadpool.h"

@@ -10,6 +10,8 @@
  * message that says what would allow it.
  */
 #include <errno.h>
+#include <inttypes.h>
+#include <time.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <pthread.h>
@@ -21,6 +23,7 @@
 
 #include "../core/config.h"
 #include "../core/log.h"
+#include "../registry/registry.h"
 #include "dbus-internal.h"
 
 #define MAX_JOBS 4
@@ -338,8 +341,12 @@ static void *job_thread(void *arg)
 	if (j->kind == JOB_IMPORT) {
 		j->r = manager_adapter_import(m, j->path, j->name, job_progress, j, &j->result_name,
 					      &j->err);
-		if (j->r >= 0 && j->load_after)
+		if (j->r >= 0 && j->load_after) {
 			j->load_r = manager_adapter_load(m, j->result_name, NULL, &j->load_err);
+			/* a new version of a loaded name: it serves the new version already */
+			if (j->load_r == -EEXIST)
+				j->load_r = 0;
+		}
 	} else
 		j->r = manager_adapter_load(m, j->name, NULL, &j->err);
 	if (j->progress_fd >= 0) {
@@ -401,6 +408,10 @@ static void list_one(const struct manager_adapter_info *a, void *userdata)
 					  "pinned", "b", (int) a->pinned, "rank", "u", a->rank,
 					  "path", "s", a->path ?: "", "base", "s", a->base ?: "",
 					  "requests", "t", a->requests, "running", "u", a->running);
+	if (r >= 0)
+		r = sd_bus_message_append(m, "{sv}{sv}{sv}{sv}", "version", "u", a->version,
+					  "bytes", "t", a->bytes, "tier", "s", a->tier ?: "cold",
+					  "base_quant", "s", a->base_quant ?: "");
 	if (r >= 0)
 		r = sd_bus_message_open_container(m, 'e', "sv");
 	if (r >= 0)
@@ -580,6 +591,102 @@ static int do_pin_false(struct dbus_front *f, sd_bus_message *m, sd_bus_error *e
 	return do_pin(f, m, error, false);
 }
 
+static int do_rollback(struct dbus_front *f, sd_bus_message *m, sd_bus_error *error)
+{
+	struct manager_error err = { 0 };
+	const char *name;
+	uint32_t version;
+	int r;
+
+	r = sd_bus_message_read(m, "su", &name, &version);
+	if (r < 0)
+		return r;
+	r = manager_adapter_rollback(f->manager, name, version, &err);
+	if (r < 0)
+		return sd_bus_error_set(error, manager_err_dbus_name(err.kind), err.message);
+	log_info("adapter %s rolled back to version %u", name, version);
+	return sd_bus_reply_method_return(m, "");
+}
+
+static int do_remove(struct dbus_front *f, sd_bus_message *m, sd_bus_error *error)
+{
+	struct manager_error err = { 0 };
+	const char *name;
+	int r;
+
+	r = sd_bus_message_read(m, "s", &name);
+	if (r < 0)
+		return r;
+	r = manager_adapter_remove(f->manager, name, &err);
+	if (r < 0)
+		return sd_bus_error_set(error,
+					r == -EBUSY ? "org.molly.Error.Busy"
+						    : manager_err_dbus_name(err.kind),
+					err.message);
+	log_info("adapter removed: %s", name);
+	return sd_bus_reply_method_return(m, "");
+}
+
+static int do_gc(struct dbus_front *f, sd_bus_message *m, sd_bus_error *error)
+{
+	struct manager_error err = { 0 };
+	uint32_t blobs = 0;
+	uint64_t bytes = 0;
+	int r;
+
+	r = manager_adapter_gc(f->manager, &blobs, &bytes, &err);
+	if (r < 0)
+		return sd_bus_error_set(error, manager_err_dbus_name(err.kind), err.message);
+	log_info("adapter gc: %u blobs, %" PRIu64 " bytes removed", blobs, bytes);
+	return sd_bus_reply_method_return(m, "ut", blobs, bytes);
+}
+
+/* History(s name) → a(ussxs): version, hash, created (RFC 3339, UTC), bytes, provenance
+ * ("FORMAT SOURCE (IMPORTER)"). Readable like List. */
+static int history_one(const struct registry_version *v, void *ud)
+{
+	sd_bus_message *reply = ud;
+	char created[40], prov[4500];
+	time_t t = (time_t) (v->created_ns / 1000000000ull);
+	struct tm tm;
+
+	gmtime_r(&t, &tm);
+	strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	snprintf(prov, sizeof(prov), "%s %s (%s)", v->format ?: "?", v->source ?: "",
+		 v->importer ?: "");
+	int r = sd_bus_message_append(reply, "(ussxs)", v->version, v->hash_hex, created,
+				      (int64_t) v->bytes, prov);
+
+	return r < 0 ? r : 0; /* non-zero stops the walk */
+}
+
+static int method_history(sd_bus_message *m, void *userdata, sd_bus_error *error)
+{
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+	struct dbus_front *f = userdata;
+	struct manager_error err = { 0 };
+	const char *name;
+	int r;
+
+	r = sd_bus_message_read(m, "s", &name);
+	if (r < 0)
+		return r;
+	r = sd_bus_message_new_method_return(m, &reply);
+	if (r >= 0)
+		r = sd_bus_message_open_container(reply, 'a', "(ussxs)");
+	if (r < 0)
+		return r;
+	r = manager_adapter_history(f->manager, name, history_one, reply, &err);
+	if (r < 0 && err.kind != MANAGER_ERR_NONE)
+		return sd_bus_error_set(error, manager_err_dbus_name(err.kind), err.message);
+	if (r < 0)
+		return r;
+	r = sd_bus_message_close_container(reply);
+	if (r < 0)
+		return r;
+	return sd_bus_send(NULL, reply, NULL);
+}
+
 static int do_reload(struct dbus_front *f, sd_bus_message *m, sd_bus_error *error)
 {
 	struct errmsg e = { { 0 } };
@@ -605,6 +712,9 @@ ADMIN_METHOD(load, do_load)
 ADMIN_METHOD(unload, do_unload)
 ADMIN_METHOD(pin, do_pin_true)
 ADMIN_METHOD(unpin, do_pin_false)
+ADMIN_METHOD(rollback, do_rollback)
+ADMIN_METHOD(remove, do_remove)
+ADMIN_METHOD(gc, do_gc)
 
 int dbus_method_reload(sd_bus_message *m, void *userdata, sd_bus_error *error)
 {
@@ -625,6 +735,14 @@ const sd_bus_vtable dbus_adapters_vtable[] = {
 				 SD_BUS_VTABLE_UNPRIVILEGED),
 	SD_BUS_METHOD_WITH_NAMES("Unpin", "s", SD_BUS_PARAM(name), "", , method_unpin,
 				 SD_BUS_VTABLE_UNPRIVILEGED),
+	SD_BUS_METHOD_WITH_NAMES("History", "s", SD_BUS_PARAM(name), "a(ussxs)",
+				 SD_BUS_PARAM(versions), method_history, SD_BUS_VTABLE_UNPRIVILEGED),
+	SD_BUS_METHOD_WITH_NAMES("Rollback", "su", SD_BUS_PARAM(name) SD_BUS_PARAM(version), "",
+				 , method_rollback, SD_BUS_VTABLE_UNPRIVILEGED),
+	SD_BUS_METHOD_WITH_NAMES("Remove", "s", SD_BUS_PARAM(name), "", , method_remove,
+				 SD_BUS_VTABLE_UNPRIVILEGED),
+	SD_BUS_METHOD_WITH_NAMES("Gc", "", , "ut", SD_BUS_PARAM(blobs) SD_BUS_PARAM(bytes),
+				 method_gc, SD_BUS_VTABLE_UNPRIVILEGED),
 	SD_BUS_VTABLE_END,
 };
 

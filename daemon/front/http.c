@@ -733,17 +733,21 @@ static int collect_adapters(struct http_req *r, const char *base)
 	int k;
 
 	if (model && strcmp(model, base) != 0) {
-		const char *colon = strchr(model, ':');
-		const char *name = colon ? colon + 1 : model;
+		const char *colon = strchr(model, ':'), *at = strchr(model, '@');
+		const char *name;
 
+		if (colon && at && at < colon)
+			colon = NULL; /* "NAME@sha256:HEX" */
+		name = colon ? colon + 1 : model;
+		/* metrics count per name, whatever version ("NAME@2") was asked for */
 		if (*name) {
-			k = add_adapter_name(r, name, strlen(name));
+			k = add_adapter_name(r, name, strcspn(name, "@"));
 			if (k < 0)
 				return k;
 		}
 	}
 	for (size_t i = 0; i < r->oreq.n_loras; i++) {
-		k = add_adapter_name(r, r->oreq.loras[i].name, strlen(r->oreq.loras[i].name));
+		k = add_adapter_name(r, r->oreq.loras[i].name, strcspn(r->oreq.loras[i].name, "@"));
 		if (k < 0)
 			return k;
 	}

@@ -44,19 +44,10 @@
 
 #include "../basic/errmsg.h"
 #include "../basic/macro.h"
+#include "../engine/sgmv.h" /* enum lora_target: the projections an adapter may adapt */
 
 struct model;
 
-enum lora_target {
-	LORA_TARGET_Q,
-	LORA_TARGET_K,
-	LORA_TARGET_V,
-	LORA_TARGET_O,
-	LORA_TARGET_GATE,
-	LORA_TARGET_UP,
-	LORA_TARGET_DOWN,
-	LORA_TARGET_COUNT_,
-};
 
 /* "q", "k", "v", "o", "gate", "up", "down" */
 const char *lora_target_name(enum lora_target t);

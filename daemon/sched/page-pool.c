@@ -90,6 +90,16 @@ void page_pool_release(struct page_pool *p, uint32_t page)
 	p->free_stack[p->n_free++] = page;
 }
 
+void page_pool_release_discard(struct page_pool *p, uint32_t page)
+{
+	if (page >= p->n_pages || p->kind[page] == PAGE_KIND_FREE)
+		return;
+	/* The memory goes back to the kernel (the next touch maps a zero page): what an unloaded
+	 * or evicted adapter held leaves the process's resident set, not just the free list. */
+	(void) madvise(p->base + (size_t) page * p->page_bytes, p->page_bytes, MADV_DONTNEED);
+	page_pool_release(p, page);
+}
+
 void *page_pool_addr(const struct page_pool *p, uint32_t page)
 {
 	return p->base + (size_t) page * p->page_bytes;

@@ -34,6 +34,9 @@ DEFINE_CLEANUP_FUNC(struct page_pool *, page_pool_free, NULL)
 /* A free page for (kind, owner), or PAGE_NONE when the pool is full. */
 uint32_t page_pool_alloc(struct page_pool *p, enum page_kind kind, uint64_t owner);
 void page_pool_release(struct page_pool *p, uint32_t page);
+/* The same, and the page's memory returns to the kernel (madvise MADV_DONTNEED): for pages
+ * that may stay free a long time (an evicted or unloaded adapter's). */
+void page_pool_release_discard(struct page_pool *p, uint32_t page);
 
 void *page_pool_addr(const struct page_pool *p, uint32_t page);
 char *page_pool_base(const struct page_pool *p);

@@ -235,7 +235,7 @@ static void adapter_evict(struct sched *s, struct adapter_entry *a)
 	if (!a->res)
 		return;
 	for (size_t i = 0; i < a->res->n_pages; i++)
-		page_pool_release(s->pool, a->res->pages[i]);
+		page_pool_release_discard(s->pool, a->res->pages[i]);
 	a->res = lora_resident_free(a->res);
 	s->stats.adapter_evictions++;
 }
@@ -284,7 +284,7 @@ static int adapter_make_resident(struct sched *s, struct adapter_entry *a, const
 	if (r < 0) {
 		if (res)
 			for (size_t i = 0; i < res->n_pages; i++)
-				page_pool_release(s->pool, res->pages[i]);
+				page_pool_release_discard(s->pool, res->pages[i]);
 		lora_resident_free(res);
 		return r;
 	}

@@ -71,7 +71,8 @@ pass "status"
 
 expect_out "No adapters" "${M[@]}" adapters list
 expect_out "Imported .* as 'tale'" "${M[@]}" adapters import "$LORA" --name tale
-expect_fail "exists already" "${M[@]}" adapters import "$LORA" --name tale
+# the same content again: no new version
+expect_out "Imported .* as 'tale'" "${M[@]}" adapters import "$LORA" --name tale
 expect_fail "No such file" "${M[@]}" adapters import "$T/none.gguf"
 # A file that is not an adapter for this base: the model itself.
 expect_fail "adapters import" "${M[@]}" adapters import "$MODEL" --name notalora
@@ -95,5 +96,37 @@ expect_fail "unknown command" "${M[@]}" adapters frobnicate
 expect_out "Imported .* and loaded" "${M[@]}" adapters import "$LORA" --name tale2 --load
 expect_out "^tale2 .*loaded=yes" "${M[@]}" adapters list
 pass "adapters"
+
+# The registry (issue 16): versions, history, rollback, NAME@N, remove, gc, fsck.
+ATTN=$MOLLY_SHARED_DIR/models/stories260K-lora-attn-r8.gguf
+expect_out "^1 " "${M[@]}" adapters history tale
+expect_out "Imported .* as 'tale'" "${M[@]}" adapters import "$ATTN" --name tale
+"${M[@]}" --json adapters history tale | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert [v["version"] for v in d] == [1, 2], d
+assert all(len(v["hash"]) == 64 and v["bytes"] > 0 and "gguf" in v["provenance"] for v in d), d'
+"${M[@]}" --json adapters list | python3 -c '
+import json, sys
+d = {a["name"]: a for a in json.load(sys.stdin)}
+t = d["tale"]
+assert t["version"] == 2 and len(t["hash"]) == 64 and t["tier"] in ("hot", "cold"), t
+assert t["bytes"] > 0 and t["pinned"] in (True, False), t'
+expect_out "" "${M[@]}" adapters load tale
+v2=$("${M[@]}" ask "Once upon a time" --adapter tale --max-tokens 12 --temperature 0)
+v1=$("${M[@]}" ask "Once upon a time" --adapter tale@1 --max-tokens 12 --temperature 0)
+[ "$v1" = "$out" ] || fail "tale@1 is not the first version's answer: '$v1' vs '$out'"
+[ "$v2" != "$v1" ] || fail "tale (version 2) answers like version 1"
+expect_out "" "${M[@]}" adapters rollback tale 1
+now=$("${M[@]}" ask "Once upon a time" --adapter tale --max-tokens 12 --temperature 0)
+[ "$now" = "$v1" ] || fail "after rollback tale answers '$now', not version 1's '$v1'"
+expect_fail "no version 9" "${M[@]}" adapters rollback tale 9
+expect_fail "Usage: molly adapters rollback" "${M[@]}" adapters rollback tale two
+expect_out "^0 errors, 0 warnings" "${M[@]}" adapters fsck --state-dir "$T/state"
+expect_fail "daemon is using the registry" "${M[@]}" adapters fsck --state-dir "$T/state" --repair
+expect_out "" "${M[@]}" adapters remove tale2
+expect_fail "no adapter 'tale2'" "${M[@]}" adapters history tale2
+expect_out "^removed [0-9]+ blob" "${M[@]}" adapters gc
+pass "registry: history, rollback, NAME@N, remove, gc, fsck"
 
 mollyd_stop

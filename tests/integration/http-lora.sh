@@ -52,6 +52,22 @@ ht_req POST /v1/chat/completions '{"model": "attn", "messages": [{"role": "user"
 ht_expect_status 200 "chat with the adapter"
 ht_ok "adapter by name, base:adapter and lora list give the same text, unlike the base"
 
+# ---- versions (issue 16): NAME@N and NAME@sha256:PREFIX in model and lora ----
+# attn's one version is the registry's one blob, named by its hash
+blob=$(ls "$HT_TMP"/state/registry/blobs/sha256/*/*) || ht_fail "no blob in the registry"
+BLOB_HASH=$(basename "$blob")
+by_hash=$(text_of '"lora": [{"name": "attn@sha256:'${BLOB_HASH:0:12}'", "scale": 1.0}]')
+[ "$by_hash" = "$by_name" ] || ht_fail "lora attn@sha256:PREFIX differs from attn: '$by_hash' vs '$by_name'"
+by_version=$(text_of '"model": "attn@1"')
+[ "$by_version" = "$by_name" ] || ht_fail "attn@1 differs from attn: '$by_version' vs '$by_name'"
+by_pair_version=$(text_of '"model": "'$HT_NAME':attn@1"')
+[ "$by_pair_version" = "$by_name" ] || ht_fail "base:attn@1 differs from attn"
+ht_req POST /v1/completions '{"model": "attn@7", "prompt": "x", "max_tokens": 2}' "${AUTH[@]}"
+ht_expect_error 404 model_not_found "a version that does not exist"
+ht_req POST /v1/completions '{"model": "attn@sha256:12", "prompt": "x", "max_tokens": 2}' "${AUTH[@]}"
+ht_expect_error 400 "" "a hash prefix shorter than 8 digits"
+ht_ok "NAME@N (model, base:NAME@N), NAME@sha256:PREFIX (lora), unknown versions, short prefixes"
+
 # ---- metrics: per-adapter counts, and vllm:lora_requests_info while one runs ----
 curl -s "$HT_URL/metrics" >"$HT_TMP/metrics"
 grep -q '^molly_adapter_requests_total{adapter="attn"} [1-9]' "$HT_TMP/metrics" ||

@@ -25,9 +25,15 @@ DATA=$MOLLY_SOURCE_DIR/tests/data/router
 DOMS="cooking law medicine code finance"
 
 mkdir -p "$T/state/adapters"
+seed=0
 for d in $DOMS; do
 	awk -F'\t' -v d="$d" '$1 == d {print $2}' "$DATA/adapters.tsv" >"$T/$d.txt"
-	"$MOLLY_BIN_DIR/molly-adapter" import "$ATTN" "$T/state/adapters/$d.molly" --base "$MODEL" \
+	# Distinct weights per domain: the registry keys residency by content, so five copies of
+	# one adapter would be one resident adapter.
+	seed=$((seed + 1))
+	"$MOLLY_BIN_DIR/molly-mkadapter" --base "$MODEL" --rank 8 --targets q,v --seed $seed \
+		--format gguf --out "$T/$d.gguf" >/dev/null || fail "making $d's adapter"
+	"$MOLLY_BIN_DIR/molly-adapter" import "$T/$d.gguf" "$T/state/adapters/$d.molly" --base "$MODEL" \
 		--name "$d" --domains "$d" --exemplars "$T/$d.txt" >/dev/null || fail "importing $d"
 	"$MOLLY" priors record --domain "$d" --target "local:stories260K:$d" --score 0.85 \
 		--state-dir "$T/state" >/dev/null || fail "seeding the prior of $d"
