@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test-blind: the whole policy (policy_evaluate with the defaults) on the blind evaluation
- * sets of tests/data/blind-corpus/ (see its README: written by people who did not see the
- * code; first measured held out, then used for development). Prints per set, class and
+ * sets of tests/data/blind-corpus/ (see its README: written by writers who did not see the
+ * code; each first measured held out; most then used for development; I, K and M never). Prints per set, class and
  * language the share classed exactly as labelled, and checks floors: secret recall 0.95,
  * special-category recall 0.85, hard negatives kept public 0.85 per set — below the
  * numbers of today, so that a regression shows without pinning today's exact results.
@@ -97,8 +97,8 @@ static int check_set(const struct policy *p, const char *name)
 			printf("  %s %3u/%-3u", langs[l], ok[c][l], tot[c][l]);
 		}
 		printf("  all %.3f\n", t ? (double) o / t : 0.0);
-		ASSERT_TRUE(t > 0);
-		ASSERT_TRUE((double) o / t >= floors[c]);
+		if (t > 0) /* (sets G, H and J hold one or two classes) */
+			ASSERT_TRUE((double) o / t >= floors[c]);
 	}
 	return 0;
 }
@@ -112,6 +112,15 @@ TEST(blind_sets)
 	ASSERT_EQ(check_set(p, "setB.tsv"), 0);
 	ASSERT_EQ(check_set(p, "setC.tsv"), 0);
 	ASSERT_EQ(check_set(p, "setD.tsv"), 0);
+	ASSERT_EQ(check_set(p, "setE.tsv"), 0);
+	ASSERT_EQ(check_set(p, "setF.tsv"), 0);
+	ASSERT_EQ(check_set(p, "setG.tsv"), 0);
+	ASSERT_EQ(check_set(p, "setH.tsv"), 0);
+	ASSERT_EQ(check_set(p, "setI.tsv"), 0);
+	ASSERT_EQ(check_set(p, "setJ.tsv"), 0);
+	ASSERT_EQ(check_set(p, "setK.tsv"), 0);
+	ASSERT_EQ(check_set(p, "setL.tsv"), 0);
+	ASSERT_EQ(check_set(p, "setM.tsv"), 0);
 	return 0;
 }
 
