@@ -596,7 +596,7 @@ static int run_kernels(int argc, char **argv)
 		if (packed)
 			quant_pack_rows(type, n, w, row_bytes, nr, wp);
 		for (int64_t t = 0; t < 64; t++)
-			if (type == GGML_TYPE_Q4_0)
+			if (packed)
 				quant_q8_0_block_sums(x + (size_t) t * xrb, n, sums + t * (n / 32));
 		for (int k = 0; k < 2; k++) {
 			int64_t nc = toks[k];

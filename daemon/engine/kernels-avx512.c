@@ -22,9 +22,11 @@
 #if defined(__x86_64__)
 
 #include <immintrin.h>
+#include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
+#include "../basic/macro.h"
 #include "kernels.h"
 
 #define INLINE static inline __attribute__((always_inline))
@@ -437,6 +439,342 @@ DEFINE_INT_DOTS(q4_0)
 DEFINE_INT_DOTS(q4_K)
 DEFINE_INT_DOTS(q6_K)
 
+/* ---- tile products on the GGUF layout: F32 and F16 (quant_gemm()) ----
+ *
+ * The dot-product form of kernels-avx2.c at 16 lanes: R weight rows x C tokens, one 16-lane
+ * accumulator per (row, token) pair, updated per 16 values by the same instructions whatever
+ * R and C are, then the same horizontal sum and scalar tail, so a pair's result never depends on the tile that computed it. 4 x 6 keeps
+ * 24 accumulators and 10 loads per 24 multiply-adds in registers (llamafile's sgemm makes the
+ * same choice for AVX-512; 4 x 4 and 3 x 8 measured slower on Zen 5).
+ */
+#define FTILE_R 4
+#define FTILE_C 6
+
+typedef void (*ftile_fn)(int64_t n, const char *w, size_t ws, const char *x, size_t xs, float *y,
+			 size_t ys);
+
+INLINE __m512 load_flt(const bool f16, const char *p, __mmask16 k)
+{
+	return f16 ? load_f16((const uint16_t *) p, k) : load_f32((const float *) p, k);
+}
+
+/* The horizontal sum in a fixed order, in registers (gcc 12's _mm512_reduce_add_ps() goes
+ * through memory, which keeps a tile's accumulators on the stack for the whole loop). */
+INLINE float hsum_f32x16(__m512 v)
+{
+	__m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+	__m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+
+	s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+	s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+	return _mm_cvtss_f32(s4);
+}
+
+/* 16 values (k: the lanes loaded) of every pair of the tile. */
+INLINE void ftile_step(const int R, const int C, const bool f16, const char *w, size_t ws,
+		       const char *x, size_t xs, __mmask16 k, __m512 acc[FTILE_R * FTILE_C])
+{
+	__m512 wv[FTILE_R];
+
+	for (int r = 0; r < R; r++)
+		wv[r] = load_flt(f16, w + (size_t) r * ws, k);
+	for (int c = 0; c < C; c++) {
+		const __m512 xv = load_flt(f16, x + (size_t) c * xs, k);
+
+		for (int r = 0; r < R; r++)
+			acc[r * C + c] = _mm512_fmadd_ps(wv[r], xv, acc[r * C + c]);
+	}
+}
+
+INLINE void ftile(const int R, const int C, const bool f16, int64_t n, const char *w, size_t ws,
+		  const char *x, size_t xs, float *y, size_t ys)
+{
+	const size_t vb = f16 ? 2 : 4;
+	__m512 acc[FTILE_R * FTILE_C]; /* flat: gcc 12 keeps a 2-D one in memory */
+	int64_t i = 0;
+
+	for (int r = 0; r < R * C; r++)
+		acc[r] = _mm512_setzero_ps();
+	for (; i + 16 <= n; i += 16)
+		ftile_step(R, C, f16, w + (size_t) i * vb, ws, x + (size_t) i * vb, xs, 0xffff, acc);
+	/* the last n % 16 values one by one after the sum, as kernels-avx2.c does: a masked
+	 * vector step here makes gcc 12 keep every accumulator in memory through the loop, and
+	 * so does a loop here that it does not unroll */
+#pragma GCC unroll 8
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++) {
+			const char *wr = w + (size_t) r * ws, *xc = x + (size_t) c * xs;
+			float sum = hsum_f32x16(acc[r * C + c]);
+
+			for (int64_t k = i; k < n; k++)
+				sum = f16 ? fmaf(fp16(((const uint16_t *) wr)[k]), fp16(((const uint16_t *) xc)[k]), sum)
+					  : fmaf(((const float *) wr)[k], ((const float *) xc)[k], sum);
+			y[(size_t) c * ys + r] = sum;
+		}
+}
+
+#define FTILE_DEFINE(name, f16, R, C)                                                             \
+	static void name##_##R##x##C(int64_t n, const char *w, size_t ws, const char *x, size_t xs, \
+				     float *y, size_t ys)                                           \
+	{                                                                                         \
+		ftile(R, C, f16, n, w, ws, x, xs, y, ys);                                         \
+	}
+#define FTILE_ROW(name, f16, R)                                                                   \
+	FTILE_DEFINE(name, f16, R, 1)                                                             \
+	FTILE_DEFINE(name, f16, R, 2)                                                             \
+	FTILE_DEFINE(name, f16, R, 3)                                                             \
+	FTILE_DEFINE(name, f16, R, 4)                                                             \
+	FTILE_DEFINE(name, f16, R, 5)                                                             \
+	FTILE_DEFINE(name, f16, R, 6)
+#define FTILE_TABLE(name, f16)                                                                    \
+	FTILE_ROW(name, f16, 1)                                                                   \
+	FTILE_ROW(name, f16, 2)                                                                   \
+	FTILE_ROW(name, f16, 3)                                                                   \
+	FTILE_ROW(name, f16, 4)                                                                   \
+	static const ftile_fn name[FTILE_R][FTILE_C] = {                                          \
+		{ name##_1x1, name##_1x2, name##_1x3, name##_1x4, name##_1x5, name##_1x6 },       \
+		{ name##_2x1, name##_2x2, name##_2x3, name##_2x4, name##_2x5, name##_2x6 },       \
+		{ name##_3x1, name##_3x2, name##_3x3, name##_3x4, name##_3x5, name##_3x6 },       \
+		{ name##_4x1, name##_4x2, name##_4x3, name##_4x4, name##_4x5, name##_4x6 },       \
+	};
+
+FTILE_TABLE(ftiles_f32, false)
+FTILE_TABLE(ftiles_f16, true)
+
+/* Row tiles outermost: a tile's weight rows stay in L1 while it sweeps the tokens. */
+static void ftile_drive(const ftile_fn t[FTILE_R][FTILE_C], int64_t n, const void *w, size_t ws,
+			int64_t nr, const void *x, size_t xs, int64_t nc, float *y, size_t ys)
+{
+	for (int64_t r = 0; r < nr; r += FTILE_R) {
+		const int R = (int) MIN((int64_t) FTILE_R, nr - r);
+
+		for (int64_t c = 0; c < nc; c += FTILE_C) {
+			const int C = (int) MIN((int64_t) FTILE_C, nc - c);
+
+			t[R - 1][C - 1](n, (const char *) w + (size_t) r * ws, ws,
+					(const char *) x + (size_t) c * xs, xs, y + (size_t) c * ys + r, ys);
+		}
+	}
+}
+
+static void gemm_f32_avx512(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
+			    size_t xs, int64_t nc, float *y, size_t ys)
+{
+	ftile_drive(ftiles_f32, n, w, ws, nr, x, xs, nc, y, ys);
+}
+
+static void gemm_f16_avx512(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
+			    size_t xs, int64_t nc, float *y, size_t ys)
+{
+	ftile_drive(ftiles_f16, n, w, ws, nr, x, xs, nc, y, ys);
+}
+
+/* ---- packed Q8_0 and Q4_0 (quant_gemm_packed()): 16 rows to a register ----
+ *
+ * Two 8-row groups of the packed layout (quant.h) side by side in one 512-bit register: lanes
+ * 0-7 are the rows of group g, lanes 8-15 those of group g + 1 (for a last odd group, g again,
+ * and its upper lanes are dropped). A token's 4 activation bytes are broadcast to all 16
+ * lanes, so one instruction adds 4 products to each of 16 rows.
+ *
+ * With VNNI, vpdpbusd (unsigned x signed bytes, summed in fours into int32, no saturation):
+ *   Q4_0: the nibbles 0..15 are the unsigned side as they are; the -8 offset comes off once
+ *     per block as the start value -8 * sum(y);
+ *   Q8_0: the weights become unsigned by flipping their top bit (w ^ 0x80 = w + 128), and the
+ *     start value is -128 * sum(y).
+ * Both are exact integer identities, so each row's block sum is the same integer as the
+ * scalar reference's; then acc = fma(float(sum), d_w * d_x, acc) per block in block order:
+ * the same bits as quant_gemm_packed_ref() and the AVX2 kernels.
+ * Without VNNI (AVX-512 BW): Q4_0 as in kernels-avx2.c (maddubs pair sums added in 16 bits
+ * over the block, then one madd); Q8_0 with the sign trick (|w| and y negated where w < 0,
+ * through a byte mask: AVX-512 has no vpsignb), a madd per chunk.
+ */
+#define QTILE_C 8
+
+INLINE __m512i load_2groups(const uint8_t *g0, const uint8_t *g1)
+{
+	return join_i256(_mm256_loadu_si256((const __m256i *) g0),
+			 _mm256_loadu_si256((const __m256i *) g1));
+}
+
+INLINE __m512 load_2scales(const uint8_t *g0, const uint8_t *g1)
+{
+	return _mm512_cvtph_ps(_mm256_set_m128i(_mm_loadu_si128((const __m128i *) g1),
+						_mm_loadu_si128((const __m128i *) g0)));
+}
+
+INLINE __m512i bcast4(const int8_t *p)
+{
+	int32_t v;
+
+	memcpy(&v, p, 4);
+	return _mm512_set1_epi32(v);
+}
+
+INLINE void prefetch_block(const uint8_t *g, size_t block_bytes)
+{
+	for (size_t l = 0; l < block_bytes; l += 64)
+		_mm_prefetch((const char *) g + 1024 + l, _MM_HINT_T0);
+}
+
+/* Stores lanes [0, rows) of v at y (rows <= 16). */
+INLINE void store_rows(float *y, __m512 v, int rows)
+{
+	if (rows == 16)
+		_mm512_storeu_ps(y, v);
+	else
+		_mm512_mask_storeu_ps(y, first_lanes(rows), v);
+}
+
+INLINE void qtile(const int C, const bool q4, const bool vnni, int64_t nb, const uint8_t *g0,
+		  const uint8_t *g1, const char *x, size_t xs, const int16_t *sums, float *y,
+		  size_t ys, int rows)
+{
+	const size_t bb = q4 ? QUANT_PACKED_Q4_0_BLOCK : QUANT_PACKED_Q8_0_BLOCK;
+	const __m512i m4 = _mm512_set1_epi8(0xf), top = _mm512_set1_epi8((char) 0x80);
+	const __m512i ones = _mm512_set1_epi16(1);
+	__m512 acc[QTILE_C];
+
+	for (int c = 0; c < C; c++)
+		acc[c] = _mm512_setzero_ps();
+	for (int64_t b = 0; b < nb; b++, g0 += bb, g1 += bb) {
+		const __m512 dw = load_2scales(g0, g1);
+		__m512i isum[QTILE_C];
+
+		prefetch_block(g0, bb);
+		if (g1 != g0)
+			prefetch_block(g1, bb);
+		for (int c = 0; c < C; c++) {
+			const int s = sums ? sums[(size_t) c * nb + b] : 0;
+
+			isum[c] = (vnni || q4) ? _mm512_set1_epi32((vnni && !q4 ? -128 : -8) * s)
+					       : _mm512_setzero_si512();
+		}
+		if (q4) {
+			__m512i s16[QTILE_C];
+
+			for (int c = 0; c < C; c++)
+				s16[c] = _mm512_setzero_si512();
+			for (int k = 0; k < 4; k++) {
+				const __m512i raw = load_2groups(g0 + 16 + 32 * k, g1 + 16 + 32 * k);
+				const __m512i lo = _mm512_and_si512(raw, m4);
+				const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+
+				for (int c = 0; c < C; c++) {
+					const int8_t *q = ((const struct block_q8_0 *) (x + (size_t) c * xs))[b].qs;
+
+					if (vnni) {
+						isum[c] = _mm512_dpbusd_epi32(isum[c], lo, bcast4(q + 4 * k));
+						isum[c] = _mm512_dpbusd_epi32(isum[c], hi, bcast4(q + 16 + 4 * k));
+					} else {
+						s16[c] = _mm512_add_epi16(s16[c], _mm512_maddubs_epi16(lo, bcast4(q + 4 * k)));
+						s16[c] = _mm512_add_epi16(s16[c],
+									  _mm512_maddubs_epi16(hi, bcast4(q + 16 + 4 * k)));
+					}
+				}
+			}
+			if (!vnni)
+				for (int c = 0; c < C; c++)
+					isum[c] = _mm512_add_epi32(isum[c], opaque(_mm512_madd_epi16(s16[c], ones)));
+		} else {
+			for (int k = 0; k < 8; k++) {
+				const __m512i raw = load_2groups(g0 + 16 + 32 * k, g1 + 16 + 32 * k);
+
+				if (vnni) {
+					const __m512i u = _mm512_xor_si512(raw, top);
+
+					for (int c = 0; c < C; c++) {
+						const int8_t *q = ((const struct block_q8_0 *) (x + (size_t) c * xs))[b].qs;
+
+						isum[c] = _mm512_dpbusd_epi32(isum[c], u, bcast4(q + 4 * k));
+					}
+				} else {
+					const __mmask64 neg = _mm512_movepi8_mask(raw);
+					const __m512i aw = _mm512_abs_epi8(raw);
+
+					for (int c = 0; c < C; c++) {
+						const int8_t *q = ((const struct block_q8_0 *) (x + (size_t) c * xs))[b].qs;
+						const __m512i yv = bcast4(q + 4 * k);
+						const __m512i sy = _mm512_mask_sub_epi8(yv, neg, _mm512_setzero_si512(), yv);
+
+						isum[c] = _mm512_add_epi32(
+							isum[c], opaque(_mm512_madd_epi16(_mm512_maddubs_epi16(aw, sy), ones)));
+					}
+				}
+			}
+		}
+		for (int c = 0; c < C; c++) {
+			const struct block_q8_0 *bx = (const struct block_q8_0 *) (x + (size_t) c * xs) + b;
+
+			acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]),
+						 _mm512_mul_ps(dw, _mm512_set1_ps(fp16(bx->d))), acc[c]);
+		}
+	}
+	for (int c = 0; c < C; c++)
+		store_rows(y + (size_t) c * ys, acc[c], rows);
+}
+
+typedef void (*qtile_fn)(int64_t nb, const uint8_t *g0, const uint8_t *g1, const char *x,
+			 size_t xs, const int16_t *sums, float *y, size_t ys, int rows);
+
+#define QTILE_DEFINE(name, q4, vnni, C)                                                           \
+	static void name##_##C(int64_t nb, const uint8_t *g0, const uint8_t *g1, const char *x,     \
+			       size_t xs, const int16_t *sums, float *y, size_t ys, int rows)       \
+	{                                                                                         \
+		qtile(C, q4, vnni, nb, g0, g1, x, xs, sums, y, ys, rows);                         \
+	}
+#define QTILE_TABLE(name, q4, vnni)                                                               \
+	QTILE_DEFINE(name, q4, vnni, 1)                                                           \
+	QTILE_DEFINE(name, q4, vnni, 2)                                                           \
+	QTILE_DEFINE(name, q4, vnni, 3)                                                           \
+	QTILE_DEFINE(name, q4, vnni, 4)                                                           \
+	QTILE_DEFINE(name, q4, vnni, 5)                                                           \
+	QTILE_DEFINE(name, q4, vnni, 6)                                                           \
+	QTILE_DEFINE(name, q4, vnni, 7)                                                           \
+	QTILE_DEFINE(name, q4, vnni, 8)                                                           \
+	static const qtile_fn name[QTILE_C] = { name##_1, name##_2, name##_3, name##_4,           \
+						name##_5, name##_6, name##_7, name##_8 };
+
+QTILE_TABLE(qtiles_q8_0, false, false)
+QTILE_TABLE(qtiles_q4_0, true, false)
+QTILE_TABLE(qtiles_q8_0_vnni, false, true)
+QTILE_TABLE(qtiles_q4_0_vnni, true, true)
+
+/* Token tiles outermost: a tile's activations stay in L1 while it sweeps the row groups,
+ * whose weights (one matmul chunk) stay in L2. */
+static void qtile_drive(const qtile_fn *t, size_t block_bytes, int64_t n, const void *w,
+			int64_t nr, const void *x, size_t xs, const int16_t *sums, int64_t nc,
+			float *y, size_t ys)
+{
+	const int64_t nb = n / QK8_0;
+	const size_t group_bytes = (size_t) nb * block_bytes;
+
+	for (int64_t c = 0; c < nc; c += QTILE_C) {
+		const int C = (int) MIN((int64_t) QTILE_C, nc - c);
+
+		for (int64_t r = 0; r < nr; r += 16) {
+			const uint8_t *g0 = (const uint8_t *) w + (size_t) (r / 8) * group_bytes;
+
+			t[C - 1](nb, g0, nr - r > 8 ? g0 + group_bytes : g0, (const char *) x + (size_t) c * xs,
+				 xs, sums ? sums + (size_t) c * nb : NULL, y + (size_t) c * ys + r, ys,
+				 (int) MIN((int64_t) 16, nr - r));
+		}
+	}
+}
+
+#define DEFINE_PACKED(kind, suffix, table, bytes)                                                 \
+	static void gemm_packed_##kind##_##suffix(int64_t n, const void *w, int64_t nr,            \
+						  const void *x, size_t xs, const int16_t *sums,    \
+						  int64_t nc, float *y, size_t ys)                  \
+	{                                                                                         \
+		qtile_drive(table, bytes, n, w, nr, x, xs, sums, nc, y, ys);                      \
+	}
+
+DEFINE_PACKED(q8_0, avx512, qtiles_q8_0, QUANT_PACKED_Q8_0_BLOCK)
+DEFINE_PACKED(q4_0, avx512, qtiles_q4_0, QUANT_PACKED_Q4_0_BLOCK)
+DEFINE_PACKED(q8_0, avx512vnni, qtiles_q8_0_vnni, QUANT_PACKED_Q8_0_BLOCK)
+DEFINE_PACKED(q4_0, avx512vnni, qtiles_q4_0_vnni, QUANT_PACKED_Q4_0_BLOCK)
+
 const struct quant_kernels quant_kernels_avx512 = {
 	.name = "avx512",
 	.quantize_f16 = quantize_f16_avx512,
@@ -450,13 +788,13 @@ const struct quant_kernels quant_kernels_avx512 = {
 	.dot_q4_0 = dot_q4_0_avx512,
 	.dot_q4_K = dot_q4_K_avx512,
 	.dot_q6_K = dot_q6_K_avx512,
-	/* AVX2 tiles (the same code the AVX2 level runs and tests): no AVX-512 tile kernels yet */
-	.gemm_f32 = quant_gemm_f32_avx2,
-	.gemm_f16 = quant_gemm_f16_avx2,
+	/* the GGUF-layout Q8_0/Q4_0 tiles are the AVX2 ones (models repack those types) */
+	.gemm_f32 = gemm_f32_avx512,
+	.gemm_f16 = gemm_f16_avx512,
 	.gemm_q8_0 = quant_gemm_q8_0_avx2,
 	.gemm_q4_0 = quant_gemm_q4_0_avx2,
-	.gemm_packed_q8_0 = quant_gemm_packed_q8_0_avx2,
-	.gemm_packed_q4_0 = quant_gemm_packed_q4_0_avx2,
+	.gemm_packed_q8_0 = gemm_packed_q8_0_avx512,
+	.gemm_packed_q4_0 = gemm_packed_q4_0_avx512,
 	.axpy_f32 = quant_axpy_f32_avx2,
 	.softmax_f32 = quant_softmax_f32_avx2,
 };
@@ -475,12 +813,12 @@ const struct quant_kernels quant_kernels_avx512vnni = {
 	.dot_q4_0 = dot_q4_0_avx512vnni,
 	.dot_q4_K = dot_q4_K_avx512vnni,
 	.dot_q6_K = dot_q6_K_avx512vnni,
-	.gemm_f32 = quant_gemm_f32_avx2,
-	.gemm_f16 = quant_gemm_f16_avx2,
+	.gemm_f32 = gemm_f32_avx512,
+	.gemm_f16 = gemm_f16_avx512,
 	.gemm_q8_0 = quant_gemm_q8_0_avx2,
 	.gemm_q4_0 = quant_gemm_q4_0_avx2,
-	.gemm_packed_q8_0 = quant_gemm_packed_q8_0_avx2,
-	.gemm_packed_q4_0 = quant_gemm_packed_q4_0_avx2,
+	.gemm_packed_q8_0 = gemm_packed_q8_0_avx512vnni,
+	.gemm_packed_q4_0 = gemm_packed_q4_0_avx512vnni,
 	.axpy_f32 = quant_axpy_f32_avx2,
 	.softmax_f32 = quant_softmax_f32_avx2,
 };

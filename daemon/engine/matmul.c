@@ -27,7 +27,7 @@
 /* Chunks per thread: enough to even out a slower core, few enough to keep the claims cheap. */
 #define CHUNKS_PER_THREAD 8
 
-/* Bytes of the converted activations, and where the Q8_0 block sums (packed Q4_0) start. */
+/* Bytes of the converted activations, and where the Q8_0 block sums (packed weights) start. */
 static size_t xq_bytes(const struct weight *w, int64_t n_tokens)
 {
 	size_t b = (size_t) quant_row_bytes(quant_vec_dot_type(w->type), w->n_in) * (size_t) n_tokens;
@@ -41,7 +41,7 @@ size_t matmul_scratch_bytes(const struct weight *w, int64_t n_tokens)
 
 	if (vt == GGML_TYPE_F32)
 		return 0;
-	if (w->type == GGML_TYPE_Q4_0)
+	if (quant_packed_supported(w->type)) /* room for the block sums of packed kernels */
 		return xq_bytes(w, n_tokens) +
 		       (size_t) (w->n_in / QK8_0) * (size_t) n_tokens * sizeof(int16_t);
 	return xq_bytes(w, n_tokens);
@@ -82,7 +82,7 @@ struct group_job {
 	const char *xq; /* converted activations, or x itself for F32 */
 	size_t xq_row_bytes;
 	char *scratch;
-	int16_t *sums; /* packed Q4_0: the block sums of each converted row */
+	int16_t *sums; /* packed weights: the block sums of each converted row */
 	uint32_t vec_type;
 	matmul_epilogue_fn epilogue;
 	void *epilogue_arg;
@@ -317,7 +317,7 @@ void matmul_group(struct threadpool *pool, const struct matmul_out *outs, int n_
 	} else {
 		j.xq = scratch;
 		j.xq_row_bytes = (size_t) quant_row_bytes(j.vec_type, w0->n_in);
-		if (w0->type == GGML_TYPE_Q4_0)
+		if (quant_packed_supported(w0->type))
 			for (int o = 0; o < n_outs; o++)
 				if (outs[o].w->packed)
 					j.sums = (int16_t *) ((char *) scratch + xq_bytes(w0, n_tokens));

@@ -1200,7 +1200,7 @@ static void gemm_packed(const struct quant_kernels *k, uint32_t type, int64_t n,
 	quant_gemm_packed_fn fn = packed_kernel(k, type);
 
 	assert(quant_packed_supported(type) && n % QK8_0 == 0);
-	assert(type != GGML_TYPE_Q4_0 || x_sums || !fn);
+	assert(x_sums || !fn);
 	if (fn)
 		fn(n, w, nr, x, x_stride, x_sums, nc, y, y_stride);
 	else

@@ -128,14 +128,15 @@ size_t quant_packed_bytes(uint32_t type, int64_t n, int64_t n_rows);
 /* Packs n_rows rows of n values (src_stride bytes apart) into dst, quant_packed_bytes() long. */
 void quant_pack_rows(uint32_t type, int64_t n, const void *src, size_t src_stride,
 		     int64_t n_rows, void *dst);
-/* sums[b] = the sum of the 32 int8 of block b of a Q8_0 row of n values (the packed Q4_0
- * kernels take them, to apply Q4_0's offset of 8 once per block). */
+/* sums[b] = the sum of the 32 int8 of block b of a Q8_0 row of n values (the packed kernels
+ * take them, to apply a weight offset once per block). */
 void quant_q8_0_block_sums(const void *x_row, int64_t n, int16_t *sums);
 /*
  * quant_gemm() on packed weights: w points at the group that holds the tile's first row (nr
  * rows from a group boundary on; the pad rows of a last group are not written); x as for
- * quant_gemm(); x_sums, for Q4_0, holds quant_q8_0_block_sums() of each activation row, n/32
- * per row back to back (ignored for Q8_0). Per row, per block: the exact integer sum, then
+ * quant_gemm(); x_sums holds quant_q8_0_block_sums() of each activation row, n/32 per row back
+ * to back (the kernels take a weight offset off with them: Q4_0's 8, and the 128 the VNNI
+ * kernels add to Q8_0 weights to make them unsigned). Per row, per block: the exact integer sum, then
  * acc = fmaf(sum, d_w * d_x, acc) in block order — the same bits at every SIMD level, in the
  * scalar reference, and whatever nr and nc are.
  */
