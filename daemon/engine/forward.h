@@ -73,6 +73,10 @@ struct forward_batch {
 
 struct forward_ws;
 
+/* Writes zeros over [p, p + bytes): fresh heap memory faulted in up front, so that the first
+ * batches do not pay a page fault per 4 KiB (forward_ws_new() and model_ctx_new() call it). */
+void prefault(void *p, size_t bytes);
+
 /* Scratch for batches of up to max_rows rows, sequences of up to max_ctx positions, up to
  * max_pairs (row, adapter) pairs per batch, and pools of up to max_threads threads. */
 int forward_ws_new(const struct model *m, uint32_t max_rows, uint32_t max_ctx, uint32_t max_pairs,

@@ -651,6 +651,8 @@ INLINE void qtile(const int C, const bool q4, const bool vnni, int64_t nb, const
 					       : _mm512_setzero_si512();
 		}
 		if (q4) {
+			/* with VNNI, two chains per token (low and high nibbles), so that 8 tokens keep
+			 * 16 multiply-adds in flight (one chain of 8 per block is latency-bound) */
 			__m512i s16[QTILE_C];
 
 			for (int c = 0; c < C; c++)
@@ -665,7 +667,7 @@ INLINE void qtile(const int C, const bool q4, const bool vnni, int64_t nb, const
 
 					if (vnni) {
 						isum[c] = _mm512_dpbusd_epi32(isum[c], lo, bcast4(q + 4 * k));
-						isum[c] = _mm512_dpbusd_epi32(isum[c], hi, bcast4(q + 16 + 4 * k));
+						s16[c] = _mm512_dpbusd_epi32(s16[c], hi, bcast4(q + 16 + 4 * k));
 					} else {
 						s16[c] = _mm512_add_epi16(s16[c], _mm512_maddubs_epi16(lo, bcast4(q + 4 * k)));
 						s16[c] = _mm512_add_epi16(s16[c],
@@ -673,9 +675,9 @@ INLINE void qtile(const int C, const bool q4, const bool vnni, int64_t nb, const
 					}
 				}
 			}
-			if (!vnni)
-				for (int c = 0; c < C; c++)
-					isum[c] = _mm512_add_epi32(isum[c], opaque(_mm512_madd_epi16(s16[c], ones)));
+			for (int c = 0; c < C; c++)
+				isum[c] = _mm512_add_epi32(isum[c], vnni ? s16[c]
+									 : opaque(_mm512_madd_epi16(s16[c], ones)));
 		} else {
 			for (int k = 0; k < 8; k++) {
 				const __m512i raw = load_2groups(g0 + 16 + 32 * k, g1 + 16 + 32 * k);
