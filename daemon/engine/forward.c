@@ -271,7 +271,8 @@ static void attn_task(const struct attn_job *j, long t, uint32_t *r0, uint32_t *
 
 struct kv_prefetch {
 	const char *blk[PF_BLOCKS];
-	uint32_t n_blk, lines_per_blk, line, per_step;
+	uint32_t n_blk, lines_per_blk, per_step;
+	uint32_t b, line; /* the next line: line of block b (counters: no division per line) */
 };
 
 /* Plans the prefetch of task u's blocks (none when u < 0) over `steps` steps. */
@@ -281,7 +282,7 @@ static void kv_prefetch_plan(struct kv_prefetch *pf, const struct attn_job *j, l
 	const struct model_hparams *hp = &j->m->hp;
 	uint32_t group = hp->n_head / hp->n_head_kv;
 
-	pf->n_blk = pf->line = 0;
+	pf->n_blk = pf->b = pf->line = 0;
 	pf->lines_per_blk = (uint32_t) (KV_BLOCK_TOKENS * hp->head_dim * sizeof(float) / 64);
 	if (u >= 0) {
 		uint32_t r0, nq, hd, n_kv;
@@ -299,11 +300,13 @@ static void kv_prefetch_plan(struct kv_prefetch *pf, const struct attn_job *j, l
 
 static void kv_prefetch_step(struct kv_prefetch *pf)
 {
-	uint32_t end = MIN(pf->line + pf->per_step, pf->n_blk * pf->lines_per_blk);
-
-	for (; pf->line < end; pf->line++)
-		__builtin_prefetch(pf->blk[pf->line / pf->lines_per_blk] +
-				   (size_t) (pf->line % pf->lines_per_blk) * 64);
+	for (uint32_t k = 0; k < pf->per_step && pf->b < pf->n_blk; k++) {
+		__builtin_prefetch(pf->blk[pf->b] + (size_t) pf->line * 64);
+		if (++pf->line == pf->lines_per_blk) {
+			pf->line = 0;
+			pf->b++;
+		}
+	}
 }
 
 /*
