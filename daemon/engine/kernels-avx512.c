@@ -777,6 +777,94 @@ DEFINE_PACKED(q4_0, avx512, qtiles_q4_0, QUANT_PACKED_Q4_0_BLOCK)
 DEFINE_PACKED(q8_0, avx512vnni, qtiles_q8_0_vnni, QUANT_PACKED_Q8_0_BLOCK)
 DEFINE_PACKED(q4_0, avx512vnni, qtiles_q4_0_vnni, QUANT_PACKED_Q4_0_BLOCK)
 
+/* ---- packed F32 (quant_gemm_packed()): 16 rows to a register ----
+ *
+ * The layout (quant.h) holds value k of a group's 16 rows in 64 consecutive bytes: one load
+ * is a register of rows, and a token's value k is broadcast against it, so a tile of G groups
+ * x C tokens needs G loads and C broadcasts per G*C multiply-adds, and no horizontal sum: each
+ * lane is one row's chain acc = fma(w_k, x_k, acc), k = 0..n-1, as in the scalar reference.
+ * Prefill runs 2 groups x 12 tokens (24 accumulators); decode 4 groups x 1 token (four
+ * independent chains to hide the multiply-add latency while the weights stream in).
+ */
+#define PF32_G 4
+#define PF32_C 12
+
+typedef void (*pf32_fn)(int64_t n, const float *g, size_t gs, const char *x, size_t xs, float *y,
+			size_t ys, int rows);
+
+INLINE void pf32_tile(const int G, const int C, int64_t n, const float *g, size_t gs,
+		      const char *x, size_t xs, float *y, size_t ys, int rows)
+{
+	__m512 acc[PF32_G * PF32_C];
+
+	for (int i = 0; i < G * C; i++)
+		acc[i] = _mm512_setzero_ps();
+	for (int64_t k = 0; k < n; k++) {
+		__m512 wv[PF32_G];
+
+		for (int gi = 0; gi < G; gi++)
+			wv[gi] = _mm512_loadu_ps(g + (size_t) gi * gs + (size_t) k * 16);
+		for (int c = 0; c < C; c++) {
+			const __m512 xb = _mm512_set1_ps(((const float *) (x + (size_t) c * xs))[k]);
+
+			for (int gi = 0; gi < G; gi++)
+				acc[gi * C + c] = _mm512_fmadd_ps(wv[gi], xb, acc[gi * C + c]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int gi = 0; gi < G; gi++)
+#pragma GCC unroll 12
+		for (int c = 0; c < C; c++)
+			store_rows(y + (size_t) c * ys + (size_t) gi * 16, acc[gi * C + c],
+				   (int) MIN(16, rows - 16 * gi));
+}
+
+#define PF32_DEFINE(G, C)                                                                         \
+	static void pf32_##G##x##C(int64_t n, const float *g, size_t gs, const char *x, size_t xs,  \
+				   float *y, size_t ys, int rows)                                   \
+	{                                                                                         \
+		pf32_tile(G, C, n, g, gs, x, xs, y, ys, rows);                                    \
+	}
+PF32_DEFINE(1, 1) PF32_DEFINE(2, 1) PF32_DEFINE(3, 1) PF32_DEFINE(4, 1)
+PF32_DEFINE(1, 2) PF32_DEFINE(1, 3) PF32_DEFINE(1, 4) PF32_DEFINE(1, 5) PF32_DEFINE(1, 6)
+PF32_DEFINE(1, 7) PF32_DEFINE(1, 8) PF32_DEFINE(1, 9) PF32_DEFINE(1, 10) PF32_DEFINE(1, 11)
+PF32_DEFINE(1, 12)
+PF32_DEFINE(2, 2) PF32_DEFINE(2, 3) PF32_DEFINE(2, 4) PF32_DEFINE(2, 5) PF32_DEFINE(2, 6)
+PF32_DEFINE(2, 7) PF32_DEFINE(2, 8) PF32_DEFINE(2, 9) PF32_DEFINE(2, 10) PF32_DEFINE(2, 11)
+PF32_DEFINE(2, 12)
+
+/* [groups - 1][tokens - 1]: 4 groups only for one token, up to 2 otherwise */
+static const pf32_fn pf32_tiles[PF32_G][PF32_C] = {
+	{ pf32_1x1, pf32_1x2, pf32_1x3, pf32_1x4, pf32_1x5, pf32_1x6, pf32_1x7, pf32_1x8, pf32_1x9,
+	  pf32_1x10, pf32_1x11, pf32_1x12 },
+	{ pf32_2x1, pf32_2x2, pf32_2x3, pf32_2x4, pf32_2x5, pf32_2x6, pf32_2x7, pf32_2x8, pf32_2x9,
+	  pf32_2x10, pf32_2x11, pf32_2x12 },
+	{ pf32_3x1 },
+	{ pf32_4x1 },
+};
+
+/* Token tiles outermost: a tile's activations stay in L1 (or stream from L2 for wide rows)
+ * while it sweeps the row groups of the matmul chunk. */
+static void gemm_packed_f32_avx512(int64_t n, const void *w, int64_t nr, const void *x,
+				   size_t xs, const int16_t *sums, int64_t nc, float *y, size_t ys)
+{
+	const size_t gs = (size_t) n * 16; /* floats per group */
+	const int64_t ct = nc == 1 ? 1 : PF32_C, gt = nc == 1 ? 4 : 2;
+
+	(void) sums;
+	for (int64_t c = 0; c < nc; c += ct) {
+		const int C = (int) MIN(ct, nc - c);
+
+		for (int64_t r = 0; r < nr; r += 16 * gt) {
+			const int G = (int) MIN(gt, (nr - r + 15) / 16);
+
+			pf32_tiles[G - 1][C - 1](n, (const float *) w + (size_t) (r / 16) * gs, gs,
+						 (const char *) x + (size_t) c * xs, xs,
+						 y + (size_t) c * ys + r, ys, (int) MIN(16 * gt, nr - r));
+		}
+	}
+}
+
 const struct quant_kernels quant_kernels_avx512 = {
 	.name = "avx512",
 	.quantize_f16 = quantize_f16_avx512,
@@ -797,6 +885,7 @@ const struct quant_kernels quant_kernels_avx512 = {
 	.gemm_q4_0 = quant_gemm_q4_0_avx2,
 	.gemm_packed_q8_0 = gemm_packed_q8_0_avx512,
 	.gemm_packed_q4_0 = gemm_packed_q4_0_avx512,
+	.gemm_packed_f32 = gemm_packed_f32_avx512,
 	.axpy_f32 = quant_axpy_f32_avx2,
 	.softmax_f32 = quant_softmax_f32_avx2,
 };
@@ -821,6 +910,7 @@ const struct quant_kernels quant_kernels_avx512vnni = {
 	.gemm_q4_0 = quant_gemm_q4_0_avx2,
 	.gemm_packed_q8_0 = gemm_packed_q8_0_avx512vnni,
 	.gemm_packed_q4_0 = gemm_packed_q4_0_avx512vnni,
+	.gemm_packed_f32 = gemm_packed_f32_avx512,
 	.axpy_f32 = quant_axpy_f32_avx2,
 	.softmax_f32 = quant_softmax_f32_avx2,
 };

@@ -119,6 +119,7 @@ struct quant_kernels {
 	/* Packed tile products (quant_gemm_packed()); NULL: the scalar reference. */
 	quant_gemm_packed_fn gemm_packed_q8_0;
 	quant_gemm_packed_fn gemm_packed_q4_0;
+	quant_gemm_packed_fn gemm_packed_f32;
 	/* quant_axpy_f32() */
 	void (*axpy_f32)(int64_t n, const float *a, int64_t count, const float *x, size_t x_stride,
 			 float *y);
@@ -147,6 +148,9 @@ void quant_gemm_packed_q8_0_avx2(int64_t n, const void *w, int64_t nr, const voi
 void quant_gemm_packed_q4_0_avx2(int64_t n, const void *w, int64_t nr, const void *x,
 				 size_t x_stride, const int16_t *x_sums, int64_t nc, float *y,
 				 size_t y_stride);
+void quant_gemm_packed_f32_avx2(int64_t n, const void *w, int64_t nr, const void *x,
+				size_t x_stride, const int16_t *x_sums, int64_t nc, float *y,
+				size_t y_stride);
 void quant_axpy_f32_avx2(int64_t n, const float *a, int64_t count, const float *x,
 			 size_t x_stride, float *y);
 void quant_softmax_f32_avx2(float *x, int64_t n, float scale);

@@ -1074,13 +1074,19 @@ void quant_softmax_f32_ref(float *x, int64_t n, float scale)
 
 bool quant_packed_supported(uint32_t type)
 {
-	return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0;
+	return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_F32;
+}
+
+int64_t quant_packed_group_rows(uint32_t type)
+{
+	return type == GGML_TYPE_F32 ? QUANT_PACKED_F32_ROWS : QUANT_PACKED_ROWS;
 }
 
 static quant_gemm_packed_fn packed_kernel(const struct quant_kernels *k, uint32_t type)
 {
 	return type == GGML_TYPE_Q8_0 ? k->gemm_packed_q8_0
-	       : type == GGML_TYPE_Q4_0 ? k->gemm_packed_q4_0 : NULL;
+	       : type == GGML_TYPE_Q4_0 ? k->gemm_packed_q4_0
+	       : type == GGML_TYPE_F32 ? k->gemm_packed_f32 : NULL;
 }
 
 bool quant_packed_preferred(uint32_t type)
@@ -1097,6 +1103,15 @@ size_t quant_packed_bytes(uint32_t type, int64_t n, int64_t n_rows)
 {
 	size_t groups, bytes;
 
+	if (type == GGML_TYPE_F32) {
+		if (n < 1 || n_rows < 0)
+			return 0;
+		groups = (size_t) (n_rows + QUANT_PACKED_F32_ROWS - 1) / QUANT_PACKED_F32_ROWS;
+		if (__builtin_mul_overflow(groups, (size_t) n * QUANT_PACKED_F32_ROWS * sizeof(float),
+					   &bytes))
+			return 0;
+		return bytes;
+	}
 	if (!quant_packed_supported(type) || n < 0 || n % QK8_0 || n_rows < 0)
 		return 0;
 	groups = (size_t) (n_rows + QUANT_PACKED_ROWS - 1) / QUANT_PACKED_ROWS;
@@ -1114,6 +1129,22 @@ void quant_pack_rows(uint32_t type, int64_t n, const void *src, size_t src_strid
 	const int chunks = q4 ? 4 : 8;
 	uint8_t *out = dst;
 
+	if (type == GGML_TYPE_F32) {
+		for (int64_t r0 = 0; r0 < n_rows; r0 += QUANT_PACKED_F32_ROWS) {
+			float *o = (float *) dst + (size_t) (r0 / QUANT_PACKED_F32_ROWS) * (size_t) n *
+							    QUANT_PACKED_F32_ROWS;
+
+			for (int64_t r = 0; r < QUANT_PACKED_F32_ROWS; r++) {
+				const float *row = r0 + r < n_rows ? (const float *) ((const char *) src +
+								      (size_t) (r0 + r) * src_stride)
+								   : NULL; /* a pad row: zeros */
+
+				for (int64_t k = 0; k < n; k++)
+					o[(size_t) k * QUANT_PACKED_F32_ROWS + (size_t) r] = row ? row[k] : 0.f;
+			}
+		}
+		return;
+	}
 	assert(quant_packed_supported(type) && n % QK8_0 == 0);
 	for (int64_t r0 = 0; r0 < n_rows; r0 += QUANT_PACKED_ROWS)
 		for (int64_t b = 0; b < nb; b++, out += packed_block_bytes(type)) {
@@ -1193,13 +1224,43 @@ static void gemm_packed_scalar(uint32_t type, int64_t n, const void *w, int64_t 
 	}
 }
 
+/* F32: per row, the chain acc = fmaf(w_k, x_k, acc) in k order (quant.h). */
+static void gemm_packed_f32_scalar(int64_t n, const void *w, int64_t nr, const void *x,
+				   size_t x_stride, int64_t nc, float *y, size_t y_stride)
+{
+	const size_t gr = QUANT_PACKED_F32_ROWS;
+
+	for (int64_t r0 = 0; r0 < nr; r0 += (int64_t) gr) {
+		const float *g = (const float *) w + (size_t) (r0 / (int64_t) gr) * (size_t) n * gr;
+
+		for (int64_t c = 0; c < nc; c++) {
+			const float *xc = (const float *) ((const char *) x + (size_t) c * x_stride);
+			float acc[QUANT_PACKED_F32_ROWS] = { 0 };
+
+			for (int64_t k = 0; k < n; k++)
+				for (size_t r = 0; r < gr; r++)
+					acc[r] = fmaf(g[(size_t) k * gr + r], xc[k], acc[r]);
+			for (int64_t r = 0; r < (int64_t) gr && r0 + r < nr; r++)
+				y[(size_t) c * y_stride + (size_t) (r0 + r)] = acc[r];
+		}
+	}
+}
+
 static void gemm_packed(const struct quant_kernels *k, uint32_t type, int64_t n, const void *w,
 			int64_t nr, const void *x, size_t x_stride, const int16_t *x_sums,
 			int64_t nc, float *y, size_t y_stride)
 {
 	quant_gemm_packed_fn fn = packed_kernel(k, type);
 
-	assert(quant_packed_supported(type) && n % QK8_0 == 0);
+	assert(quant_packed_supported(type));
+	if (type == GGML_TYPE_F32) {
+		if (fn)
+			fn(n, w, nr, x, x_stride, NULL, nc, y, y_stride);
+		else
+			gemm_packed_f32_scalar(n, w, nr, x, x_stride, nc, y, y_stride);
+		return;
+	}
+	assert(n % QK8_0 == 0);
 	assert(x_sums || !fn);
 	if (fn)
 		fn(n, w, nr, x, x_stride, x_sums, nc, y, y_stride);

@@ -116,14 +116,24 @@ void quant_gemm(uint32_t type, int64_t n, const void *w, size_t w_stride, int64_
 #define QUANT_PACKED_ROWS 8
 #define QUANT_PACKED_Q8_0_BLOCK (16 + 256)
 #define QUANT_PACKED_Q4_0_BLOCK (16 + 128)
+/*
+ * F32 matrices pack 16 rows to a group, value-major: group g holds, for k = 0..n-1 in turn,
+ * float w[k][16] = value k of its 16 rows (pad rows 0). The kernels then multiply a whole
+ * register of rows by one broadcast activation value (no horizontal sums), and each row's
+ * result is the plain chain acc = fmaf(w_k, x_k, acc) for k = 0..n-1 — the same bits at
+ * every SIMD level, in the scalar reference, and whatever nr and nc are. Any n >= 1.
+ */
+#define QUANT_PACKED_F32_ROWS 16
 
-/* True for the types that have a packed layout (Q8_0, Q4_0). */
+/* True for the types that have a packed layout (Q8_0, Q4_0, F32). */
 bool quant_packed_supported(uint32_t type);
+/* Rows per packed group of `type`: QUANT_PACKED_F32_ROWS for F32, QUANT_PACKED_ROWS else. */
+int64_t quant_packed_group_rows(uint32_t type);
 /* True when this CPU has packed kernels for `type` (a SIMD level); the scalar level computes
  * packed weights correctly, but slower than unpacked ones. */
 bool quant_packed_preferred(uint32_t type);
 /* Bytes of n_rows rows of n values, packed (whole groups); 0 when unsupported or when n is
- * not a multiple of the block size. */
+ * not a multiple of the block size (32 for Q8_0 and Q4_0, 1 for F32). */
 size_t quant_packed_bytes(uint32_t type, int64_t n, int64_t n_rows);
 /* Packs n_rows rows of n values (src_stride bytes apart) into dst, quant_packed_bytes() long. */
 void quant_pack_rows(uint32_t type, int64_t n, const void *src, size_t src_stride,
@@ -134,7 +144,8 @@ void quant_q8_0_block_sums(const void *x_row, int64_t n, int16_t *sums);
 /*
  * quant_gemm() on packed weights: w points at the group that holds the tile's first row (nr
  * rows from a group boundary on; the pad rows of a last group are not written); x as for
- * quant_gemm(); x_sums holds quant_q8_0_block_sums() of each activation row, n/32 per row back
+ * quant_gemm(); for F32, x_sums is ignored (may be NULL) and the result is described above.
+ * Otherwise x_sums holds quant_q8_0_block_sums() of each activation row, n/32 per row back
  * to back (the kernels take a weight offset off with them: Q4_0's 8, and the 128 the VNNI
  * kernels add to Q8_0 weights to make them unsigned). Per row, per block: the exact integer sum, then
  * acc = fmaf(sum, d_w * d_x, acc) in block order — the same bits at every SIMD level, in the
