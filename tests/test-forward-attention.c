@@ -22,8 +22,8 @@
 #include "engine/model.h"
 #include "engine/quant.h"
 #include "engine/threadpool.h"
+#include "simd-levels.h"
 
-static const char *const levels[] = { "avx512vnni", "avx512", "avx2", "scalar" };
 
 /* The softmax of x · scale in float64. */
 static void softmax_f64(const float *x, int n, float scale, double *out)
@@ -78,7 +78,7 @@ TEST(softmax_all_levels)
 	int tested = 0;
 
 	snprintf(orig, sizeof(orig), "%s", quant_simd_level());
-	for (size_t l = 0; l < ELEMENTSOF(levels); l++) {
+	for (size_t l = 0; l < n_levels; l++) {
 		if (quant_force_simd_level(levels[l]) < 0)
 			continue;
 		tested++;
@@ -156,7 +156,7 @@ TEST(prefill_groups_same_bits_as_steps)
 	got = malloc(m->hp.n_vocab * sizeof(float));
 	ASSERT_TRUE(ref && got);
 	snprintf(orig, sizeof(orig), "%s", quant_simd_level());
-	for (size_t l = 0; l < ELEMENTSOF(levels); l++) {
+	for (size_t l = 0; l < n_levels; l++) {
 		if (quant_force_simd_level(levels[l]) < 0)
 			continue;
 		for (int threads = 1; threads <= 2; threads++) {

@@ -27,6 +27,7 @@
 #include "engine/quant.h"
 #include "engine/threadpool.h"
 #include "lora/resident.h"
+#include "simd-levels.h"
 
 
 static const uint32_t types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
@@ -169,7 +170,6 @@ TEST(threadpool_runs_every_thread_once_per_job)
 
 /* ---- tile kernels ---- */
 
-static const char *const levels[] = { "avx512vnni", "avx512", "avx2", "scalar" };
 
 struct tile_case {
 	uint32_t type, vt;
@@ -282,7 +282,7 @@ TEST(gemm_all_levels_all_types)
 	const char *orig = quant_simd_level();
 
 	seed_rng();
-	for (size_t l = 0; l < ELEMENTSOF(levels); l++) {
+	for (size_t l = 0; l < n_levels; l++) {
 		if (quant_force_simd_level(levels[l]) < 0)
 			continue;
 		printf("  level %s\n", levels[l]);
@@ -318,7 +318,7 @@ TEST(gemm_float_odd_lengths)
 	const char *orig = quant_simd_level();
 
 	seed_rng();
-	for (size_t l = 0; l < ELEMENTSOF(levels); l++) {
+	for (size_t l = 0; l < n_levels; l++) {
 		if (quant_force_simd_level(levels[l]) < 0)
 			continue;
 		for (int64_t n = 1; n <= 41; n += 4)
@@ -390,7 +390,7 @@ TEST(gemm_packed_all_levels)
 				tile_case_free(&c);
 				return 1;
 			}
-			for (size_t l = 0; l < ELEMENTSOF(levels); l++) {
+			for (size_t l = 0; l < n_levels; l++) {
 				if (quant_force_simd_level(levels[l]) < 0)
 					continue;
 				for (int k = 0; k < 16; k++)
@@ -533,7 +533,7 @@ TEST(axpy_all_levels)
 	const char *orig = quant_simd_level();
 
 	seed_rng();
-	for (size_t l = 0; l < ELEMENTSOF(levels); l++) {
+	for (size_t l = 0; l < n_levels; l++) {
 		if (quant_force_simd_level(levels[l]) < 0)
 			continue;
 		for (int64_t n = 1; n <= 80; n += 13)

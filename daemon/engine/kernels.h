@@ -132,6 +132,8 @@ extern const struct quant_kernels quant_kernels_scalar; /* quant.c */
 extern const struct quant_kernels quant_kernels_avx2;       /* kernels-avx2.c */
 extern const struct quant_kernels quant_kernels_avx512;     /* kernels-avx512.c */
 extern const struct quant_kernels quant_kernels_avx512vnni; /* kernels-avx512.c */
+/* The "avxvnni" table: the AVX2 one with AVX-VNNI packed kernels (kernels-avxvnni.c). */
+void quant_kernels_avxvnni_init(struct quant_kernels *k);
 
 /* The AVX2 tile products, which the AVX-512 tables share (kernels-avx2.c). */
 void quant_gemm_f32_avx2(int64_t n, const void *w, size_t w_stride, int64_t nr, const void *x,

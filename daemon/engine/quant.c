@@ -838,40 +838,106 @@ static void dequantize_scalar(uint32_t type, const void *src, float *dst, int64_
 	}
 }
 
-/* ---- dispatch ---- */
+/* ---- dispatch ----
+ *
+ * The levels, best first. A level is chosen (by default, or by quant_force_simd_level())
+ * only when the CPU has every instruction set its file is compiled with, AND it has been
+ * proven: its tests (test-quant, test-matmul, test-forward-attention, test-sampler, which
+ * compare it with the scalar reference) have passed on a CPU that has it. A level never run
+ * on such a CPU stays compiled but held back unless MOLLY_CPU_UNPROVEN=1 is set: no emulator
+ * here runs AVX-512 or AMX, so a real CPU is the only proof. A session that runs the tests of
+ * a held-back level on a CPU that has it (MOLLY_CPU_UNPROVEN=1, all passing) records where
+ * and when in `proven` below; the tests print which levels ran, which were skipped for want
+ * of an instruction set, and which were held back.
+ *
+ * Not written yet (so neither listed nor proven): AMX tiles (needs arch_prctl
+ * ARCH_REQ_XCOMP_PERM and a Sapphire Rapids or later CPU to prove it on), AVX512-BF16 dot
+ * products for BF16 weights.
+ */
+enum {
+	CPU_AVX2 = 1 << 0,       /* AVX2 + FMA + F16C */
+	CPU_AVX512 = 1 << 1,     /* AVX-512 F + BW + VL + DQ */
+	CPU_AVX512VNNI = 1 << 2, /* AVX-512 VNNI */
+	CPU_AVXVNNI = 1 << 3,    /* AVX-VNNI (VEX-encoded vpdpbusd) */
+};
 
-static const struct quant_kernels *kernels_cpu = &quant_kernels_scalar; /* best the CPU runs */
+#if defined(__x86_64__)
+static struct quant_kernels kernels_avxvnni; /* filled by kernels_init() */
+#endif
+
+static const struct simd_level {
+	const struct quant_kernels *k;
+	unsigned needs;     /* CPU_* bits */
+	const char *proven; /* where and when its tests first passed on a CPU that has it */
+} simd_levels[] = {
+#if defined(__x86_64__)
+	{ &quant_kernels_avx512vnni, CPU_AVX2 | CPU_AVX512 | CPU_AVX512VNNI,
+	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01" },
+	{ &quant_kernels_avx512, CPU_AVX2 | CPU_AVX512,
+	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01" },
+	{ &kernels_avxvnni, CPU_AVX2 | CPU_AVXVNNI,
+	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01" },
+	{ &quant_kernels_avx2, CPU_AVX2,
+	  "AMD EPYC Zen 3, 2026-11-30; AMD EPYC Zen 5 (family 26 model 2), 2026-12-01" },
+#endif
+	{ &quant_kernels_scalar, 0, "every CPU (portable C)" },
+};
+
+static const struct quant_kernels *kernels_cpu = &quant_kernels_scalar; /* default level */
 static const struct quant_kernels *kernels_active = &quant_kernels_scalar;
+static unsigned cpu_features;
+static bool allow_unproven;
 static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
 
-/* Best first; each needs all the features its file is compiled with (kernels-*.c get the
- * -m flags from CMakeLists.txt), and __builtin_cpu_supports() also checks that the OS saves
- * the vector state (XCR0). */
-static const struct quant_kernels *detect_kernels(void)
+/* The CPU_* sets this CPU (and OS) runs. __builtin_cpu_supports() also checks that the OS
+ * saves the vector state (XCR0); AVX-VNNI is VEX-encoded, so AVX2's check covers it. */
+static unsigned detect_features(void)
 {
+	unsigned f = 0;
 #if defined(__x86_64__)
-	__builtin_cpu_init();
 	unsigned int eax, ebx, ecx = 0, edx;
+
+	__builtin_cpu_init();
 	/* clang's __builtin_cpu_supports() does not know "f16c": ask cpuid (leaf 1) */
 	bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
-	bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
-	bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
-		      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-		      __builtin_cpu_supports("avx512dq");
 
-	if (avx512 && __builtin_cpu_supports("avx512vnni"))
-		return &quant_kernels_avx512vnni;
-	if (avx512)
-		return &quant_kernels_avx512;
-	if (avx2)
-		return &quant_kernels_avx2;
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c)
+		f |= CPU_AVX2;
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+		f |= CPU_AVX512;
+	if (__builtin_cpu_supports("avx512vnni"))
+		f |= CPU_AVX512VNNI;
+	/* leaf 7 subleaf 1, EAX bit 4 (older compilers' cpu_supports lacks "avxvnni") */
+	if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4)))
+		f |= CPU_AVXVNNI;
 #endif
-	return &quant_kernels_scalar;
+	return f;
+}
+
+static enum quant_level_state level_state(const struct simd_level *l)
+{
+	if ((cpu_features & l->needs) != l->needs)
+		return QUANT_LEVEL_NO_ISA;
+	if (!l->proven && !allow_unproven)
+		return QUANT_LEVEL_UNPROVEN;
+	return QUANT_LEVEL_RUNS;
 }
 
 static void kernels_init(void)
 {
-	kernels_cpu = detect_kernels();
+	const char *env = getenv("MOLLY_CPU_UNPROVEN");
+
+#if defined(__x86_64__)
+	quant_kernels_avxvnni_init(&kernels_avxvnni);
+#endif
+	cpu_features = detect_features();
+	allow_unproven = env && strcmp(env, "1") == 0;
+	for (size_t i = 0; i < ELEMENTSOF(simd_levels); i++)
+		if (level_state(&simd_levels[i]) == QUANT_LEVEL_RUNS) {
+			kernels_cpu = simd_levels[i].k;
+			break;
+		}
 	__atomic_store_n(&kernels_active, kernels_cpu, __ATOMIC_RELEASE);
 }
 
@@ -881,37 +947,61 @@ static const struct quant_kernels *kernels(void)
 	return __atomic_load_n(&kernels_active, __ATOMIC_ACQUIRE);
 }
 
+static const struct simd_level *find_level(const char *name)
+{
+	(void) kernels();
+	for (size_t i = 0; name && i < ELEMENTSOF(simd_levels); i++)
+		if (strcmp(simd_levels[i].k->name, name) == 0)
+			return &simd_levels[i];
+	return NULL;
+}
+
 const char *quant_simd_level(void)
 {
 	return kernels()->name;
 }
 
+size_t quant_simd_levels(const char **names, size_t max)
+{
+	size_t n = 0;
+
+	(void) kernels();
+	for (size_t i = 0; i < ELEMENTSOF(simd_levels) && n < max; i++)
+		names[n++] = simd_levels[i].k->name;
+	return n;
+}
+
+enum quant_level_state quant_simd_level_state(const char *name)
+{
+	const struct simd_level *l = find_level(name);
+
+	return l ? level_state(l) : QUANT_LEVEL_UNKNOWN;
+}
+
+const char *quant_simd_level_proven(const char *name)
+{
+	const struct simd_level *l = find_level(name);
+
+	return l ? l->proven : NULL;
+}
+
 int quant_force_simd_level(const char *name)
 {
-	/* from the most capable down: a level is allowed when it is the CPU's or below it */
-	static const struct quant_kernels *const levels[] = {
-#if defined(__x86_64__)
-		&quant_kernels_avx512vnni,
-		&quant_kernels_avx512,
-		&quant_kernels_avx2,
-#endif
-		&quant_kernels_scalar,
-	};
-	bool reachable = false;
+	const struct simd_level *l;
 
 	assert_return(name, -EINVAL);
-	(void) kernels();
-	for (size_t i = 0; i < ELEMENTSOF(levels); i++) {
-		if (levels[i] == kernels_cpu)
-			reachable = true;
-		if (strcmp(levels[i]->name, name) != 0)
-			continue;
-		if (!reachable)
-			return -ENOTSUP;
-		__atomic_store_n(&kernels_active, levels[i], __ATOMIC_RELEASE);
+	l = find_level(name);
+	if (!l)
+		return -ENOTSUP;
+	switch (level_state(l)) {
+	case QUANT_LEVEL_RUNS:
+		__atomic_store_n(&kernels_active, l->k, __ATOMIC_RELEASE);
 		return 0;
+	case QUANT_LEVEL_UNPROVEN:
+		return -EPERM;
+	default:
+		return -ENOTSUP;
 	}
-	return -ENOTSUP;
 }
 
 /* ---- the public entry points ---- */

@@ -180,9 +180,27 @@ void quant_axpy_f32_ref(int64_t n, const float *a, int64_t count, const float *x
 			size_t x_stride, float *y);
 void quant_softmax_f32_ref(float *x, int64_t n, float scale);
 
-/* Which SIMD level quant_vec_dot() dispatches to: "avx512vnni", "avx512", "avx2", "scalar". */
+/*
+ * SIMD levels (quant.c has the table): "avx512vnni", "avx512", "avxvnni", "avx2", "scalar",
+ * best first. The default is the best one that runs here: the CPU has its instruction sets
+ * and the level is proven (its tests have passed on a CPU that has them; a level not yet
+ * proven is held back unless the environment has MOLLY_CPU_UNPROVEN=1).
+ */
+/* The level quant_vec_dot() and the rest dispatch to now. */
 const char *quant_simd_level(void);
-/* Forces a level no higher than the CPU's (tests); "scalar" always works. -ENOTSUP otherwise. */
+/* Up to max level names, best first; returns how many. */
+size_t quant_simd_levels(const char **names, size_t max);
+enum quant_level_state {
+	QUANT_LEVEL_RUNS,     /* the CPU has it and it is proven (or MOLLY_CPU_UNPROVEN=1) */
+	QUANT_LEVEL_NO_ISA,   /* the CPU lacks an instruction set it needs */
+	QUANT_LEVEL_UNPROVEN, /* the CPU has it, but it never ran its tests on such a CPU */
+	QUANT_LEVEL_UNKNOWN,  /* no level of that name */
+};
+enum quant_level_state quant_simd_level_state(const char *name);
+/* Where and when the level was proven ("AMD EPYC Zen 5 ..., 2026-12-01"), or NULL. */
+const char *quant_simd_level_proven(const char *name);
+/* Switches to a level (tests, benchmarks): 0; -ENOTSUP when the CPU lacks it or the name is
+ * unknown; -EPERM when it is held back as unproven. "scalar" always works. */
 int quant_force_simd_level(const char *name);
 
 /* Half and bfloat16 conversions (round to nearest even, as ggml). */
