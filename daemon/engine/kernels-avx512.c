@@ -458,16 +458,39 @@ INLINE __m512 load_flt(const bool f16, const char *p, __mmask16 k)
 	return f16 ? load_f16((const uint16_t *) p, k) : load_f32((const float *) p, k);
 }
 
-/* The horizontal sum in a fixed order, in registers (gcc 12's _mm512_reduce_add_ps() goes
- * through memory, which keeps a tile's accumulators on the stack for the whole loop). */
-INLINE float hsum_f32x16(__m512 v)
+/*
+ * The horizontal sums of v[0..m) (m <= 16) into out[0..m), all at once: a transpose-and-add
+ * tree, ~3 instructions per sum where a lone horizontal sum takes 8. Every vector's lanes are
+ * summed in the same order whatever m and the other vectors are (the missing ones are
+ * zeros, and no sum mixes vectors): within each 128-bit quarter (l0 + l2) + (l1 + l3), then
+ * (q0 + q1) + (q2 + q3) over the quarters.
+ */
+INLINE void reduce16(const __m512 *v, const int m, float *out)
 {
-	__m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-	__m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+	__m512 u[8], w[4];
 
-	s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-	s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-	return _mm_cvtss_f32(s4);
+#pragma GCC unroll 8
+	for (int k = 0; k < 8; k++) {
+		const __m512 a = 2 * k < m ? v[2 * k] : _mm512_setzero_ps();
+		const __m512 b = 2 * k + 1 < m ? v[2 * k + 1] : _mm512_setzero_ps();
+
+		/* per quarter [a0+a2, b0+b2, a1+a3, b1+b3] */
+		u[k] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+	}
+#pragma GCC unroll 4
+	for (int k = 0; k < 4; k++) /* per quarter: the quarter sums of v[4k..4k+3] */
+		w[k] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * k], u[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+				     _mm512_shuffle_ps(u[2 * k], u[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+	/* quarters 0+1 and 2+3 of w0, w1 (then w2, w3), then those halves: quarter k of the
+	 * result holds the sums of v[4k..4k+3] */
+	const __m512 y01 = _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
+					 _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
+	const __m512 y23 = _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], _MM_SHUFFLE(2, 0, 2, 0)),
+					 _mm512_shuffle_f32x4(w[2], w[3], _MM_SHUFFLE(3, 1, 3, 1)));
+	const __m512 r = _mm512_add_ps(_mm512_shuffle_f32x4(y01, y23, _MM_SHUFFLE(2, 0, 2, 0)),
+				       _mm512_shuffle_f32x4(y01, y23, _MM_SHUFFLE(3, 1, 3, 1)));
+
+	_mm512_mask_storeu_ps(out, first_lanes(m), r);
 }
 
 /* 16 values (k: the lanes loaded) of every pair of the tile. */
@@ -500,12 +523,17 @@ INLINE void ftile(const int R, const int C, const bool f16, int64_t n, const cha
 	/* the last n % 16 values one by one after the sum, as kernels-avx2.c does: a masked
 	 * vector step here makes gcc 12 keep every accumulator in memory through the loop, and
 	 * so does a loop here that it does not unroll */
+	float sums[32];
+
+	reduce16(acc, R * C < 16 ? R * C : 16, sums);
+	if (R * C > 16)
+		reduce16(acc + 16, R * C - 16, sums + 16);
 #pragma GCC unroll 8
 	for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
 		for (int c = 0; c < C; c++) {
 			const char *wr = w + (size_t) r * ws, *xc = x + (size_t) c * xs;
-			float sum = hsum_f32x16(acc[r * C + c]);
+			float sum = sums[r * C + c];
 
 			for (int64_t k = i; k < n; k++)
 				sum = f16 ? fmaf(fp16(((const uint16_t *) wr)[k]), fp16(((const uint16_t *) xc)[k]), sum)
@@ -865,6 +893,40 @@ static void gemm_packed_f32_avx512(int64_t n, const void *w, int64_t nr, const v
 	}
 }
 
+/* ---- attention's weighted sum (quant_axpy_f32()): the AVX2 kernel at 16 lanes ----
+ * Every element is its own chain y = fma(a_j, x_j, y) in j order, so the width does not
+ * change a bit; 64 values per pass keep four chains in flight. */
+static void axpy_f32_avx512(int64_t n, const float *a, int64_t count, const float *x,
+			    size_t x_stride, float *y)
+{
+	int64_t i = 0;
+
+	for (; i + 64 <= n; i += 64) {
+		__m512 acc[4];
+
+		for (int k = 0; k < 4; k++)
+			acc[k] = _mm512_loadu_ps(y + i + 16 * k);
+		for (int64_t j = 0; j < count; j++) {
+			const __m512 aj = _mm512_set1_ps(a[j]);
+			const float *xj = x + (size_t) j * x_stride + (size_t) i;
+
+			for (int k = 0; k < 4; k++)
+				acc[k] = _mm512_fmadd_ps(aj, _mm512_loadu_ps(xj + 16 * k), acc[k]);
+		}
+		for (int k = 0; k < 4; k++)
+			_mm512_storeu_ps(y + i + 16 * k, acc[k]);
+	}
+	for (; i < n; i += 16) {
+		const __mmask16 m = n - i >= 16 ? 0xffff : first_lanes(n - i);
+		__m512 acc = _mm512_maskz_loadu_ps(m, y + i);
+
+		for (int64_t j = 0; j < count; j++)
+			acc = _mm512_fmadd_ps(_mm512_set1_ps(a[j]),
+					      _mm512_maskz_loadu_ps(m, x + (size_t) j * x_stride + (size_t) i), acc);
+		_mm512_mask_storeu_ps(y + i, m, acc);
+	}
+}
+
 const struct quant_kernels quant_kernels_avx512 = {
 	.name = "avx512",
 	.quantize_f16 = quantize_f16_avx512,
@@ -886,7 +948,7 @@ const struct quant_kernels quant_kernels_avx512 = {
 	.gemm_packed_q8_0 = gemm_packed_q8_0_avx512,
 	.gemm_packed_q4_0 = gemm_packed_q4_0_avx512,
 	.gemm_packed_f32 = gemm_packed_f32_avx512,
-	.axpy_f32 = quant_axpy_f32_avx2,
+	.axpy_f32 = axpy_f32_avx512,
 	.softmax_f32 = quant_softmax_f32_avx2,
 };
 
@@ -911,7 +973,7 @@ const struct quant_kernels quant_kernels_avx512vnni = {
 	.gemm_packed_q8_0 = gemm_packed_q8_0_avx512vnni,
 	.gemm_packed_q4_0 = gemm_packed_q4_0_avx512vnni,
 	.gemm_packed_f32 = gemm_packed_f32_avx512,
-	.axpy_f32 = quant_axpy_f32_avx2,
+	.axpy_f32 = axpy_f32_avx512,
 	.softmax_f32 = quant_softmax_f32_avx2,
 };
 
