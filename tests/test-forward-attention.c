@@ -7,7 +7,7 @@
  *     ranges), the scalar level bit for bit against quant_softmax_f32_ref(), every level
  *     deterministic, and a value's result the same whatever else the caller does.
  *   prefill_groups_same_bits_as_steps: a prompt decoded in batches of 1, 3, 4 and 7 rows
- *     (attention groups of 1 to 4 rows, tasks prefetching each other's blocks) gives the
+ *     (attention groups of 1 to 7 rows, tasks prefetching each other's blocks) gives the
  *     same logits, bit for bit, at every level and with 1 and 2 threads; a sequence long
  *     enough to span several KV blocks.
  */

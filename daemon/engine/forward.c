@@ -29,7 +29,7 @@
 
 /* Attention takes up to ATT_Q consecutive rows of one sequence (a prefill's) per task, so
  * each key block is read once for all of them and Q·K runs as wider tiles. */
-#define ATT_Q 4
+#define ATT_Q 8
 
 struct forward_ws {
 	uint32_t max_rows, max_ctx, max_pairs;
