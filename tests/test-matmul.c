@@ -563,6 +563,44 @@ TEST(axpy_all_levels)
 	return 0;
 }
 
+/* The rows variant (attention's V sums for a row group): the same bits as one
+ * quant_axpy_f32_ref() per row, for row counts around the 4-row passes, lengths with and
+ * without whole 64-value passes, and per-row counts from 0 to 16. */
+TEST(axpy_rows_all_levels)
+{
+	static const int64_t lengths[] = { 64, 128, 48, 7 };
+	const char *orig = quant_simd_level();
+
+	seed_rng();
+	for (size_t l = 0; l < n_levels; l++) {
+		if (quant_force_simd_level(levels[l]) < 0)
+			continue;
+		for (size_t li = 0; li < ELEMENTSOF(lengths); li++)
+			for (int64_t nq = 1; nq <= 9; nq++) {
+				const int64_t n = lengths[li];
+				const size_t a_stride = 21, x_stride = (size_t) n + 5, y_stride = (size_t) n + 2;
+				float a[9 * 21], x[16 * 133], y[9 * 130], yref[9 * 130];
+				int64_t count[9];
+
+				for (size_t k = 0; k < ELEMENTSOF(a); k++)
+					a[k] = (float) test_uniform();
+				for (size_t k = 0; k < ELEMENTSOF(x); k++)
+					x[k] = (float) (test_uniform() * 2 - 1);
+				for (size_t k = 0; k < ELEMENTSOF(y); k++)
+					y[k] = yref[k] = (float) test_uniform();
+				for (int64_t q = 0; q < nq; q++)
+					count[q] = (int64_t) (test_uniform() * 17);
+				quant_axpy_f32_rows(n, a, a_stride, count, nq, x, x_stride, y, y_stride);
+				for (int64_t q = 0; q < nq; q++)
+					quant_axpy_f32_ref(n, a + (size_t) q * a_stride, count[q], x, x_stride,
+							   yref + (size_t) q * y_stride);
+				ASSERT_TRUE(memcmp(y, yref, sizeof(y)) == 0);
+			}
+	}
+	ASSERT_OK(quant_force_simd_level(orig));
+	return 0;
+}
+
 /* ---- matmul_group() ---- */
 
 #define G_RANKS 2

@@ -319,8 +319,9 @@ static void kv_prefetch_step(struct kv_prefetch *pf)
  * with the SIMD level's kernels, which give every (key, query) pair the same bits whatever
  * the tile): the group's later rows also get scores for positions its earlier rows do not
  * see, which their softmax never reads. Then per row: softmax over its positions
- * (quant_softmax_f32(): its result depends only on the row's scores), and the weighted sum
- * of V. Meanwhile the thread prefetches its next task's blocks (struct kv_prefetch).
+ * (quant_softmax_f32(): its result depends only on the row's scores); then the weighted sums
+ * of V, block by block for all the group's rows at once (quant_axpy_f32_rows(): each row's
+ * sum the same bits as alone). Meanwhile the thread prefetches its next task's blocks (struct kv_prefetch).
  */
 static void attention(void *arg, int ith, int nth)
 {
@@ -363,24 +364,29 @@ static void attention(void *arg, int ith, int nth)
 				   j->ws->q + (size_t) r0 * q_dim + (size_t) hd * hdim, q_dim * sizeof(float),
 				   nq, scores + p0, max_ctx);
 		}
+		/* softmax per row, then the weighted sums of V for all the group's rows block by
+		 * block (quant_axpy_f32_rows(): each row's sum in its own key order, as alone) */
+		float *out0 = j->ws->attn + (size_t) r0 * q_dim + (size_t) hd * hdim;
+		int64_t counts[ATT_Q];
+
 		for (uint32_t i = 0; i < nq; i++) {
-			uint32_t r = r0 + i, n_kv = j->b->rows[r].pos + 1;
-			float *sc = scores + (size_t) i * max_ctx;
-			float *out = j->ws->attn + r * q_dim + (size_t) hd * hdim;
+			quant_softmax_f32(scores + (size_t) i * max_ctx, j->b->rows[r0 + i].pos + 1, scale);
+			memset(out0 + (size_t) i * q_dim, 0, hdim * sizeof(float));
+		}
+		for (uint32_t p0 = 0; p0 < n_kv_max; p0 += KV_BLOCK_TOKENS) {
+			const float *v = kv_at(m, j->kv, s, j->layer, true, p0, kvh);
 
-			quant_softmax_f32(sc, n_kv, scale);
-			memset(out, 0, hdim * sizeof(float));
-			for (uint32_t p0 = 0; p0 < n_kv; p0 += KV_BLOCK_TOKENS) {
-				const float *v = kv_at(m, j->kv, s, j->layer, true, p0, kvh);
+			if (p0 + KV_BLOCK_TOKENS < n_kv_max)
+				prefetch_bytes(kv_at(m, j->kv, s, j->layer, true, p0 + KV_BLOCK_TOKENS, kvh),
+					       block_bytes);
+			kv_prefetch_step(&pf);
+			for (uint32_t i = 0; i < nq; i++) {
+				int64_t left = (int64_t) j->b->rows[r0 + i].pos + 1 - p0;
 
-				if (p0 + KV_BLOCK_TOKENS < n_kv)
-					prefetch_bytes(kv_at(m, j->kv, s, j->layer, true,
-							     p0 + KV_BLOCK_TOKENS, kvh),
-						       block_bytes);
-				kv_prefetch_step(&pf);
-				quant_axpy_f32(hdim, sc + p0, MIN((uint32_t) KV_BLOCK_TOKENS, n_kv - p0), v,
-					       kv_stride / sizeof(float), out);
+				counts[i] = MAX(MIN(left, (int64_t) KV_BLOCK_TOKENS), (int64_t) 0);
 			}
+			quant_axpy_f32_rows(hdim, scores + p0, max_ctx, counts, nq, v,
+					    kv_stride / sizeof(float), out0, q_dim);
 		}
 	}
 }

@@ -744,8 +744,78 @@ INLINE void qtile(const int C, const bool q4, const bool vnni, int64_t nb, const
 		store_rows(y + (size_t) c * ys, acc[c], rows);
 }
 
+/*
+ * Decode (one token) with VNNI: 32 rows (four groups) per pass, two independent 16-row
+ * halves, so that four weight streams are in flight per thread instead of two (a single
+ * token is bound by how fast the weights arrive, not by the arithmetic). Per row the same
+ * integer sums and the same fma per block as qtile(): the same bits.
+ */
+INLINE void qtile_dec(const bool q4, int64_t nb, const uint8_t *const g[4], const char *x,
+		      const int16_t *sums, float *y, int rows)
+{
+	const size_t bb = q4 ? QUANT_PACKED_Q4_0_BLOCK : QUANT_PACKED_Q8_0_BLOCK;
+	const __m512i m4 = _mm512_set1_epi8(0xf), top = _mm512_set1_epi8((char) 0x80);
+	const struct block_q8_0 *bx = (const struct block_q8_0 *) x;
+	__m512 acc[2] = { _mm512_setzero_ps(), _mm512_setzero_ps() };
+
+	for (int64_t b = 0; b < nb; b++) {
+		const size_t o = (size_t) b * bb;
+		const __m512 dx = _mm512_set1_ps(fp16(bx[b].d));
+		__m512i isum[2], hsum[2];
+
+		for (int gi = 0; gi < 4; gi++)
+			prefetch_block(g[gi] + o, bb);
+		for (int h = 0; h < 2; h++) {
+			isum[h] = _mm512_set1_epi32((q4 ? -8 : -128) * sums[b]);
+			hsum[h] = _mm512_setzero_si512();
+		}
+		for (int k = 0; k < (q4 ? 4 : 8); k++) {
+			const __m512i ylo = bcast4(bx[b].qs + 4 * k);
+			const __m512i yhi = q4 ? bcast4(bx[b].qs + 16 + 4 * k) : ylo;
+
+			for (int h = 0; h < 2; h++) {
+				const __m512i raw = load_2groups(g[2 * h] + o + 16 + 32 * k,
+								 g[2 * h + 1] + o + 16 + 32 * k);
+
+				if (q4) {
+					isum[h] = _mm512_dpbusd_epi32(isum[h], _mm512_and_si512(raw, m4), ylo);
+					hsum[h] = _mm512_dpbusd_epi32(
+						hsum[h], _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4), yhi);
+				} else if (k % 2) {
+					hsum[h] = _mm512_dpbusd_epi32(hsum[h], _mm512_xor_si512(raw, top), ylo);
+				} else {
+					isum[h] = _mm512_dpbusd_epi32(isum[h], _mm512_xor_si512(raw, top), ylo);
+				}
+			}
+		}
+		for (int h = 0; h < 2; h++) {
+			const __m512 dw = load_2scales(g[2 * h] + o, g[2 * h + 1] + o);
+
+			acc[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(isum[h], hsum[h])),
+						 _mm512_mul_ps(dw, dx), acc[h]);
+		}
+	}
+	store_rows(y, acc[0], MIN(16, rows));
+	if (rows > 16)
+		store_rows(y + 16, acc[1], rows - 16);
+}
+
+static void qtile_dec_q8_0(int64_t nb, const uint8_t *const g[4], const char *x,
+			   const int16_t *sums, float *y, int rows)
+{
+	qtile_dec(false, nb, g, x, sums, y, rows);
+}
+
+static void qtile_dec_q4_0(int64_t nb, const uint8_t *const g[4], const char *x,
+			   const int16_t *sums, float *y, int rows)
+{
+	qtile_dec(true, nb, g, x, sums, y, rows);
+}
+
 typedef void (*qtile_fn)(int64_t nb, const uint8_t *g0, const uint8_t *g1, const char *x,
 			 size_t xs, const int16_t *sums, float *y, size_t ys, int rows);
+typedef void (*qtile_dec_fn)(int64_t nb, const uint8_t *const g[4], const char *x,
+			     const int16_t *sums, float *y, int rows);
 
 #define QTILE_DEFINE(name, q4, vnni, C)                                                           \
 	static void name##_##C(int64_t nb, const uint8_t *g0, const uint8_t *g1, const char *x,     \
@@ -772,12 +842,27 @@ QTILE_TABLE(qtiles_q4_0_vnni, true, true)
 
 /* Token tiles outermost: a tile's activations stay in L1 while it sweeps the row groups,
  * whose weights (one matmul chunk) stay in L2. */
-static void qtile_drive(const qtile_fn *t, size_t block_bytes, int64_t n, const void *w,
-			int64_t nr, const void *x, size_t xs, const int16_t *sums, int64_t nc,
-			float *y, size_t ys)
+static void qtile_drive(const qtile_fn *t, qtile_dec_fn dec, size_t block_bytes, int64_t n,
+			const void *w, int64_t nr, const void *x, size_t xs, const int16_t *sums,
+			int64_t nc, float *y, size_t ys)
 {
 	const int64_t nb = n / QK8_0;
 	const size_t group_bytes = (size_t) nb * block_bytes;
+
+	if (nc == 1 && dec) {
+		int64_t r = 0;
+
+		for (; r + 24 < nr; r += 32) { /* more than three groups: the four-group pass */
+			const uint8_t *g0 = (const uint8_t *) w + (size_t) (r / 8) * group_bytes;
+			const uint8_t *const g[4] = { g0, g0 + group_bytes, g0 + 2 * group_bytes,
+						      g0 + 3 * group_bytes };
+
+			dec(nb, g, x, sums, y + r, (int) MIN((int64_t) 32, nr - r));
+		}
+		w = (const uint8_t *) w + (size_t) (r / 8) * group_bytes;
+		y += r;
+		nr -= r;
+	}
 
 	for (int64_t c = 0; c < nc; c += QTILE_C) {
 		const int C = (int) MIN((int64_t) QTILE_C, nc - c);
@@ -792,18 +877,18 @@ static void qtile_drive(const qtile_fn *t, size_t block_bytes, int64_t n, const 
 	}
 }
 
-#define DEFINE_PACKED(kind, suffix, table, bytes)                                                 \
+#define DEFINE_PACKED(kind, suffix, table, dec, bytes)                                            \
 	static void gemm_packed_##kind##_##suffix(int64_t n, const void *w, int64_t nr,            \
 						  const void *x, size_t xs, const int16_t *sums,    \
 						  int64_t nc, float *y, size_t ys)                  \
 	{                                                                                         \
-		qtile_drive(table, bytes, n, w, nr, x, xs, sums, nc, y, ys);                      \
+		qtile_drive(table, dec, bytes, n, w, nr, x, xs, sums, nc, y, ys);                 \
 	}
 
-DEFINE_PACKED(q8_0, avx512, qtiles_q8_0, QUANT_PACKED_Q8_0_BLOCK)
-DEFINE_PACKED(q4_0, avx512, qtiles_q4_0, QUANT_PACKED_Q4_0_BLOCK)
-DEFINE_PACKED(q8_0, avx512vnni, qtiles_q8_0_vnni, QUANT_PACKED_Q8_0_BLOCK)
-DEFINE_PACKED(q4_0, avx512vnni, qtiles_q4_0_vnni, QUANT_PACKED_Q4_0_BLOCK)
+DEFINE_PACKED(q8_0, avx512, qtiles_q8_0, NULL, QUANT_PACKED_Q8_0_BLOCK)
+DEFINE_PACKED(q4_0, avx512, qtiles_q4_0, NULL, QUANT_PACKED_Q4_0_BLOCK)
+DEFINE_PACKED(q8_0, avx512vnni, qtiles_q8_0_vnni, qtile_dec_q8_0, QUANT_PACKED_Q8_0_BLOCK)
+DEFINE_PACKED(q4_0, avx512vnni, qtiles_q4_0_vnni, qtile_dec_q4_0, QUANT_PACKED_Q4_0_BLOCK)
 
 /* ---- packed F32 (quant_gemm_packed()): 16 rows to a register ----
  *
@@ -927,6 +1012,52 @@ static void axpy_f32_avx512(int64_t n, const float *a, int64_t count, const floa
 	}
 }
 
+/* Four rows at a time on 64 values (16 chains in flight; x_j loaded once for the four); the
+ * rest row by row. A row's chain skips the j at or past its count, so each element still
+ * takes exactly its own terms in j order. */
+static void axpy_f32_rows_avx512(int64_t n, const float *a, size_t a_stride, const int64_t *count,
+				 int64_t nq, const float *x, size_t x_stride, float *y,
+				 size_t y_stride)
+{
+	int64_t q = 0;
+
+	for (; q + 4 <= nq && n % 64 == 0; q += 4) {
+		int64_t cmax = 0;
+
+		for (int k = 0; k < 4; k++)
+			cmax = MAX(cmax, count[q + k]);
+		for (int64_t i = 0; i < n; i += 64) {
+			__m512 acc[4][4];
+
+			for (int k = 0; k < 4; k++)
+				for (int v = 0; v < 4; v++)
+					acc[k][v] = _mm512_loadu_ps(y + (size_t) (q + k) * y_stride + (size_t) i + 16 * v);
+			for (int64_t j = 0; j < cmax; j++) {
+				const float *xj = x + (size_t) j * x_stride + (size_t) i;
+				__m512 xv[4];
+
+				for (int v = 0; v < 4; v++)
+					xv[v] = _mm512_loadu_ps(xj + 16 * v);
+				for (int k = 0; k < 4; k++) {
+					if (j >= count[q + k])
+						continue;
+					const __m512 aj = _mm512_set1_ps(a[(size_t) (q + k) * a_stride + (size_t) j]);
+
+					for (int v = 0; v < 4; v++)
+						acc[k][v] = _mm512_fmadd_ps(aj, xv[v], acc[k][v]);
+				}
+			}
+			for (int k = 0; k < 4; k++)
+				for (int v = 0; v < 4; v++)
+					_mm512_storeu_ps(y + (size_t) (q + k) * y_stride + (size_t) i + 16 * v, acc[k][v]);
+		}
+	}
+	for (; q < nq; q++)
+		if (count[q] > 0)
+			axpy_f32_avx512(n, a + (size_t) q * a_stride, count[q], x, x_stride,
+					y + (size_t) q * y_stride);
+}
+
 const struct quant_kernels quant_kernels_avx512 = {
 	.name = "avx512",
 	.quantize_f16 = quantize_f16_avx512,
@@ -949,6 +1080,7 @@ const struct quant_kernels quant_kernels_avx512 = {
 	.gemm_packed_q4_0 = gemm_packed_q4_0_avx512,
 	.gemm_packed_f32 = gemm_packed_f32_avx512,
 	.axpy_f32 = axpy_f32_avx512,
+	.axpy_f32_rows = axpy_f32_rows_avx512,
 	.softmax_f32 = quant_softmax_f32_avx2,
 };
 
@@ -974,6 +1106,7 @@ const struct quant_kernels quant_kernels_avx512vnni = {
 	.gemm_packed_q4_0 = gemm_packed_q4_0_avx512vnni,
 	.gemm_packed_f32 = gemm_packed_f32_avx512,
 	.axpy_f32 = axpy_f32_avx512,
+	.axpy_f32_rows = axpy_f32_rows_avx512,
 	.softmax_f32 = quant_softmax_f32_avx2,
 };
 

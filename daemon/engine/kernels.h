@@ -123,6 +123,9 @@ struct quant_kernels {
 	/* quant_axpy_f32() */
 	void (*axpy_f32)(int64_t n, const float *a, int64_t count, const float *x, size_t x_stride,
 			 float *y);
+	/* quant_axpy_f32_rows(); NULL: quant_axpy_f32() row by row */
+	void (*axpy_f32_rows)(int64_t n, const float *a, size_t a_stride, const int64_t *count,
+			      int64_t nq, const float *x, size_t x_stride, float *y, size_t y_stride);
 	/* quant_softmax_f32() */
 	void (*softmax_f32)(float *x, int64_t n, float scale);
 };

@@ -1148,6 +1148,21 @@ void quant_axpy_f32_ref(int64_t n, const float *a, int64_t count, const float *x
 	axpy_f32_scalar(n, a, count, x, x_stride, y);
 }
 
+void quant_axpy_f32_rows(int64_t n, const float *a, size_t a_stride, const int64_t *count,
+			 int64_t nq, const float *x, size_t x_stride, float *y, size_t y_stride)
+{
+	const struct quant_kernels *k = kernels();
+
+	if (k->axpy_f32_rows) {
+		k->axpy_f32_rows(n, a, a_stride, count, nq, x, x_stride, y, y_stride);
+		return;
+	}
+	for (int64_t q = 0; q < nq; q++)
+		if (count[q] > 0)
+			k->axpy_f32(n, a + (size_t) q * a_stride, count[q], x, x_stride,
+				    y + (size_t) q * y_stride);
+}
+
 void quant_softmax_f32(float *x, int64_t n, float scale)
 {
 	assert(n >= 1);

@@ -161,6 +161,13 @@ void quant_gemm_packed(uint32_t type, int64_t n, const void *w, int64_t nr, cons
 void quant_axpy_f32(int64_t n, const float *a, int64_t count, const float *x, size_t x_stride,
 		    float *y);
 
+/* quant_axpy_f32() for nq rows sharing x: y_q += a_q[j] x_j for j < count[q], where
+ * a_q = a + q * a_stride and y_q = y + q * y_stride floats: the same bits as nq separate
+ * calls (each element's chain runs over its own j in order), computed several rows per pass
+ * where the level can (x_j is loaded once for them). */
+void quant_axpy_f32_rows(int64_t n, const float *a, size_t a_stride, const int64_t *count,
+			 int64_t nq, const float *x, size_t x_stride, float *y, size_t y_stride);
+
 /* Attention's softmax in place: x[i] = e^(s_i - m) / sum_j e^(s_j - m) for i < n (n >= 1),
  * where s_i = x[i] · scale and m = max s_i; the sum in double. The scalar level takes libm's
  * expf() and sums in index order; the SIMD levels a vector exp (~3.5 ulp, exp-avx2.h) and 8
