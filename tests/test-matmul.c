@@ -601,6 +601,54 @@ TEST(axpy_rows_all_levels)
 	return 0;
 }
 
+/* Attention scores on transposed keys: the same bits as the scalar reference at every level
+ * (one chain per pair), for 1..11 queries and 1..16 keys, lanes past np never written, and
+ * within the float64 bound. */
+TEST(attn_scores_all_levels)
+{
+	static const int64_t dims[] = { 64, 128, 5 };
+	const char *orig = quant_simd_level();
+
+	seed_rng();
+	for (size_t l = 0; l < n_levels; l++) {
+		if (quant_force_simd_level(levels[l]) < 0)
+			continue;
+		for (size_t di = 0; di < ELEMENTSOF(dims); di++)
+			for (int64_t nq = 1; nq <= 11; nq += 5)
+				for (int64_t np = 1; np <= 16; np += 5) {
+					const int64_t n = dims[di];
+					const size_t q_stride = (size_t) n + 3, s_stride = 21;
+					float kt[128 * 16], q[11 * 131], sc[11 * 21], ref[11 * 21];
+
+					for (size_t k = 0; k < ELEMENTSOF(kt); k++)
+						kt[k] = (float) (test_uniform() * 2 - 1);
+					for (size_t k = 0; k < ELEMENTSOF(q); k++)
+						q[k] = (float) (test_uniform() * 2 - 1);
+					for (size_t k = 0; k < ELEMENTSOF(sc); k++)
+						sc[k] = ref[k] = -7.f;
+					quant_attn_scores_f32(n, kt, np, q, q_stride, nq, sc, s_stride);
+					quant_attn_scores_f32_ref(n, kt, np, q, q_stride, nq, ref, s_stride);
+					ASSERT_TRUE(memcmp(sc, ref, sizeof(sc)) == 0);
+					for (int64_t i = 0; i < nq; i++)
+						for (int64_t p = 0; p < 21; p++) {
+							double d = 0, mag = 0;
+
+							if (p >= np) {
+								ASSERT_TRUE(sc[i * 21 + p] == -7.f);
+								continue;
+							}
+							for (int64_t k = 0; k < n; k++) {
+								d += (double) kt[k * 16 + p] * q[(size_t) i * q_stride + (size_t) k];
+								mag += fabs((double) kt[k * 16 + p] * q[(size_t) i * q_stride + (size_t) k]);
+							}
+							ASSERT_TRUE(fabs(sc[i * 21 + p] - d) <= 1e-5 * mag + 1e-7);
+						}
+				}
+	}
+	ASSERT_OK(quant_force_simd_level(orig));
+	return 0;
+}
+
 /* ---- matmul_group() ---- */
 
 #define G_RANKS 2

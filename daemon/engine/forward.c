@@ -211,8 +211,10 @@ static void rope_apply(const struct model *m, const struct forward_ws *ws, float
 	}
 }
 
-/* Address of KV head `head`'s K (or V) vector of position pos in layer il of a sequence; the
- * block's next positions of that head follow at head_dim floats each. */
+/* V: the address of KV head `head`'s vector of position pos in layer il of a sequence (the
+ * block's next positions of that head follow at head_dim floats each). K, stored transposed
+ * (forward.h): for a block-aligned pos, the address of that head's block of keys. */
+_Static_assert(KV_BLOCK_TOKENS == QUANT_KEY_BLOCK, "quant_attn_scores_f32() takes KV blocks");
 static float *kv_at(const struct model *m, const struct kv_store *kv, const struct forward_seq *s,
 		    uint32_t il, bool value, uint32_t pos, uint32_t head)
 {
@@ -314,10 +316,10 @@ static void kv_prefetch_step(struct kv_prefetch *pf)
  * of one sequence at consecutive positions (a prefill chunk's; a decode row is a group of
  * one). Each reads its own sequence's blocks. Tasks are claimed one ahead, longest
  * first (a prefill's last rows attend to the most positions), so the threads finish
- * together; a task's arithmetic does not depend on who runs it. Q·K runs as an F32 tile
- * product per KV block (quant_gemm(): the 16 keys of a block against the group's queries,
- * with the SIMD level's kernels, which give every (key, query) pair the same bits whatever
- * the tile): the group's later rows also get scores for positions its earlier rows do not
+ * together; a task's arithmetic does not depend on who runs it. Q·K runs per KV block
+ * on its transposed keys (quant_attn_scores_f32(): one vector lane per key, the group's
+ * queries broadcast value by value, so every (key, query) pair is one fma chain over d, the
+ * same bits whatever the group): the group's later rows also get scores for positions its earlier rows do not
  * see, which their softmax never reads. Then per row: softmax over its positions
  * (quant_softmax_f32(): its result depends only on the row's scores); then the weighted sums
  * of V, block by block for all the group's rows at once (quant_axpy_f32_rows(): each row's
@@ -360,9 +362,8 @@ static void attention(void *arg, int ith, int nth)
 			else
 				prefetch_bytes(kv_at(m, j->kv, s, j->layer, true, 0, kvh), block_bytes);
 			kv_prefetch_step(&pf);
-			quant_gemm(GGML_TYPE_F32, hdim, k, kv_stride, np,
-				   j->ws->q + (size_t) r0 * q_dim + (size_t) hd * hdim, q_dim * sizeof(float),
-				   nq, scores + p0, max_ctx);
+			quant_attn_scores_f32(hdim, k, np, j->ws->q + (size_t) r0 * q_dim + (size_t) hd * hdim,
+					      q_dim, nq, scores + p0, max_ctx);
 		}
 		/* softmax per row, then the weighted sums of V for all the group's rows block by
 		 * block (quant_axpy_f32_rows(): each row's sum in its own key order, as alone) */
@@ -741,8 +742,12 @@ int model_forward(const struct model *m, struct forward_ws *ws, struct threadpoo
 			for (uint32_t hd = 0; hd < hp->n_head_kv; hd++) {
 				size_t o = (size_t) hd * hp->head_dim;
 
-				memcpy(kv_at(m, kv, s, il, false, row->pos, hd), k + o,
-				       hp->head_dim * sizeof(float));
+				/* K goes in transposed: value d of the block's token t at d * 16 + t */
+				float *kt = kv_at(m, kv, s, il, false, row->pos / KV_BLOCK_TOKENS * KV_BLOCK_TOKENS,
+						  hd);
+
+				for (uint32_t d = 0; d < hp->head_dim; d++)
+					kt[(size_t) d * KV_BLOCK_TOKENS + row->pos % KV_BLOCK_TOKENS] = k[o + d];
 				memcpy(kv_at(m, kv, s, il, true, row->pos, hd), v + o,
 				       hp->head_dim * sizeof(float));
 			}

@@ -957,6 +957,42 @@ void quant_gemm_packed_f32_avx2(int64_t n, const void *w, int64_t nr, const void
 	}
 }
 
+/* ---- attention scores against transposed keys (quant_attn_scores_f32()) ----
+ * 16 keys in two registers, 4 queries per pass (8 chains), x_i[d] broadcast: each lane is
+ * one key's chain over d, the scalar reference's bits. Lanes past np compute on whatever the
+ * block holds there (a finished block's other keys, or zeros) and are not stored. */
+void quant_attn_scores_f32_avx2(int64_t n, const float *kt, int64_t np, const float *q,
+				size_t q_stride, int64_t nq, float *s, size_t s_stride)
+{
+	for (int64_t i0 = 0; i0 < nq; i0 += 4) {
+		const int m = (int) MIN((int64_t) 4, nq - i0);
+		__m256 acc[4][2];
+
+		for (int i = 0; i < 4; i++)
+			acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+		for (int64_t d = 0; d < n; d++) {
+			const __m256 k0 = _mm256_loadu_ps(kt + (size_t) d * 16);
+			const __m256 k1 = _mm256_loadu_ps(kt + (size_t) d * 16 + 8);
+
+			for (int i = 0; i < 4; i++) {
+				if (i >= m)
+					break;
+				const __m256 qv = _mm256_broadcast_ss(q + (size_t) (i0 + i) * q_stride + (size_t) d);
+
+				acc[i][0] = _mm256_fmadd_ps(k0, qv, acc[i][0]);
+				acc[i][1] = _mm256_fmadd_ps(k1, qv, acc[i][1]);
+			}
+		}
+		for (int i = 0; i < m; i++) {
+			float t[16];
+
+			_mm256_storeu_ps(t, acc[i][0]);
+			_mm256_storeu_ps(t + 8, acc[i][1]);
+			memcpy(s + (size_t) (i0 + i) * s_stride, t, (size_t) np * sizeof(float));
+		}
+	}
+}
+
 /* ---- attention's weighted sum: y += sum_j a[j] * x_j, one FMA per term in j order (the
  * scalar reference's order, so the same bits), 32 outputs per pass over the x_j ---- */
 
@@ -1074,6 +1110,7 @@ const struct quant_kernels quant_kernels_avx2 = {
 	.gemm_packed_q8_0 = quant_gemm_packed_q8_0_avx2,
 	.gemm_packed_q4_0 = quant_gemm_packed_q4_0_avx2,
 	.gemm_packed_f32 = quant_gemm_packed_f32_avx2,
+	.attn_scores_f32 = quant_attn_scores_f32_avx2,
 	.axpy_f32 = quant_axpy_f32_avx2,
 	.softmax_f32 = quant_softmax_f32_avx2,
 };

@@ -1012,6 +1012,35 @@ static void axpy_f32_avx512(int64_t n, const float *a, int64_t count, const floa
 	}
 }
 
+/* Attention scores against transposed keys (quant_attn_scores_f32()): the 16 keys in one
+ * register, 8 queries per pass (8 chains), each lane one key's chain over d: the scalar
+ * reference's bits. Lanes past np are not stored. */
+static void attn_scores_f32_avx512(int64_t n, const float *kt, int64_t np, const float *q,
+				   size_t q_stride, int64_t nq, float *s, size_t s_stride)
+{
+	for (int64_t i0 = 0; i0 < nq; i0 += 8) {
+		const int m = (int) MIN((int64_t) 8, nq - i0);
+		__m512 acc[8];
+
+		for (int i = 0; i < 8; i++)
+			acc[i] = _mm512_setzero_ps();
+		for (int64_t d = 0; d < n; d++) {
+			const __m512 kv = _mm512_loadu_ps(kt + (size_t) d * 16);
+
+			for (int i = 0; i < 8; i++) {
+				if (i >= m)
+					break;
+				acc[i] = _mm512_fmadd_ps(kv, _mm512_set1_ps(q[(size_t) (i0 + i) * q_stride + (size_t) d]),
+							 acc[i]);
+			}
+		}
+#pragma GCC unroll 8
+		for (int i = 0; i < 8; i++)
+			if (i < m)
+				_mm512_mask_storeu_ps(s + (size_t) (i0 + i) * s_stride, first_lanes(np), acc[i]);
+	}
+}
+
 /* Four rows at a time on 64 values (16 chains in flight; x_j loaded once for the four); the
  * rest row by row. A row's chain skips the j at or past its count, so each element still
  * takes exactly its own terms in j order. */
@@ -1079,6 +1108,7 @@ const struct quant_kernels quant_kernels_avx512 = {
 	.gemm_packed_q8_0 = gemm_packed_q8_0_avx512,
 	.gemm_packed_q4_0 = gemm_packed_q4_0_avx512,
 	.gemm_packed_f32 = gemm_packed_f32_avx512,
+	.attn_scores_f32 = attn_scores_f32_avx512,
 	.axpy_f32 = axpy_f32_avx512,
 	.axpy_f32_rows = axpy_f32_rows_avx512,
 	.softmax_f32 = quant_softmax_f32_avx2,
@@ -1105,6 +1135,7 @@ const struct quant_kernels quant_kernels_avx512vnni = {
 	.gemm_packed_q8_0 = gemm_packed_q8_0_avx512vnni,
 	.gemm_packed_q4_0 = gemm_packed_q4_0_avx512vnni,
 	.gemm_packed_f32 = gemm_packed_f32_avx512,
+	.attn_scores_f32 = attn_scores_f32_avx512,
 	.axpy_f32 = axpy_f32_avx512,
 	.axpy_f32_rows = axpy_f32_rows_avx512,
 	.softmax_f32 = quant_softmax_f32_avx2,

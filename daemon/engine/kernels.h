@@ -123,6 +123,9 @@ struct quant_kernels {
 	/* quant_axpy_f32() */
 	void (*axpy_f32)(int64_t n, const float *a, int64_t count, const float *x, size_t x_stride,
 			 float *y);
+	/* quant_attn_scores_f32(); NULL: the scalar loop */
+	void (*attn_scores_f32)(int64_t n, const float *kt, int64_t np, const float *q,
+				size_t q_stride, int64_t nq, float *s, size_t s_stride);
 	/* quant_axpy_f32_rows(); NULL: quant_axpy_f32() row by row */
 	void (*axpy_f32_rows)(int64_t n, const float *a, size_t a_stride, const int64_t *count,
 			      int64_t nq, const float *x, size_t x_stride, float *y, size_t y_stride);
@@ -156,6 +159,8 @@ void quant_gemm_packed_q4_0_avx2(int64_t n, const void *w, int64_t nr, const voi
 void quant_gemm_packed_f32_avx2(int64_t n, const void *w, int64_t nr, const void *x,
 				size_t x_stride, const int16_t *x_sums, int64_t nc, float *y,
 				size_t y_stride);
+void quant_attn_scores_f32_avx2(int64_t n, const float *kt, int64_t np, const float *q,
+				size_t q_stride, int64_t nq, float *s, size_t s_stride);
 void quant_axpy_f32_avx2(int64_t n, const float *a, int64_t count, const float *x,
 			 size_t x_stride, float *y);
 void quant_softmax_f32_avx2(float *x, int64_t n, float scale);

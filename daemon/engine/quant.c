@@ -1148,6 +1148,38 @@ void quant_axpy_f32_ref(int64_t n, const float *a, int64_t count, const float *x
 	axpy_f32_scalar(n, a, count, x, x_stride, y);
 }
 
+static void attn_scores_scalar(int64_t n, const float *kt, int64_t np, const float *q,
+			       size_t q_stride, int64_t nq, float *s, size_t s_stride)
+{
+	for (int64_t i = 0; i < nq; i++)
+		for (int64_t p = 0; p < np; p++) {
+			const float *qi = q + (size_t) i * q_stride;
+			float acc = 0.f;
+
+			for (int64_t d = 0; d < n; d++)
+				acc = fmaf(kt[(size_t) d * QUANT_KEY_BLOCK + (size_t) p], qi[d], acc);
+			s[(size_t) i * s_stride + (size_t) p] = acc;
+		}
+}
+
+void quant_attn_scores_f32(int64_t n, const float *kt, int64_t np, const float *q,
+			   size_t q_stride, int64_t nq, float *s, size_t s_stride)
+{
+	const struct quant_kernels *k = kernels();
+
+	assert(np >= 0 && np <= QUANT_KEY_BLOCK);
+	if (k->attn_scores_f32)
+		k->attn_scores_f32(n, kt, np, q, q_stride, nq, s, s_stride);
+	else
+		attn_scores_scalar(n, kt, np, q, q_stride, nq, s, s_stride);
+}
+
+void quant_attn_scores_f32_ref(int64_t n, const float *kt, int64_t np, const float *q,
+			       size_t q_stride, int64_t nq, float *s, size_t s_stride)
+{
+	attn_scores_scalar(n, kt, np, q, q_stride, nq, s, s_stride);
+}
+
 void quant_axpy_f32_rows(int64_t n, const float *a, size_t a_stride, const int64_t *count,
 			 int64_t nq, const float *x, size_t x_stride, float *y, size_t y_stride)
 {

@@ -161,6 +161,15 @@ void quant_gemm_packed(uint32_t type, int64_t n, const void *w, int64_t nr, cons
 void quant_axpy_f32(int64_t n, const float *a, int64_t count, const float *x, size_t x_stride,
 		    float *y);
 
+/* Attention scores against a block of keys stored transposed: kt holds KEY_BLOCK keys as
+ * [d][KEY_BLOCK] floats (value d of key p at kt[d * 16 + p]); for each query i < nq (q_i =
+ * q + i * q_stride floats, n values) and key p < np: s_i[p] = the chain acc = fmaf(kt[d][p],
+ * q_i[d], acc) over d = 0..n-1, written to s + i * s_stride + p. The same bits at every
+ * level (one lane per key, no horizontal sums), whatever nq and np are. */
+#define QUANT_KEY_BLOCK 16
+void quant_attn_scores_f32(int64_t n, const float *kt, int64_t np, const float *q,
+			   size_t q_stride, int64_t nq, float *s, size_t s_stride);
+
 /* quant_axpy_f32() for nq rows sharing x: y_q += a_q[j] x_j for j < count[q], where
  * a_q = a + q * a_stride and y_q = y + q * y_stride floats: the same bits as nq separate
  * calls (each element's chain runs over its own j in order), computed several rows per pass
@@ -183,6 +192,8 @@ void quant_gemm_ref(uint32_t type, int64_t n, const void *w, size_t w_stride, in
 void quant_gemm_packed_ref(uint32_t type, int64_t n, const void *w, int64_t nr, const void *x,
 			   size_t x_stride, const int16_t *x_sums, int64_t nc, float *y,
 			   size_t y_stride);
+void quant_attn_scores_f32_ref(int64_t n, const float *kt, int64_t np, const float *q,
+			       size_t q_stride, int64_t nq, float *s, size_t s_stride);
 void quant_axpy_f32_ref(int64_t n, const float *a, int64_t count, const float *x,
 			size_t x_stride, float *y);
 void quant_softmax_f32_ref(float *x, int64_t n, float scale);
