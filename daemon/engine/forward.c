@@ -392,6 +392,57 @@ static void attention(void *arg, int ith, int nth)
 	}
 }
 
+/* Biases, RoPE and the K/V store of the batch's rows (of one layer), rows split between
+ * the threads in runs of whole KV blocks' worth (16) so that two threads rarely write the
+ * same transposed key block. */
+struct rope_kv_job {
+	const struct model *m;
+	struct forward_ws *ws;
+	const struct kv_store *kv;
+	const struct forward_batch *b;
+	uint32_t layer;
+};
+
+static void rope_kv_part(void *arg, int ith, int nth)
+{
+	struct rope_kv_job *j = arg;
+	const struct model *m = j->m;
+	const struct model_hparams *hp = &m->hp;
+	const struct model_layer *L = &m->layers[j->layer];
+	size_t kv_dim = (size_t) hp->n_head_kv * hp->head_dim;
+	size_t q_dim = (size_t) hp->n_head * hp->head_dim;
+	long tb, te;
+
+	threadpool_split((long) j->b->n_rows, KV_BLOCK_TOKENS, ith, nth, &tb, &te);
+	for (uint32_t t = (uint32_t) tb; t < (uint32_t) te; t++) {
+		const struct forward_row *row = &j->b->rows[t];
+		const struct forward_seq *s = &j->b->seqs[row->seq];
+		float *q = j->ws->q + t * q_dim, *k = j->ws->k + t * kv_dim, *v = j->ws->v + t * kv_dim;
+
+		if (L->bq) {
+			for (size_t i = 0; i < q_dim; i++)
+				q[i] += L->bq[i];
+			for (size_t i = 0; i < kv_dim; i++) {
+				k[i] += L->bk[i];
+				v[i] += L->bv[i];
+			}
+		}
+		rope_apply(m, j->ws, q, hp->n_head, t);
+		rope_apply(m, j->ws, k, hp->n_head_kv, t);
+		for (uint32_t hd = 0; hd < hp->n_head_kv; hd++) {
+			size_t o = (size_t) hd * hp->head_dim;
+			/* K goes in transposed: value d of the block's token i at d * 16 + i */
+			float *kt = kv_at(m, j->kv, s, j->layer, false,
+					  row->pos / KV_BLOCK_TOKENS * KV_BLOCK_TOKENS, hd);
+
+			for (uint32_t d = 0; d < hp->head_dim; d++)
+				kt[(size_t) d * KV_BLOCK_TOKENS + row->pos % KV_BLOCK_TOKENS] = k[o + d];
+			memcpy(kv_at(m, j->kv, s, j->layer, true, row->pos, hd), v + o,
+			       hp->head_dim * sizeof(float));
+		}
+	}
+}
+
 /* Splits the batch's rows into attention groups (see attention()); returns their count. */
 static uint32_t attention_groups(struct forward_ws *ws, const struct forward_batch *b)
 {
@@ -676,8 +727,6 @@ int model_forward(const struct model *m, struct forward_ws *ws, struct threadpoo
 		  const struct kv_store *kv, const struct forward_batch *b)
 {
 	const struct model_hparams *hp = &m->hp;
-	size_t kv_dim = (size_t) hp->n_head_kv * hp->head_dim;
-	size_t q_dim = (size_t) hp->n_head * hp->head_dim;
 	uint32_t n = b->n_rows, max_rank, n_logits = 0, n_groups;
 	_cleanup_free_ struct keyed_pair *keyed = NULL;
 	struct lora_ctx lc = { .ws = ws, .b = b };
@@ -724,33 +773,15 @@ int model_forward(const struct model *m, struct forward_ws *ws, struct threadpoo
 
 			project(&lc, pool, il, w3, t3, y3, 3, ws->h, n, NULL, NULL);
 		}
-		for (uint32_t t = 0; t < n; t++) {
-			const struct forward_row *row = &b->rows[t];
-			const struct forward_seq *s = &b->seqs[row->seq];
-			float *q = ws->q + t * q_dim, *k = ws->k + t * kv_dim, *v = ws->v + t * kv_dim;
+		{
+			struct rope_kv_job rj = { .m = m, .ws = ws, .kv = kv, .b = b, .layer = il };
 
-			if (L->bq) {
-				for (size_t i = 0; i < q_dim; i++)
-					q[i] += L->bq[i];
-				for (size_t i = 0; i < kv_dim; i++) {
-					k[i] += L->bk[i];
-					v[i] += L->bv[i];
-				}
-			}
-			rope_apply(m, ws, q, hp->n_head, t);
-			rope_apply(m, ws, k, hp->n_head_kv, t);
-			for (uint32_t hd = 0; hd < hp->n_head_kv; hd++) {
-				size_t o = (size_t) hd * hp->head_dim;
-
-				/* K goes in transposed: value d of the block's token t at d * 16 + t */
-				float *kt = kv_at(m, kv, s, il, false, row->pos / KV_BLOCK_TOKENS * KV_BLOCK_TOKENS,
-						  hd);
-
-				for (uint32_t d = 0; d < hp->head_dim; d++)
-					kt[(size_t) d * KV_BLOCK_TOKENS + row->pos % KV_BLOCK_TOKENS] = k[o + d];
-				memcpy(kv_at(m, kv, s, il, true, row->pos, hd), v + o,
-				       hp->head_dim * sizeof(float));
-			}
+			/* in the pool too: a serial stretch here would leave the workers spinning, then
+			 * yielding their CPUs, right before attention needs them */
+			if (n > 1)
+				threadpool_run(pool, rope_kv_part, &rj);
+			else
+				rope_kv_part(&rj, 0, 1);
 		}
 		threadpool_run(pool, attention, &aj);
 
