@@ -447,6 +447,9 @@ TEST(simd_levels)
 	ASSERT_EQ(quant_simd_level_state("avx512vnni") != QUANT_LEVEL_NO_ISA,
 		  avx512 && __builtin_cpu_supports("avx512vnni"));
 	ASSERT_EQ(quant_simd_level_state("avxvnni") != QUANT_LEVEL_NO_ISA, avxvnni);
+	ASSERT_EQ(quant_simd_level_state("avx512bf16") != QUANT_LEVEL_NO_ISA,
+		  avx512 && __builtin_cpu_supports("avx512vnni") &&
+			  __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5)));
 #endif
 	/* force works exactly for the levels that run; a held-back one says so */
 	for (size_t i = 0; i < n_all; i++) {

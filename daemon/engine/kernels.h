@@ -114,6 +114,7 @@ struct quant_kernels {
 	 * and quant.c then loops over the level's dot product, pair by pair. */
 	quant_gemm_fn gemm_f32;
 	quant_gemm_fn gemm_f16;
+	quant_gemm_fn gemm_bf16;
 	quant_gemm_fn gemm_q8_0;
 	quant_gemm_fn gemm_q4_0;
 	/* Packed tile products (quant_gemm_packed()); NULL: the scalar reference. */
@@ -140,6 +141,8 @@ extern const struct quant_kernels quant_kernels_avx512;     /* kernels-avx512.c 
 extern const struct quant_kernels quant_kernels_avx512vnni; /* kernels-avx512.c */
 /* The "avxvnni" table: the AVX2 one with AVX-VNNI packed kernels (kernels-avxvnni.c). */
 void quant_kernels_avxvnni_init(struct quant_kernels *k);
+/* The "avx512bf16" table: "avx512vnni" with vdpbf16ps BF16 kernels (kernels-avx512bf16.c). */
+void quant_kernels_avx512bf16_init(struct quant_kernels *k);
 
 /* The AVX2 tile products, which the AVX-512 tables share (kernels-avx2.c). */
 void quant_gemm_f32_avx2(int64_t n, const void *w, size_t w_stride, int64_t nr, const void *x,

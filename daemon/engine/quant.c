@@ -851,18 +851,18 @@ static void dequantize_scalar(uint32_t type, const void *src, float *dst, int64_
  * of an instruction set, and which were held back.
  *
  * Not written yet (so neither listed nor proven): AMX tiles (needs arch_prctl
- * ARCH_REQ_XCOMP_PERM and a Sapphire Rapids or later CPU to prove it on), AVX512-BF16 dot
- * products for BF16 weights.
+ * ARCH_REQ_XCOMP_PERM and a Sapphire Rapids or later CPU to prove it on).
  */
 enum {
 	CPU_AVX2 = 1 << 0,       /* AVX2 + FMA + F16C */
 	CPU_AVX512 = 1 << 1,     /* AVX-512 F + BW + VL + DQ */
 	CPU_AVX512VNNI = 1 << 2, /* AVX-512 VNNI */
 	CPU_AVXVNNI = 1 << 3,    /* AVX-VNNI (VEX-encoded vpdpbusd) */
+	CPU_AVX512BF16 = 1 << 4, /* AVX512-BF16 */
 };
 
 #if defined(__x86_64__)
-static struct quant_kernels kernels_avxvnni; /* filled by kernels_init() */
+static struct quant_kernels kernels_avxvnni, kernels_avx512bf16; /* filled by kernels_init() */
 #endif
 
 static const struct simd_level {
@@ -871,6 +871,8 @@ static const struct simd_level {
 	const char *proven; /* where and when its tests first passed on a CPU that has it */
 } simd_levels[] = {
 #if defined(__x86_64__)
+	{ &kernels_avx512bf16, CPU_AVX2 | CPU_AVX512 | CPU_AVX512VNNI | CPU_AVX512BF16,
+	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01" },
 	{ &quant_kernels_avx512vnni, CPU_AVX2 | CPU_AVX512 | CPU_AVX512VNNI,
 	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01" },
 	{ &quant_kernels_avx512, CPU_AVX2 | CPU_AVX512,
@@ -908,9 +910,13 @@ static unsigned detect_features(void)
 		f |= CPU_AVX512;
 	if (__builtin_cpu_supports("avx512vnni"))
 		f |= CPU_AVX512VNNI;
-	/* leaf 7 subleaf 1, EAX bit 4 (older compilers' cpu_supports lacks "avxvnni") */
-	if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4)))
-		f |= CPU_AVXVNNI;
+	/* leaf 7 subleaf 1, EAX bit 4 (older compilers' cpu_supports lacks "avxvnni"), bit 5 */
+	if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) {
+		if (eax & (1u << 4))
+			f |= CPU_AVXVNNI;
+		if (eax & (1u << 5))
+			f |= CPU_AVX512BF16;
+	}
 #endif
 	return f;
 }
@@ -930,6 +936,7 @@ static void kernels_init(void)
 
 #if defined(__x86_64__)
 	quant_kernels_avxvnni_init(&kernels_avxvnni);
+	quant_kernels_avx512bf16_init(&kernels_avx512bf16);
 #endif
 	cpu_features = detect_features();
 	allow_unproven = env && strcmp(env, "1") == 0;
@@ -1104,6 +1111,9 @@ static void gemm(const struct quant_kernels *k, uint32_t type, int64_t n, const 
 		break;
 	case GGML_TYPE_F16:
 		fn = k->gemm_f16;
+		break;
+	case GGML_TYPE_BF16:
+		fn = k->gemm_bf16;
 		break;
 	case GGML_TYPE_Q8_0:
 		fn = k->gemm_q8_0;

@@ -199,8 +199,8 @@ void quant_axpy_f32_ref(int64_t n, const float *a, int64_t count, const float *x
 void quant_softmax_f32_ref(float *x, int64_t n, float scale);
 
 /*
- * SIMD levels (quant.c has the table): "avx512vnni", "avx512", "avxvnni", "avx2", "scalar",
- * best first. The default is the best one that runs here: the CPU has its instruction sets
+ * SIMD levels (quant.c has the table): "avx512bf16", "avx512vnni", "avx512", "avxvnni",
+ * "avx2", "scalar", best first. The default is the best one that runs here: the CPU has its instruction sets
  * and the level is proven (its tests have passed on a CPU that has them; a level not yet
  * proven is held back unless the environment has MOLLY_CPU_UNPROVEN=1).
  */
