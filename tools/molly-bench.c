@@ -39,8 +39,8 @@
  *
  *   molly-bench --kernels [--reps R] [--json]
  *
- * --kernels: the packed Q8_0 and Q4_0 tile kernels (quant_gemm_packed()) and the F32 tile
- * kernel (quant_gemm()) on one thread, from cache-sized random data: 256 rows × 2048 values
+ * --kernels: the packed Q8_0, Q4_0 and F32 tile kernels (quant_gemm_packed(); F32 packs since
+ * issue 15) on one thread, from cache-sized random data: 256 rows × 2048 values
  * against 64 tokens (prefill-like) and 1 token (decode-like); GMAC/s of thread CPU time
  * (CLOCK_THREAD_CPUTIME_ID), best of R (default 5). Thread CPU time is what the kernel
  * consumed whatever else the host ran, so it compares builds on a shared machine.
