@@ -18,8 +18,9 @@
  *
  * Besides the per-row kernels of the table, the file holds what matmul() runs (quant.h):
  * tile products on the GGUF layout (quant_gemm(): R rows x C tokens per step), tile products
- * on weights repacked 8 rows to a register (quant_gemm_packed()), and attention's weighted
- * sum and softmax. The AVX-512 tables use these too (kernels-avx512.c).
+ * on weights repacked 8 rows to a register (quant_gemm_packed(); F32 in 16-row groups, two
+ * registers), and attention's scores, weighted sum and softmax. The AVX-512 tables use some
+ * of these too (kernels-avx512.c says which), the "avxvnni" one all but the packed Q tiles.
  */
 #if defined(__x86_64__)
 

@@ -15,9 +15,11 @@
  * are exact and identical with and without VNNI (no 16-bit saturation can occur: see
  * kernels-avx2.c for the byte-product ranges); only the float accumulation order differs.
  *
- * Tile products (quant_gemm(), quant_gemm_packed()) and the attention sum are the AVX2 ones
- * (an AVX-512 CPU runs AVX2): AVX-512/VNNI tiles are future work, which needs a machine
- * with AVX-512 to test them on — the machines this project is developed on have none.
+ * Tile products (issue 15, first run on a Zen 5): packed Q8_0/Q4_0 16 rows to a register
+ * (VNNI: vpdpbusd; decode 32 rows per pass), packed F32 in broadcast form, F32/F16 on the
+ * GGUF layout in dot form with a transpose-and-add reduction, attention's scores on
+ * transposed keys and its V sums. The GGUF-layout Q8_0/Q4_0 tiles and the softmax are the
+ * AVX2 ones (an AVX-512 CPU runs AVX2; models repack those types anyway).
  */
 #if defined(__x86_64__)
 
