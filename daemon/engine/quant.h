@@ -161,8 +161,8 @@ void quant_gemm_packed(uint32_t type, int64_t n, const void *w, int64_t nr, cons
 void quant_axpy_f32(int64_t n, const float *a, int64_t count, const float *x, size_t x_stride,
 		    float *y);
 
-/* Attention scores against a block of keys stored transposed: kt holds KEY_BLOCK keys as
- * [d][KEY_BLOCK] floats (value d of key p at kt[d * 16 + p]); for each query i < nq (q_i =
+/* Attention scores against a block of keys stored transposed: kt holds QUANT_KEY_BLOCK keys
+ * as [d][QUANT_KEY_BLOCK] floats (value d of key p at kt[d * 16 + p]); for each query i < nq (q_i =
  * q + i * q_stride floats, n values) and key p < np: s_i[p] = the chain acc = fmaf(kt[d][p],
  * q_i[d], acc) over d = 0..n-1, written to s + i * s_stride + p. The same bits at every
  * level (one lane per key, no horizontal sums), whatever nq and np are. */
