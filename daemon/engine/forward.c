@@ -392,10 +392,26 @@ static void attention(void *arg, int ith, int nth)
 	}
 }
 
-/* Biases, RoPE and the K/V store of the batch's rows (of one layer), rows split between
- * the threads in runs of whole KV blocks' worth (16) so that two threads rarely write the
- * same transposed key block. */
+/* Claims the next [*b, *e) of `step` units out of n from a shared counter; false when none is
+ * left. Parts of a job claimed this way, rather than split evenly up front, let a thread that
+ * is late or descheduled (another process took its CPU) do less, instead of the others
+ * waiting for its fixed half. */
+static bool claim_range(_Atomic long *next, long n, long step, long *b, long *e)
+{
+	long i = atomic_fetch_add_explicit(next, step, memory_order_relaxed);
+
+	if (i >= n)
+		return false;
+	*b = i;
+	*e = MIN(i + step, n);
+	return true;
+}
+
+/* Biases, RoPE and the K/V store of the batch's rows (of one layer), claimed by the threads
+ * in runs of a KV block's worth (16 rows) so that two threads rarely write the same
+ * transposed key block. */
 struct rope_kv_job {
+	_Atomic long next; /* claim_range(), 16 rows at a time */
 	const struct model *m;
 	struct forward_ws *ws;
 	const struct kv_store *kv;
@@ -413,34 +429,37 @@ static void rope_kv_part(void *arg, int ith, int nth)
 	size_t q_dim = (size_t) hp->n_head * hp->head_dim;
 	long tb, te;
 
-	threadpool_split((long) j->b->n_rows, KV_BLOCK_TOKENS, ith, nth, &tb, &te);
-	for (uint32_t t = (uint32_t) tb; t < (uint32_t) te; t++) {
-		const struct forward_row *row = &j->b->rows[t];
-		const struct forward_seq *s = &j->b->seqs[row->seq];
-		float *q = j->ws->q + t * q_dim, *k = j->ws->k + t * kv_dim, *v = j->ws->v + t * kv_dim;
+	(void) ith;
+	(void) nth;
+	while (claim_range(&j->next, (long) j->b->n_rows, KV_BLOCK_TOKENS, &tb, &te))
+		for (uint32_t t = (uint32_t) tb; t < (uint32_t) te; t++) {
+			const struct forward_row *row = &j->b->rows[t];
+			const struct forward_seq *s = &j->b->seqs[row->seq];
+			float *q = j->ws->q + t * q_dim, *k = j->ws->k + t * kv_dim;
+			float *v = j->ws->v + t * kv_dim;
 
-		if (L->bq) {
-			for (size_t i = 0; i < q_dim; i++)
-				q[i] += L->bq[i];
-			for (size_t i = 0; i < kv_dim; i++) {
-				k[i] += L->bk[i];
-				v[i] += L->bv[i];
+			if (L->bq) {
+				for (size_t i = 0; i < q_dim; i++)
+					q[i] += L->bq[i];
+				for (size_t i = 0; i < kv_dim; i++) {
+					k[i] += L->bk[i];
+					v[i] += L->bv[i];
+				}
+			}
+			rope_apply(m, j->ws, q, hp->n_head, t);
+			rope_apply(m, j->ws, k, hp->n_head_kv, t);
+			for (uint32_t hd = 0; hd < hp->n_head_kv; hd++) {
+				size_t o = (size_t) hd * hp->head_dim;
+				/* K goes in transposed: value d of the block's token i at d * 16 + i */
+				float *kt = kv_at(m, j->kv, s, j->layer, false,
+						  row->pos / KV_BLOCK_TOKENS * KV_BLOCK_TOKENS, hd);
+
+				for (uint32_t d = 0; d < hp->head_dim; d++)
+					kt[(size_t) d * KV_BLOCK_TOKENS + row->pos % KV_BLOCK_TOKENS] = k[o + d];
+				memcpy(kv_at(m, j->kv, s, j->layer, true, row->pos, hd), v + o,
+				       hp->head_dim * sizeof(float));
 			}
 		}
-		rope_apply(m, j->ws, q, hp->n_head, t);
-		rope_apply(m, j->ws, k, hp->n_head_kv, t);
-		for (uint32_t hd = 0; hd < hp->n_head_kv; hd++) {
-			size_t o = (size_t) hd * hp->head_dim;
-			/* K goes in transposed: value d of the block's token i at d * 16 + i */
-			float *kt = kv_at(m, j->kv, s, j->layer, false,
-					  row->pos / KV_BLOCK_TOKENS * KV_BLOCK_TOKENS, hd);
-
-			for (uint32_t d = 0; d < hp->head_dim; d++)
-				kt[(size_t) d * KV_BLOCK_TOKENS + row->pos % KV_BLOCK_TOKENS] = k[o + d];
-			memcpy(kv_at(m, j->kv, s, j->layer, true, row->pos, hd), v + o,
-			       hp->head_dim * sizeof(float));
-		}
-	}
 }
 
 /* Splits the batch's rows into attention groups (see attention()); returns their count. */
@@ -523,6 +542,7 @@ static void silu_mul_span(float *g, const float *u, size_t n)
 #define PARALLEL_MIN_ELEMENTS 4096
 
 struct ew_job {
+	_Atomic long next; /* claim_range() */
 	float *gate;
 	const float *up;
 	size_t n;
@@ -536,10 +556,10 @@ struct ew_job {
 static void silu_mul_part(void *arg, int ith, int nth)
 {
 	struct ew_job *j = arg;
-	long b, e;
+	long b, e, step = MAX(((long) j->n / (nth * 4) + 15) / 16 * 16, 16L);
 
-	threadpool_split((long) j->n, 16, ith, nth, &b, &e);
-	if (b < e)
+	(void) ith;
+	while (claim_range(&j->next, (long) j->n, step, &b, &e))
 		silu_mul_span(j->gate + b, j->up + b, (size_t) (e - b));
 }
 
@@ -557,11 +577,13 @@ static void silu_mul(struct threadpool *pool, float *gate, const float *up, size
 static void rmsnorm_part(void *arg, int ith, int nth)
 {
 	struct ew_job *j = arg;
-	long b, e;
+	long b, e, step = MAX((long) j->n_rows / (nth * 4), 1L);
 
-	threadpool_split((long) j->n_rows, 1, ith, nth, &b, &e);
-	for (long t = b; t < e; t++)
-		rmsnorm(j->y + (size_t) t * j->dim, j->x + (size_t) t * j->dim, j->w, j->dim, j->eps);
+	(void) ith;
+	while (claim_range(&j->next, (long) j->n_rows, step, &b, &e))
+		for (long t = b; t < e; t++)
+			rmsnorm(j->y + (size_t) t * j->dim, j->x + (size_t) t * j->dim, j->w, j->dim,
+				j->eps);
 }
 
 /* rmsnorm of n_rows rows of dim values each */
