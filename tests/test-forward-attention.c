@@ -7,7 +7,7 @@
  *     ranges), the scalar level bit for bit against quant_softmax_f32_ref(), every level
  *     deterministic, and a value's result the same whatever else the caller does.
  *   prefill_groups_same_bits_as_steps: a prompt decoded in batches of 1, 3, 4 and 7 rows
- *     (attention groups of 1 to 4 rows, tasks prefetching each other's blocks) gives the
+ *     (attention groups of 1 to 7 rows, tasks prefetching each other's blocks) gives the
  *     same logits, bit for bit, at every level and with 1 and 2 threads; a sequence long
  *     enough to span several KV blocks.
  */
@@ -22,8 +22,8 @@
 #include "engine/model.h"
 #include "engine/quant.h"
 #include "engine/threadpool.h"
+#include "simd-levels.h"
 
-static const char *const levels[] = { "avx512vnni", "avx512", "avx2", "scalar" };
 
 /* The softmax of x · scale in float64. */
 static void softmax_f64(const float *x, int n, float scale, double *out)
@@ -78,7 +78,7 @@ TEST(softmax_all_levels)
 	int tested = 0;
 
 	snprintf(orig, sizeof(orig), "%s", quant_simd_level());
-	for (size_t l = 0; l < ELEMENTSOF(levels); l++) {
+	for (size_t l = 0; l < n_levels; l++) {
 		if (quant_force_simd_level(levels[l]) < 0)
 			continue;
 		tested++;
@@ -156,7 +156,7 @@ TEST(prefill_groups_same_bits_as_steps)
 	got = malloc(m->hp.n_vocab * sizeof(float));
 	ASSERT_TRUE(ref && got);
 	snprintf(orig, sizeof(orig), "%s", quant_simd_level());
-	for (size_t l = 0; l < ELEMENTSOF(levels); l++) {
+	for (size_t l = 0; l < n_levels; l++) {
 		if (quant_force_simd_level(levels[l]) < 0)
 			continue;
 		for (int threads = 1; threads <= 2; threads++) {

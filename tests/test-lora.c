@@ -286,6 +286,7 @@ static int merge_into(struct model *m, const struct lora_adapter *a, float user_
 							      (double) user_scale * mt->scale * d);
 			}
 		w->data = W;
+		w->packed = NULL; /* the copy repacked at load still holds the unmerged rows */
 		owned[(*n_owned)++] = W;
 	}
 	return 0;

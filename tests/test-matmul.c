@@ -9,7 +9,8 @@
  * on fresh random inputs each run (MOLLY_TEST_SEED=N replays one): against the float64
  * reference and the scalar level, for row and token counts that are not multiples of the
  * tiles; every (row, token) result bit-identical whatever tile computed it; packed results
- * bit-identical to the scalar packed reference; packed matmul() like unpacked. And the
+ * bit-identical to the scalar packed reference (Q8_0, Q4_0 and F32); packed matmul() like
+ * unpacked. And the
  * thread pool's sleeping path (jobs after an idle gap longer than its spin).
  *
  * matmul_group() (several outputs, LoRA deltas and an epilogue in one job): the same bits
@@ -26,6 +27,7 @@
 #include "engine/quant.h"
 #include "engine/threadpool.h"
 #include "lora/resident.h"
+#include "simd-levels.h"
 
 
 static const uint32_t types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
@@ -168,7 +170,6 @@ TEST(threadpool_runs_every_thread_once_per_job)
 
 /* ---- tile kernels ---- */
 
-static const char *const levels[] = { "avx512vnni", "avx512", "avx2", "scalar" };
 
 struct tile_case {
 	uint32_t type, vt;
@@ -281,7 +282,7 @@ TEST(gemm_all_levels_all_types)
 	const char *orig = quant_simd_level();
 
 	seed_rng();
-	for (size_t l = 0; l < ELEMENTSOF(levels); l++) {
+	for (size_t l = 0; l < n_levels; l++) {
 		if (quant_force_simd_level(levels[l]) < 0)
 			continue;
 		printf("  level %s\n", levels[l]);
@@ -317,7 +318,7 @@ TEST(gemm_float_odd_lengths)
 	const char *orig = quant_simd_level();
 
 	seed_rng();
-	for (size_t l = 0; l < ELEMENTSOF(levels); l++) {
+	for (size_t l = 0; l < n_levels; l++) {
 		if (quant_force_simd_level(levels[l]) < 0)
 			continue;
 		for (int64_t n = 1; n <= 41; n += 4)
@@ -345,9 +346,10 @@ TEST(gemm_float_odd_lengths)
  * the float64 bound, the same bits in any sub-tile, and the padding rows never written. */
 TEST(gemm_packed_all_levels)
 {
-	static const uint32_t ptypes[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0 };
+	static const uint32_t ptypes[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_F32 };
 	static const int64_t shapes[][3] = {
 		{ 96, 13, 7 }, { 32, 1, 1 }, { 256, 8, 1 }, { 768, 21, 9 }, { 64, 16, 6 }, { 160, 3, 13 },
+		{ 64, 70, 1 }, { 32, 40, 27 },
 	};
 	const char *orig = quant_simd_level();
 
@@ -355,7 +357,7 @@ TEST(gemm_packed_all_levels)
 	for (size_t i = 0; i < ELEMENTSOF(ptypes); i++)
 		for (size_t s = 0; s < ELEMENTSOF(shapes); s++) {
 			struct tile_case c;
-			const int64_t nb = shapes[s][0] / 32;
+			const int64_t nb = shapes[s][0] / 32, gr = quant_packed_group_rows(ptypes[i]);
 			size_t pbytes = quant_packed_bytes(ptypes[i], shapes[s][0], shapes[s][1]);
 			_cleanup_free_ void *wp = NULL;
 			_cleanup_free_ int16_t *sums = NULL;
@@ -367,10 +369,10 @@ TEST(gemm_packed_all_levels)
 			wp = malloc(pbytes);
 			sums = malloc(sizeof(int16_t) * (size_t) (nb * c.nc));
 			yref = malloc(sizeof(float) * (size_t) (c.nr * c.nc));
-			y = malloc(sizeof(float) * (size_t) (c.nr * c.nc + 8));
+			y = malloc(sizeof(float) * (size_t) (c.nr * c.nc + 16));
 			ASSERT_TRUE(wp && sums && yref && y);
 			quant_pack_rows(c.type, c.n, c.w, c.row_bytes, c.nr, wp);
-			for (int64_t t = 0; t < c.nc; t++) {
+			for (int64_t t = 0; t < c.nc && c.type != GGML_TYPE_F32; t++) {
 				const int8_t *q = (const int8_t *) (c.xq + (size_t) t * c.xrow_bytes);
 
 				quant_q8_0_block_sums(q, c.n, sums + t * nb);
@@ -388,42 +390,42 @@ TEST(gemm_packed_all_levels)
 				tile_case_free(&c);
 				return 1;
 			}
-			for (size_t l = 0; l < ELEMENTSOF(levels); l++) {
+			for (size_t l = 0; l < n_levels; l++) {
 				if (quant_force_simd_level(levels[l]) < 0)
 					continue;
-				for (int k = 0; k < 8; k++)
+				for (int k = 0; k < 16; k++)
 					y[c.nr * c.nc + k] = -12345.f;
 				quant_gemm_packed(c.type, c.n, wp, c.nr, c.xq, c.xrow_bytes, sums, c.nc, y,
 						  (size_t) c.nr);
-				for (int k = 0; k < 8; k++)
+				for (int k = 0; k < 16; k++)
 					ASSERT_TRUE(y[c.nr * c.nc + k] == -12345.f);
 				if (memcmp(y, yref, sizeof(float) * (size_t) (c.nr * c.nc)))
 					TEST_FAIL_("packed %s at level %s differs from the scalar reference",
 						   quant_type_name(c.type), levels[l]);
 				/* sub-tiles from group boundaries */
 				for (int k = 0; k < 8; k++) {
-					int64_t groups = (c.nr + 7) / 8;
+					int64_t groups = (c.nr + gr - 1) / gr;
 					int64_t g0 = (int64_t) (test_uniform() * (double) groups);
 					int64_t c0 = (int64_t) (test_uniform() * (double) c.nc);
-					int64_t nr = 1 + (int64_t) (test_uniform() * (double) (c.nr - 8 * g0));
+					int64_t nr = 1 + (int64_t) (test_uniform() * (double) (c.nr - gr * g0));
 					int64_t nc = 1 + (int64_t) (test_uniform() * (double) (c.nc - c0));
-					float sub[8 * 64];
+					float sub[16 * 64];
 
-					if (nr * nc > 8 * 64)
+					if (nr * nc > 16 * 64)
 						continue;
 					quant_gemm_packed(c.type, c.n,
 							  (const char *) wp + (size_t) g0 *
-										  quant_packed_bytes(c.type, c.n, 8),
+										  quant_packed_bytes(c.type, c.n, gr),
 							  nr, c.xq + (size_t) c0 * c.xrow_bytes, c.xrow_bytes,
 							  sums + c0 * nb, nc, sub, (size_t) nr);
 					for (int64_t t = 0; t < nc; t++)
 						for (int64_t r = 0; r < nr; r++)
 							if (memcmp(&sub[t * nr + r],
-								   &yref[(c0 + t) * c.nr + 8 * g0 + r], sizeof(float)))
+								   &yref[(c0 + t) * c.nr + gr * g0 + r], sizeof(float)))
 								TEST_FAIL_("packed %s: pair (%lld, %lld) differs in a "
 									   "%lldx%lld sub-tile",
 									   quant_type_name(c.type),
-									   (long long) (8 * g0 + r),
+									   (long long) (gr * g0 + r),
 									   (long long) (c0 + t), (long long) nr,
 									   (long long) nc);
 				}
@@ -431,7 +433,9 @@ TEST(gemm_packed_all_levels)
 			ASSERT_OK(quant_force_simd_level(orig));
 			tile_case_free(&c);
 		}
-	ASSERT_TRUE(!quant_packed_supported(GGML_TYPE_F32) && !quant_packed_supported(GGML_TYPE_Q4_K));
+	ASSERT_TRUE(quant_packed_supported(GGML_TYPE_F32) && !quant_packed_supported(GGML_TYPE_Q4_K) &&
+		    !quant_packed_supported(GGML_TYPE_F16));
+	ASSERT_EQ(quant_packed_bytes(GGML_TYPE_F32, 3, 17), (size_t) 2 * 3 * 16 * sizeof(float));
 	ASSERT_EQ(quant_packed_bytes(GGML_TYPE_Q8_0, 33, 8), (size_t) 0);
 	ASSERT_EQ(quant_packed_bytes(GGML_TYPE_Q8_0, 64, 9), (size_t) 2 * 2 * QUANT_PACKED_Q8_0_BLOCK);
 	return 0;
@@ -441,7 +445,7 @@ TEST(gemm_packed_all_levels)
  * thread count and any batch around a token. */
 TEST(matmul_packed)
 {
-	static const uint32_t ptypes[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0 };
+	static const uint32_t ptypes[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_F32 };
 
 	seed_rng();
 	for (size_t i = 0; i < ELEMENTSOF(ptypes); i++) {
@@ -529,7 +533,7 @@ TEST(axpy_all_levels)
 	const char *orig = quant_simd_level();
 
 	seed_rng();
-	for (size_t l = 0; l < ELEMENTSOF(levels); l++) {
+	for (size_t l = 0; l < n_levels; l++) {
 		if (quant_force_simd_level(levels[l]) < 0)
 			continue;
 		for (int64_t n = 1; n <= 80; n += 13)
@@ -554,6 +558,92 @@ TEST(axpy_all_levels)
 				for (int64_t i = 0; i < n; i++)
 					ASSERT_TRUE(fabs(y[i] - d[i]) <= 1e-5 * (1 + (double) count));
 			}
+	}
+	ASSERT_OK(quant_force_simd_level(orig));
+	return 0;
+}
+
+/* The rows variant (attention's V sums for a row group): the same bits as one
+ * quant_axpy_f32_ref() per row, for row counts around the 4-row passes, lengths with and
+ * without whole 64-value passes, and per-row counts from 0 to 16. */
+TEST(axpy_rows_all_levels)
+{
+	static const int64_t lengths[] = { 64, 128, 48, 7 };
+	const char *orig = quant_simd_level();
+
+	seed_rng();
+	for (size_t l = 0; l < n_levels; l++) {
+		if (quant_force_simd_level(levels[l]) < 0)
+			continue;
+		for (size_t li = 0; li < ELEMENTSOF(lengths); li++)
+			for (int64_t nq = 1; nq <= 9; nq++) {
+				const int64_t n = lengths[li];
+				const size_t a_stride = 21, x_stride = (size_t) n + 5, y_stride = (size_t) n + 2;
+				float a[9 * 21], x[16 * 133], y[9 * 130], yref[9 * 130];
+				int64_t count[9];
+
+				for (size_t k = 0; k < ELEMENTSOF(a); k++)
+					a[k] = (float) test_uniform();
+				for (size_t k = 0; k < ELEMENTSOF(x); k++)
+					x[k] = (float) (test_uniform() * 2 - 1);
+				for (size_t k = 0; k < ELEMENTSOF(y); k++)
+					y[k] = yref[k] = (float) test_uniform();
+				for (int64_t q = 0; q < nq; q++)
+					count[q] = (int64_t) (test_uniform() * 17);
+				quant_axpy_f32_rows(n, a, a_stride, count, nq, x, x_stride, y, y_stride);
+				for (int64_t q = 0; q < nq; q++)
+					quant_axpy_f32_ref(n, a + (size_t) q * a_stride, count[q], x, x_stride,
+							   yref + (size_t) q * y_stride);
+				ASSERT_TRUE(memcmp(y, yref, sizeof(y)) == 0);
+			}
+	}
+	ASSERT_OK(quant_force_simd_level(orig));
+	return 0;
+}
+
+/* Attention scores on transposed keys: the same bits as the scalar reference at every level
+ * (one chain per pair), for 1..11 queries and 1..16 keys, lanes past np never written, and
+ * within the float64 bound. */
+TEST(attn_scores_all_levels)
+{
+	static const int64_t dims[] = { 64, 128, 5 };
+	const char *orig = quant_simd_level();
+
+	seed_rng();
+	for (size_t l = 0; l < n_levels; l++) {
+		if (quant_force_simd_level(levels[l]) < 0)
+			continue;
+		for (size_t di = 0; di < ELEMENTSOF(dims); di++)
+			for (int64_t nq = 1; nq <= 11; nq += 5)
+				for (int64_t np = 1; np <= 16; np += 5) {
+					const int64_t n = dims[di];
+					const size_t q_stride = (size_t) n + 3, s_stride = 21;
+					float kt[128 * 16], q[11 * 131], sc[11 * 21], ref[11 * 21];
+
+					for (size_t k = 0; k < ELEMENTSOF(kt); k++)
+						kt[k] = (float) (test_uniform() * 2 - 1);
+					for (size_t k = 0; k < ELEMENTSOF(q); k++)
+						q[k] = (float) (test_uniform() * 2 - 1);
+					for (size_t k = 0; k < ELEMENTSOF(sc); k++)
+						sc[k] = ref[k] = -7.f;
+					quant_attn_scores_f32(n, kt, np, q, q_stride, nq, sc, s_stride);
+					quant_attn_scores_f32_ref(n, kt, np, q, q_stride, nq, ref, s_stride);
+					ASSERT_TRUE(memcmp(sc, ref, sizeof(sc)) == 0);
+					for (int64_t i = 0; i < nq; i++)
+						for (int64_t p = 0; p < 21; p++) {
+							double d = 0, mag = 0;
+
+							if (p >= np) {
+								ASSERT_TRUE(sc[i * 21 + p] == -7.f);
+								continue;
+							}
+							for (int64_t k = 0; k < n; k++) {
+								d += (double) kt[k * 16 + p] * q[(size_t) i * q_stride + (size_t) k];
+								mag += fabs((double) kt[k * 16 + p] * q[(size_t) i * q_stride + (size_t) k]);
+							}
+							ASSERT_TRUE(fabs(sc[i * 21 + p] - d) <= 1e-5 * mag + 1e-7);
+						}
+				}
 	}
 	ASSERT_OK(quant_force_simd_level(orig));
 	return 0;

@@ -125,18 +125,20 @@ static uint32_t f32_bits(float f)
 
 /* ---- SIMD levels ---- */
 
-static const char *const all_levels[] = { "scalar", "avx2", "avx512", "avx512vnni" };
+#define MAX_LEVELS 16
 
-/* The levels this CPU runs, scalar first; restores the CPU's own level before returning. */
-static size_t available_levels(const char *out[static 4])
+/* The levels that run here (quant.c: the CPU has them and they are proven), scalar first;
+ * restores the CPU's own level before returning. */
+static size_t available_levels(const char *out[static MAX_LEVELS])
 {
+	const char *all[MAX_LEVELS];
+	size_t n_all = quant_simd_levels(all, MAX_LEVELS), n = 0;
 	char cpu_level[32];
-	size_t n = 0;
 
 	snprintf(cpu_level, sizeof(cpu_level), "%s", quant_simd_level());
-	for (size_t i = 0; i < ELEMENTSOF(all_levels); i++)
-		if (quant_force_simd_level(all_levels[i]) == 0)
-			out[n++] = all_levels[i];
+	for (size_t i = n_all; i-- > 0;)
+		if (quant_force_simd_level(all[i]) == 0)
+			out[n++] = all[i];
 	(void) quant_force_simd_level(cpu_level);
 	return n;
 }
@@ -396,37 +398,73 @@ TEST(type_table)
 
 TEST(simd_levels)
 {
-	const char *levels[4];
+	static const char *const what[] = {
+		[QUANT_LEVEL_RUNS] = "ran",
+		[QUANT_LEVEL_NO_ISA] = "skipped (this CPU lacks an instruction set it needs)",
+		[QUANT_LEVEL_UNPROVEN] = "held back (never proven on such a CPU; MOLLY_CPU_UNPROVEN=1 "
+					 "runs it)",
+	};
+	const char *levels[MAX_LEVELS], *all[MAX_LEVELS];
+	size_t n_all = quant_simd_levels(all, MAX_LEVELS);
 	char cpu_level[32];
 	size_t n;
 
 	snprintf(cpu_level, sizeof(cpu_level), "%s", quant_simd_level());
 	n = available_levels(levels);
-	printf("  CPU level %s; testing:", cpu_level);
-	for (size_t i = 0; i < n; i++)
-		printf(" %s", levels[i]);
-	printf("\n");
+	printf("  CPU level %s\n", cpu_level);
+	for (int s = QUANT_LEVEL_RUNS; s <= QUANT_LEVEL_UNPROVEN; s++) {
+		bool any = false;
+
+		printf("  %s:", what[s]);
+		for (size_t i = 0; i < n_all; i++)
+			if ((int) quant_simd_level_state(all[i]) == s) {
+				printf(" %s", all[i]);
+				any = true;
+			}
+		printf("%s\n", any ? "" : " none");
+	}
 	ASSERT_TRUE(n >= 1);
 	ASSERT_STREQ(levels[0], "scalar");
 	ASSERT_STREQ(levels[n - 1], cpu_level);
+	/* the default is the best level that runs */
+	ASSERT_STREQ(all[n_all - 1], "scalar");
+	for (size_t i = 0; i < n_all; i++)
+		if (quant_simd_level_state(all[i]) == QUANT_LEVEL_RUNS) {
+			ASSERT_STREQ(all[i], cpu_level);
+			break;
+		}
 #if defined(__x86_64__)
 	/* the levels follow the CPU's features */
 	__builtin_cpu_init();
+	unsigned int eax, ebx, ecx, edx;
 	bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
 	bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
 		      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
 		      __builtin_cpu_supports("avx512dq");
-	ASSERT_EQ(quant_force_simd_level("avx2") == 0, avx2);
-	ASSERT_EQ(quant_force_simd_level("avx512") == 0, avx512);
-	ASSERT_EQ(quant_force_simd_level("avx512vnni") == 0,
+	bool avxvnni = avx2 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4));
+	ASSERT_EQ(quant_simd_level_state("avx2") != QUANT_LEVEL_NO_ISA, avx2);
+	ASSERT_EQ(quant_simd_level_state("avx512") != QUANT_LEVEL_NO_ISA, avx512);
+	ASSERT_EQ(quant_simd_level_state("avx512vnni") != QUANT_LEVEL_NO_ISA,
 		  avx512 && __builtin_cpu_supports("avx512vnni"));
+	ASSERT_EQ(quant_simd_level_state("avxvnni") != QUANT_LEVEL_NO_ISA, avxvnni);
+	ASSERT_EQ(quant_simd_level_state("avx512bf16") != QUANT_LEVEL_NO_ISA,
+		  avx512 && __builtin_cpu_supports("avx512vnni") &&
+			  __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5)));
 #endif
-	for (size_t i = 0; i < n; i++) {
-		ASSERT_OK(quant_force_simd_level(levels[i]));
-		ASSERT_STREQ(quant_simd_level(), levels[i]);
+	/* force works exactly for the levels that run; a held-back one says so */
+	for (size_t i = 0; i < n_all; i++) {
+		enum quant_level_state st = quant_simd_level_state(all[i]);
+		int r = quant_force_simd_level(all[i]);
+
+		ASSERT_EQ(r, st == QUANT_LEVEL_RUNS ? 0 : st == QUANT_LEVEL_UNPROVEN ? -EPERM : -ENOTSUP);
+		if (r == 0) {
+			ASSERT_STREQ(quant_simd_level(), all[i]);
+			ASSERT_TRUE(quant_simd_level_proven(all[i]) || getenv("MOLLY_CPU_UNPROVEN"));
+		}
 	}
 	ASSERT_ERR(quant_force_simd_level("sse9"), -ENOTSUP);
 	ASSERT_ERR(quant_force_simd_level(""), -ENOTSUP);
+	ASSERT_TRUE(quant_simd_level_state("sse9") == QUANT_LEVEL_UNKNOWN);
 	ASSERT_OK(quant_force_simd_level(cpu_level));
 	ASSERT_STREQ(quant_simd_level(), cpu_level);
 	return 0;
@@ -438,7 +476,7 @@ TEST(simd_levels)
  * exact ties must round to even (not away from zero, as ggml's scalar _ref would). */
 TEST(activation_known_answers)
 {
-	const char *levels[4];
+	const char *levels[MAX_LEVELS];
 	size_t n = available_levels(levels);
 	char cpu_level[32];
 
@@ -579,7 +617,7 @@ TEST(activation_quantizers_match_scalar)
 	static const uint32_t types[] = { GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
 					  GGML_TYPE_Q8_K };
 	static const int64_t blocks[] = { 1, 2, 3, 7, 16, 43 };
-	const char *levels[4];
+	const char *levels[MAX_LEVELS];
 	size_t n_levels = available_levels(levels);
 	char cpu_level[32];
 
@@ -912,7 +950,7 @@ TEST(vec_dot_all_levels)
 					  GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K };
 	/* in blocks for block types; float types use these * 32 +- a tail, and 1, 7 */
 	static const int64_t sizes[] = { 1, 2, 7, 16, 4096, 11008 };
-	const char *levels[4];
+	const char *levels[MAX_LEVELS];
 	size_t n_levels = available_levels(levels);
 	char cpu_level[32];
 

@@ -15,6 +15,7 @@
 #include "engine/quant.h"
 #include "engine/sampler.h"
 #include "test.h"
+#include "simd-levels.h"
 
 /* A test-local generator for inputs (independent of the sampler's own). */
 static uint64_t lcg_state = 1;
@@ -672,13 +673,12 @@ static int32_t argmax_ref(const float *l, uint32_t n)
  * 8-wide steps, ties, NaN, ±inf and values far below the maximum (e^x under the floats). */
 TEST(argmax_logprob_all_levels)
 {
-	static const char *const levels[] = { "avx512vnni", "avx512", "avx2", "scalar" };
-	static const uint32_t sizes[] = { 1, 7, 8, 9, 15, 16, 17, 31, 1000, 32000, 32003 };
+		static const uint32_t sizes[] = { 1, 7, 8, 9, 15, 16, 17, 31, 1000, 32000, 32003 };
 	const char *orig = quant_simd_level();
 	_cleanup_free_ float *l = malloc(32003 * sizeof(float));
 
 	ASSERT_TRUE(l != NULL);
-	for (size_t lv = 0; lv < ELEMENTSOF(levels); lv++) {
+	for (size_t lv = 0; lv < n_levels; lv++) {
 		if (quant_force_simd_level(levels[lv]) < 0)
 			continue;
 		for (size_t si = 0; si < ELEMENTSOF(sizes); si++)

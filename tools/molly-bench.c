@@ -21,7 +21,8 @@
  * in load_s.
  *
  * --progress writes "molly-bench: pp run I/R" (or tg) to stderr right before each timed run
- * and "... done" right after it, as llama-bench --progress announces its runs, so that a
+ * (after its context is made: creating one faults its memory in, one thread, untimed) and
+ * "... done" right after it, as llama-bench --progress announces its runs, so that a
  * program watching both (tools/bench-vs-llama.py) can measure each timed run's CPU from
  * outside the same way for either.
  *
@@ -39,8 +40,8 @@
  *
  *   molly-bench --kernels [--reps R] [--json]
  *
- * --kernels: the packed Q8_0 and Q4_0 tile kernels (quant_gemm_packed()) and the F32 tile
- * kernel (quant_gemm()) on one thread, from cache-sized random data: 256 rows × 2048 values
+ * --kernels: the packed Q8_0, Q4_0 and F32 tile kernels (quant_gemm_packed(); F32 packs since
+ * issue 15) on one thread, from cache-sized random data: 256 rows × 2048 values
  * against 64 tokens (prefill-like) and 1 token (decode-like); GMAC/s of thread CPU time
  * (CLOCK_THREAD_CPUTIME_ID), best of R (default 5). Thread CPU time is what the kernel
  * consumed whatever else the host ran, so it compares builds on a shared machine.
@@ -201,7 +202,14 @@ static uint64_t bytes_per_token(const struct model *m)
 
 /* ---- runs ---- */
 
-static int run_pp(const struct model *m, struct threadpool *pool, int n, struct sample *out)
+struct bench_opts;
+static void progress(const struct bench_opts *o, const char *what, int i, bool start);
+
+/* The context is made (and its memory faulted in) before the run is announced, so that a
+ * watcher's CPU figures (--progress) cover the timed decode only. o may be NULL (no
+ * announcement). */
+static int run_pp(const struct model *m, struct threadpool *pool, int n, struct sample *out,
+		  const struct bench_opts *o, int rep)
 {
 	_cleanup_(model_ctx_freep) struct model_ctx *c = NULL;
 	_cleanup_free_ int32_t *ids = malloc(sizeof(int32_t) * n);
@@ -216,17 +224,22 @@ static int run_pp(const struct model *m, struct threadpool *pool, int n, struct 
 	r = model_ctx_new(m, (uint32_t) n + 1, (uint32_t) n, &c);
 	if (r < 0)
 		return r;
+	if (o)
+		progress(o, "pp", rep, true);
 	t0 = now_s();
 	c0 = cpu_s();
 	r = model_decode(c, pool, ids, (size_t) n, logits);
 	if (r < 0)
 		return r;
 	dt = now_s() - t0;
+	if (o)
+		progress(o, "pp", rep, false);
 	*out = (struct sample){ n / dt, (cpu_s() - c0) / (dt * threadpool_n_threads(pool)) };
 	return 0;
 }
 
-static int run_tg(const struct model *m, struct threadpool *pool, int n, struct sample *out)
+static int run_tg(const struct model *m, struct threadpool *pool, int n, struct sample *out,
+		  const struct bench_opts *o, int rep)
 {
 	_cleanup_(model_ctx_freep) struct model_ctx *c = NULL;
 	_cleanup_free_ float *logits = malloc(sizeof(float) * m->hp.n_vocab);
@@ -239,6 +252,8 @@ static int run_tg(const struct model *m, struct threadpool *pool, int n, struct 
 	r = model_ctx_new(m, (uint32_t) n + 1, 1, &c);
 	if (r < 0)
 		return r;
+	if (o)
+		progress(o, "tg", rep, true);
 	t0 = now_s();
 	c0 = cpu_s();
 	for (int i = 0; i < n; i++) {
@@ -248,6 +263,8 @@ static int run_tg(const struct model *m, struct threadpool *pool, int n, struct 
 		id = (int32_t) ((id * 7919u + 13) % m->hp.n_vocab);
 	}
 	dt = now_s() - t0;
+	if (o)
+		progress(o, "tg", rep, false);
 	*out = (struct sample){ n / dt, (cpu_s() - c0) / (dt * threadpool_n_threads(pool)) };
 	return 0;
 }
@@ -383,25 +400,15 @@ static int model_bench(const struct bench_opts *o)
 	if (!pp_v || !tg_v)
 		return -ENOMEM;
 	/* warm-up: fault the weights in */
-	if (tg > 0 && (r = run_tg(m, pool, 2, &tg_v[0])) < 0)
+	if (tg > 0 && (r = run_tg(m, pool, 2, &tg_v[0], NULL, 0)) < 0)
 		return r;
 	for (int i = 0; i < reps; i++) {
-		if (pp > 0) {
-			progress(o, "pp", i, true);
-			r = run_pp(m, pool, pp, &pp_v[i]);
-			if (r < 0)
-				return r;
-			progress(o, "pp", i, false);
-		}
+		if (pp > 0 && (r = run_pp(m, pool, pp, &pp_v[i], o, i)) < 0)
+			return r;
 		if (i < 5)
 			bw_best = MAX(bw_best, bw_measure(pool, &bw));
-		if (tg > 0) {
-			progress(o, "tg", i, true);
-			r = run_tg(m, pool, tg, &tg_v[i]);
-			if (r < 0)
-				return r;
-			progress(o, "tg", i, false);
-		}
+		if (tg > 0 && (r = run_tg(m, pool, tg, &tg_v[i], o, i)) < 0)
+			return r;
 	}
 	for (int i = reps; i < 5; i++)
 		bw_best = MAX(bw_best, bw_measure(pool, &bw));
@@ -596,7 +603,7 @@ static int run_kernels(int argc, char **argv)
 		if (packed)
 			quant_pack_rows(type, n, w, row_bytes, nr, wp);
 		for (int64_t t = 0; t < 64; t++)
-			if (type == GGML_TYPE_Q4_0)
+			if (packed)
 				quant_q8_0_block_sums(x + (size_t) t * xrb, n, sums + t * (n / 32));
 		for (int k = 0; k < 2; k++) {
 			int64_t nc = toks[k];

@@ -29,7 +29,7 @@
 
 /* Attention takes up to ATT_Q consecutive rows of one sequence (a prefill's) per task, so
  * each key block is read once for all of them and Q·K runs as wider tiles. */
-#define ATT_Q 4
+#define ATT_Q 8
 
 struct forward_ws {
 	uint32_t max_rows, max_ctx, max_pairs;
@@ -72,6 +72,11 @@ static size_t max_scratch(const struct model *m, uint32_t n_rows)
 /* Projections computed in one job (Q, K, V): each needs its own pair list and shrink results. */
 #define LORA_GROUP 3
 
+void prefault(void *p, size_t bytes)
+{
+	memset(p, 0, bytes);
+}
+
 int forward_ws_new(const struct model *m, uint32_t max_rows, uint32_t max_ctx, uint32_t max_pairs,
 		   int max_threads, struct forward_ws **ret)
 {
@@ -109,6 +114,19 @@ int forward_ws_new(const struct model *m, uint32_t max_rows, uint32_t max_ctx, u
 	    !ws->scores || !ws->att_groups || !ws->rope_cos || !ws->rope_sin || !ws->norm_rows || !ws->mm_scratch ||
 	    !ws->pairs)
 		return -ENOMEM;
+	/* Touch the row buffers now: a first write costs a page fault per 4 KiB (~5-10 us in
+	 * the VMs we measure on, ~15 ms of a 100m model's 128-token prefill), which belongs to
+	 * setting up, not to the first batch. (scores is sized for max_threads: left lazy.) */
+	prefault(ws->x, (size_t) max_rows * hp->n_embd * sizeof(float));
+	prefault(ws->h, (size_t) max_rows * emb * sizeof(float));
+	prefault(ws->q, (size_t) max_rows * q_dim * sizeof(float));
+	prefault(ws->k, (size_t) max_rows * kv_dim * sizeof(float));
+	prefault(ws->v, (size_t) max_rows * kv_dim * sizeof(float));
+	prefault(ws->attn, (size_t) max_rows * q_dim * sizeof(float));
+	prefault(ws->gate, (size_t) max_rows * hp->n_ff * sizeof(float));
+	prefault(ws->up, (size_t) max_rows * hp->n_ff * sizeof(float));
+	prefault(ws->norm_rows, (size_t) max_rows * hp->n_embd * sizeof(float));
+	prefault(ws->mm_scratch, MAX(max_scratch(m, max_rows), (size_t) 64));
 	*ret = TAKE_PTR(ws);
 	return 0;
 }
@@ -193,8 +211,10 @@ static void rope_apply(const struct model *m, const struct forward_ws *ws, float
 	}
 }
 
-/* Address of KV head `head`'s K (or V) vector of position pos in layer il of a sequence; the
- * block's next positions of that head follow at head_dim floats each. */
+/* V: the address of KV head `head`'s vector of position pos in layer il of a sequence (the
+ * block's next positions of that head follow at head_dim floats each). K, stored transposed
+ * (forward.h): for a block-aligned pos, the address of that head's block of keys. */
+_Static_assert(KV_BLOCK_TOKENS == QUANT_KEY_BLOCK, "quant_attn_scores_f32() takes KV blocks");
 static float *kv_at(const struct model *m, const struct kv_store *kv, const struct forward_seq *s,
 		    uint32_t il, bool value, uint32_t pos, uint32_t head)
 {
@@ -253,7 +273,8 @@ static void attn_task(const struct attn_job *j, long t, uint32_t *r0, uint32_t *
 
 struct kv_prefetch {
 	const char *blk[PF_BLOCKS];
-	uint32_t n_blk, lines_per_blk, line, per_step;
+	uint32_t n_blk, lines_per_blk, per_step;
+	uint32_t b, line; /* the next line: line of block b (counters: no division per line) */
 };
 
 /* Plans the prefetch of task u's blocks (none when u < 0) over `steps` steps. */
@@ -263,7 +284,7 @@ static void kv_prefetch_plan(struct kv_prefetch *pf, const struct attn_job *j, l
 	const struct model_hparams *hp = &j->m->hp;
 	uint32_t group = hp->n_head / hp->n_head_kv;
 
-	pf->n_blk = pf->line = 0;
+	pf->n_blk = pf->b = pf->line = 0;
 	pf->lines_per_blk = (uint32_t) (KV_BLOCK_TOKENS * hp->head_dim * sizeof(float) / 64);
 	if (u >= 0) {
 		uint32_t r0, nq, hd, n_kv;
@@ -281,11 +302,13 @@ static void kv_prefetch_plan(struct kv_prefetch *pf, const struct attn_job *j, l
 
 static void kv_prefetch_step(struct kv_prefetch *pf)
 {
-	uint32_t end = MIN(pf->line + pf->per_step, pf->n_blk * pf->lines_per_blk);
-
-	for (; pf->line < end; pf->line++)
-		__builtin_prefetch(pf->blk[pf->line / pf->lines_per_blk] +
-				   (size_t) (pf->line % pf->lines_per_blk) * 64);
+	for (uint32_t k = 0; k < pf->per_step && pf->b < pf->n_blk; k++) {
+		__builtin_prefetch(pf->blk[pf->b] + (size_t) pf->line * 64);
+		if (++pf->line == pf->lines_per_blk) {
+			pf->line = 0;
+			pf->b++;
+		}
+	}
 }
 
 /*
@@ -293,13 +316,14 @@ static void kv_prefetch_step(struct kv_prefetch *pf)
  * of one sequence at consecutive positions (a prefill chunk's; a decode row is a group of
  * one). Each reads its own sequence's blocks. Tasks are claimed one ahead, longest
  * first (a prefill's last rows attend to the most positions), so the threads finish
- * together; a task's arithmetic does not depend on who runs it. Q·K runs as an F32 tile
- * product per KV block (quant_gemm(): the 16 keys of a block against the group's queries,
- * with the SIMD level's kernels, which give every (key, query) pair the same bits whatever
- * the tile): the group's later rows also get scores for positions its earlier rows do not
+ * together; a task's arithmetic does not depend on who runs it. Q·K runs per KV block
+ * on its transposed keys (quant_attn_scores_f32(): one vector lane per key, the group's
+ * queries broadcast value by value, so every (key, query) pair is one fma chain over d, the
+ * same bits whatever the group): the group's later rows also get scores for positions its earlier rows do not
  * see, which their softmax never reads. Then per row: softmax over its positions
- * (quant_softmax_f32(): its result depends only on the row's scores), and the weighted sum
- * of V. Meanwhile the thread prefetches its next task's blocks (struct kv_prefetch).
+ * (quant_softmax_f32(): its result depends only on the row's scores); then the weighted sums
+ * of V, block by block for all the group's rows at once (quant_axpy_f32_rows(): each row's
+ * sum the same bits as alone). Meanwhile the thread prefetches its next task's blocks (struct kv_prefetch).
  */
 static void attention(void *arg, int ith, int nth)
 {
@@ -338,30 +362,104 @@ static void attention(void *arg, int ith, int nth)
 			else
 				prefetch_bytes(kv_at(m, j->kv, s, j->layer, true, 0, kvh), block_bytes);
 			kv_prefetch_step(&pf);
-			quant_gemm(GGML_TYPE_F32, hdim, k, kv_stride, np,
-				   j->ws->q + (size_t) r0 * q_dim + (size_t) hd * hdim, q_dim * sizeof(float),
-				   nq, scores + p0, max_ctx);
+			quant_attn_scores_f32(hdim, k, np, j->ws->q + (size_t) r0 * q_dim + (size_t) hd * hdim,
+					      q_dim, nq, scores + p0, max_ctx);
 		}
+		/* softmax per row, then the weighted sums of V for all the group's rows block by
+		 * block (quant_axpy_f32_rows(): each row's sum in its own key order, as alone) */
+		float *out0 = j->ws->attn + (size_t) r0 * q_dim + (size_t) hd * hdim;
+		int64_t counts[ATT_Q];
+
 		for (uint32_t i = 0; i < nq; i++) {
-			uint32_t r = r0 + i, n_kv = j->b->rows[r].pos + 1;
-			float *sc = scores + (size_t) i * max_ctx;
-			float *out = j->ws->attn + r * q_dim + (size_t) hd * hdim;
+			quant_softmax_f32(scores + (size_t) i * max_ctx, j->b->rows[r0 + i].pos + 1, scale);
+			memset(out0 + (size_t) i * q_dim, 0, hdim * sizeof(float));
+		}
+		for (uint32_t p0 = 0; p0 < n_kv_max; p0 += KV_BLOCK_TOKENS) {
+			const float *v = kv_at(m, j->kv, s, j->layer, true, p0, kvh);
 
-			quant_softmax_f32(sc, n_kv, scale);
-			memset(out, 0, hdim * sizeof(float));
-			for (uint32_t p0 = 0; p0 < n_kv; p0 += KV_BLOCK_TOKENS) {
-				const float *v = kv_at(m, j->kv, s, j->layer, true, p0, kvh);
+			if (p0 + KV_BLOCK_TOKENS < n_kv_max)
+				prefetch_bytes(kv_at(m, j->kv, s, j->layer, true, p0 + KV_BLOCK_TOKENS, kvh),
+					       block_bytes);
+			kv_prefetch_step(&pf);
+			for (uint32_t i = 0; i < nq; i++) {
+				int64_t left = (int64_t) j->b->rows[r0 + i].pos + 1 - p0;
 
-				if (p0 + KV_BLOCK_TOKENS < n_kv)
-					prefetch_bytes(kv_at(m, j->kv, s, j->layer, true,
-							     p0 + KV_BLOCK_TOKENS, kvh),
-						       block_bytes);
-				kv_prefetch_step(&pf);
-				quant_axpy_f32(hdim, sc + p0, MIN((uint32_t) KV_BLOCK_TOKENS, n_kv - p0), v,
-					       kv_stride / sizeof(float), out);
+				counts[i] = MAX(MIN(left, (int64_t) KV_BLOCK_TOKENS), (int64_t) 0);
 			}
+			quant_axpy_f32_rows(hdim, scores + p0, max_ctx, counts, nq, v,
+					    kv_stride / sizeof(float), out0, q_dim);
 		}
 	}
+}
+
+/* Claims the next [*b, *e) of `step` units out of n from a shared counter; false when none is
+ * left. Parts of a job claimed this way, rather than split evenly up front, let a thread that
+ * is late or descheduled (another process took its CPU) do less, instead of the others
+ * waiting for its fixed half. */
+static bool claim_range(_Atomic long *next, long n, long step, long *b, long *e)
+{
+	long i = atomic_fetch_add_explicit(next, step, memory_order_relaxed);
+
+	if (i >= n)
+		return false;
+	*b = i;
+	*e = MIN(i + step, n);
+	return true;
+}
+
+/* Biases, RoPE and the K/V store of the batch's rows (of one layer), claimed by the threads
+ * in runs of a KV block's worth (16 rows) so that two threads rarely write the same
+ * transposed key block. */
+struct rope_kv_job {
+	_Atomic long next; /* claim_range(), 16 rows at a time */
+	const struct model *m;
+	struct forward_ws *ws;
+	const struct kv_store *kv;
+	const struct forward_batch *b;
+	uint32_t layer;
+};
+
+static void rope_kv_part(void *arg, int ith, int nth)
+{
+	struct rope_kv_job *j = arg;
+	const struct model *m = j->m;
+	const struct model_hparams *hp = &m->hp;
+	const struct model_layer *L = &m->layers[j->layer];
+	size_t kv_dim = (size_t) hp->n_head_kv * hp->head_dim;
+	size_t q_dim = (size_t) hp->n_head * hp->head_dim;
+	long tb, te;
+
+	(void) ith;
+	(void) nth;
+	while (claim_range(&j->next, (long) j->b->n_rows, KV_BLOCK_TOKENS, &tb, &te))
+		for (uint32_t t = (uint32_t) tb; t < (uint32_t) te; t++) {
+			const struct forward_row *row = &j->b->rows[t];
+			const struct forward_seq *s = &j->b->seqs[row->seq];
+			float *q = j->ws->q + t * q_dim, *k = j->ws->k + t * kv_dim;
+			float *v = j->ws->v + t * kv_dim;
+
+			if (L->bq) {
+				for (size_t i = 0; i < q_dim; i++)
+					q[i] += L->bq[i];
+				for (size_t i = 0; i < kv_dim; i++) {
+					k[i] += L->bk[i];
+					v[i] += L->bv[i];
+				}
+			}
+			rope_apply(m, j->ws, q, hp->n_head, t);
+			rope_apply(m, j->ws, k, hp->n_head_kv, t);
+			for (uint32_t hd = 0; hd < hp->n_head_kv; hd++) {
+				size_t o = (size_t) hd * hp->head_dim;
+				/* K goes in transposed: value d of the block's token i at d * 16 + i */
+				float *kt = kv_at(m, j->kv, s, j->layer, false,
+						  row->pos / KV_BLOCK_TOKENS * KV_BLOCK_TOKENS, hd);
+
+				for (uint32_t d = 0; d < hp->head_dim; d++)
+					kt[(size_t) d * KV_BLOCK_TOKENS + row->pos % KV_BLOCK_TOKENS] = k[o + d];
+				memcpy(kv_at(m, j->kv, s, j->layer, true, row->pos, hd), v + o,
+				       hp->head_dim * sizeof(float));
+			}
+		}
 }
 
 /* Splits the batch's rows into attention groups (see attention()); returns their count. */
@@ -444,6 +542,7 @@ static void silu_mul_span(float *g, const float *u, size_t n)
 #define PARALLEL_MIN_ELEMENTS 4096
 
 struct ew_job {
+	_Atomic long next; /* claim_range() */
 	float *gate;
 	const float *up;
 	size_t n;
@@ -457,10 +556,10 @@ struct ew_job {
 static void silu_mul_part(void *arg, int ith, int nth)
 {
 	struct ew_job *j = arg;
-	long b, e;
+	long b, e, step = MAX(((long) j->n / (nth * 4) + 15) / 16 * 16, 16L);
 
-	threadpool_split((long) j->n, 16, ith, nth, &b, &e);
-	if (b < e)
+	(void) ith;
+	while (claim_range(&j->next, (long) j->n, step, &b, &e))
 		silu_mul_span(j->gate + b, j->up + b, (size_t) (e - b));
 }
 
@@ -478,11 +577,13 @@ static void silu_mul(struct threadpool *pool, float *gate, const float *up, size
 static void rmsnorm_part(void *arg, int ith, int nth)
 {
 	struct ew_job *j = arg;
-	long b, e;
+	long b, e, step = MAX((long) j->n_rows / (nth * 4), 1L);
 
-	threadpool_split((long) j->n_rows, 1, ith, nth, &b, &e);
-	for (long t = b; t < e; t++)
-		rmsnorm(j->y + (size_t) t * j->dim, j->x + (size_t) t * j->dim, j->w, j->dim, j->eps);
+	(void) ith;
+	while (claim_range(&j->next, (long) j->n_rows, step, &b, &e))
+		for (long t = b; t < e; t++)
+			rmsnorm(j->y + (size_t) t * j->dim, j->x + (size_t) t * j->dim, j->w, j->dim,
+				j->eps);
 }
 
 /* rmsnorm of n_rows rows of dim values each */
@@ -648,8 +749,6 @@ int model_forward(const struct model *m, struct forward_ws *ws, struct threadpoo
 		  const struct kv_store *kv, const struct forward_batch *b)
 {
 	const struct model_hparams *hp = &m->hp;
-	size_t kv_dim = (size_t) hp->n_head_kv * hp->head_dim;
-	size_t q_dim = (size_t) hp->n_head * hp->head_dim;
 	uint32_t n = b->n_rows, max_rank, n_logits = 0, n_groups;
 	_cleanup_free_ struct keyed_pair *keyed = NULL;
 	struct lora_ctx lc = { .ws = ws, .b = b };
@@ -696,29 +795,15 @@ int model_forward(const struct model *m, struct forward_ws *ws, struct threadpoo
 
 			project(&lc, pool, il, w3, t3, y3, 3, ws->h, n, NULL, NULL);
 		}
-		for (uint32_t t = 0; t < n; t++) {
-			const struct forward_row *row = &b->rows[t];
-			const struct forward_seq *s = &b->seqs[row->seq];
-			float *q = ws->q + t * q_dim, *k = ws->k + t * kv_dim, *v = ws->v + t * kv_dim;
+		{
+			struct rope_kv_job rj = { .m = m, .ws = ws, .kv = kv, .b = b, .layer = il };
 
-			if (L->bq) {
-				for (size_t i = 0; i < q_dim; i++)
-					q[i] += L->bq[i];
-				for (size_t i = 0; i < kv_dim; i++) {
-					k[i] += L->bk[i];
-					v[i] += L->bv[i];
-				}
-			}
-			rope_apply(m, ws, q, hp->n_head, t);
-			rope_apply(m, ws, k, hp->n_head_kv, t);
-			for (uint32_t hd = 0; hd < hp->n_head_kv; hd++) {
-				size_t o = (size_t) hd * hp->head_dim;
-
-				memcpy(kv_at(m, kv, s, il, false, row->pos, hd), k + o,
-				       hp->head_dim * sizeof(float));
-				memcpy(kv_at(m, kv, s, il, true, row->pos, hd), v + o,
-				       hp->head_dim * sizeof(float));
-			}
+			/* in the pool too: a serial stretch here would leave the workers spinning, then
+			 * yielding their CPUs, right before attention needs them */
+			if (n > 1)
+				threadpool_run(pool, rope_kv_part, &rj);
+			else
+				rope_kv_part(&rj, 0, 1);
 		}
 		threadpool_run(pool, attention, &aj);
 

@@ -5,9 +5,13 @@
  *
  * KV layout: the cache is a set of pages (struct kv_store: page p at base + p·page_bytes);
  * a block holds KV_BLOCK_TOKENS consecutive positions of one sequence for every layer:
- *   [layer][K | V][KV head][token in block][head_dim] floats
+ *   [layer][K | V][KV head][KV_BLOCK_TOKENS x head_dim floats]
+ * where a head's V is [token in block][head_dim] and its K is transposed, [head_dim][token
+ * in block]
  * (head-major: attention reads one head's keys of a block as one contiguous 4 KiB run for a
- * 64-wide head, which the hardware prefetcher follows, instead of 16 pieces 3 KiB apart).
+ * 64-wide head, which the hardware prefetcher follows, instead of 16 pieces 3 KiB apart; K
+ * transposed so that Q·K takes the block's 16 keys as one vector per value d, with no
+ * horizontal sums: quant_attn_scores_f32()).
  * Position pos of a sequence lives in page blocks[pos / KV_BLOCK_TOKENS].
  *
  * Rows: every row is one token of one sequence at one position. Rows of one sequence appear
@@ -72,6 +76,10 @@ struct forward_batch {
 };
 
 struct forward_ws;
+
+/* Writes zeros over [p, p + bytes): fresh heap memory faulted in up front, so that the first
+ * batches do not pay a page fault per 4 KiB (forward_ws_new() and model_ctx_new() call it). */
+void prefault(void *p, size_t bytes);
 
 /* Scratch for batches of up to max_rows rows, sequences of up to max_ctx positions, up to
  * max_pairs (row, adapter) pairs per batch, and pools of up to max_threads threads. */

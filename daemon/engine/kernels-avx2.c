@@ -18,8 +18,9 @@
  *
  * Besides the per-row kernels of the table, the file holds what matmul() runs (quant.h):
  * tile products on the GGUF layout (quant_gemm(): R rows x C tokens per step), tile products
- * on weights repacked 8 rows to a register (quant_gemm_packed()), and attention's weighted
- * sum and softmax. The AVX-512 tables use these too (kernels-avx512.c).
+ * on weights repacked 8 rows to a register (quant_gemm_packed(); F32 in 16-row groups, two
+ * registers), and attention's scores, weighted sum and softmax. The AVX-512 tables use some
+ * of these too (kernels-avx512.c says which), the "avxvnni" one all but the packed Q tiles.
  */
 #if defined(__x86_64__)
 
@@ -873,6 +874,126 @@ void quant_gemm_packed_q4_0_avx2(int64_t n, const void *w, int64_t nr, const voi
 	ptile_drive(ptiles_q4_0, QUANT_PACKED_Q4_0_BLOCK, n, w, nr, x, xs, sums, nc, y, ys);
 }
 
+/* ---- packed F32 (quant_gemm_packed()): a 16-row group in two registers ----
+ *
+ * As in kernels-avx512.c: per value k, the group's 16 weights in two loads, each token's x_k
+ * broadcast, one multiply-add per 8 rows; each lane is one row's chain acc = fma(w_k, x_k,
+ * acc) in k order, the scalar reference's bits. Prefill: 1 group x 6 tokens (12
+ * accumulators of the 16 registers); decode: 2 groups x 1 token.
+ */
+#define PF32_C 6
+
+typedef void (*pf32_fn)(int64_t n, const float *g, size_t gs, const char *x, size_t xs, float *y,
+			size_t ys, int rows);
+
+INLINE void pf32_store(float *y, __m256 v, int rows)
+{
+	if (rows >= 8) {
+		_mm256_storeu_ps(y, v);
+	} else if (rows > 0) {
+		float t[8];
+
+		_mm256_storeu_ps(t, v);
+		memcpy(y, t, (size_t) rows * sizeof(float));
+	}
+}
+
+INLINE void pf32_tile(const int G, const int C, int64_t n, const float *g, size_t gs,
+		      const char *x, size_t xs, float *y, size_t ys, int rows)
+{
+	__m256 acc[2 * 2 * PF32_C];
+
+	for (int i = 0; i < 2 * G * C; i++)
+		acc[i] = _mm256_setzero_ps();
+	for (int64_t k = 0; k < n; k++) {
+		__m256 wv[4];
+
+		for (int h = 0; h < 2 * G; h++)
+			wv[h] = _mm256_loadu_ps(g + (size_t) (h / 2) * gs + (size_t) k * 16 + (size_t) (h % 2) * 8);
+		for (int c = 0; c < C; c++) {
+			const __m256 xb = _mm256_broadcast_ss((const float *) (x + (size_t) c * xs) + k);
+
+			for (int h = 0; h < 2 * G; h++)
+				acc[h * C + c] = _mm256_fmadd_ps(wv[h], xb, acc[h * C + c]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int h = 0; h < 2 * G; h++)
+#pragma GCC unroll 6
+		for (int c = 0; c < C; c++)
+			pf32_store(y + (size_t) c * ys + (size_t) h * 8, acc[h * C + c], rows - 8 * h);
+}
+
+#define PF32_DEFINE(G, C)                                                                         \
+	static void pf32_##G##x##C(int64_t n, const float *g, size_t gs, const char *x, size_t xs,  \
+				   float *y, size_t ys, int rows)                                   \
+	{                                                                                         \
+		pf32_tile(G, C, n, g, gs, x, xs, y, ys, rows);                                    \
+	}
+PF32_DEFINE(1, 1) PF32_DEFINE(1, 2) PF32_DEFINE(1, 3) PF32_DEFINE(1, 4) PF32_DEFINE(1, 5)
+PF32_DEFINE(1, 6) PF32_DEFINE(2, 1)
+
+static const pf32_fn pf32_tiles[PF32_C] = { pf32_1x1, pf32_1x2, pf32_1x3,
+					    pf32_1x4, pf32_1x5, pf32_1x6 };
+
+void quant_gemm_packed_f32_avx2(int64_t n, const void *w, int64_t nr, const void *x, size_t xs,
+				const int16_t *sums, int64_t nc, float *y, size_t ys)
+{
+	const size_t gs = (size_t) n * 16; /* floats per group */
+
+	(void) sums;
+	if (nc == 1) {
+		for (int64_t r = 0; r < nr; r += 32)
+			(nr - r > 16 ? pf32_2x1 : pf32_1x1)(n, (const float *) w + (size_t) (r / 16) * gs, gs,
+							    x, xs, y + r, ys, (int) MIN((int64_t) 32, nr - r));
+		return;
+	}
+	for (int64_t c = 0; c < nc; c += PF32_C) {
+		const int C = (int) MIN((int64_t) PF32_C, nc - c);
+
+		for (int64_t r = 0; r < nr; r += 16)
+			pf32_tiles[C - 1](n, (const float *) w + (size_t) (r / 16) * gs, gs,
+					  (const char *) x + (size_t) c * xs, xs, y + (size_t) c * ys + r, ys,
+					  (int) MIN((int64_t) 16, nr - r));
+	}
+}
+
+/* ---- attention scores against transposed keys (quant_attn_scores_f32()) ----
+ * 16 keys in two registers, 4 queries per pass (8 chains), x_i[d] broadcast: each lane is
+ * one key's chain over d, the scalar reference's bits. Lanes past np compute on whatever the
+ * block holds there (a finished block's other keys, or zeros) and are not stored. */
+void quant_attn_scores_f32_avx2(int64_t n, const float *kt, int64_t np, const float *q,
+				size_t q_stride, int64_t nq, float *s, size_t s_stride)
+{
+	for (int64_t i0 = 0; i0 < nq; i0 += 4) {
+		const int m = (int) MIN((int64_t) 4, nq - i0);
+		__m256 acc[4][2];
+
+		for (int i = 0; i < 4; i++)
+			acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+		for (int64_t d = 0; d < n; d++) {
+			const __m256 k0 = _mm256_loadu_ps(kt + (size_t) d * 16);
+			const __m256 k1 = _mm256_loadu_ps(kt + (size_t) d * 16 + 8);
+
+			for (int i = 0; i < 4; i++) {
+				if (i >= m)
+					break;
+				const __m256 qv = _mm256_broadcast_ss(q + (size_t) (i0 + i) * q_stride + (size_t) d);
+
+				acc[i][0] = _mm256_fmadd_ps(k0, qv, acc[i][0]);
+				acc[i][1] = _mm256_fmadd_ps(k1, qv, acc[i][1]);
+			}
+		}
+		for (int i = 0; i < m; i++) {
+			float t[16];
+
+			_mm256_storeu_ps(t, acc[i][0]);
+			_mm256_storeu_ps(t + 8, acc[i][1]);
+			memcpy(s + (size_t) (i0 + i) * s_stride, t, (size_t) np * sizeof(float));
+		}
+	}
+}
+
 /* ---- attention's weighted sum: y += sum_j a[j] * x_j, one FMA per term in j order (the
  * scalar reference's order, so the same bits), 32 outputs per pass over the x_j ---- */
 
@@ -989,6 +1110,8 @@ const struct quant_kernels quant_kernels_avx2 = {
 	.gemm_q4_0 = quant_gemm_q4_0_avx2,
 	.gemm_packed_q8_0 = quant_gemm_packed_q8_0_avx2,
 	.gemm_packed_q4_0 = quant_gemm_packed_q4_0_avx2,
+	.gemm_packed_f32 = quant_gemm_packed_f32_avx2,
+	.attn_scores_f32 = quant_attn_scores_f32_avx2,
 	.axpy_f32 = quant_axpy_f32_avx2,
 	.softmax_f32 = quant_softmax_f32_avx2,
 };

@@ -15,16 +15,20 @@
  * are exact and identical with and without VNNI (no 16-bit saturation can occur: see
  * kernels-avx2.c for the byte-product ranges); only the float accumulation order differs.
  *
- * Tile products (quant_gemm(), quant_gemm_packed()) and the attention sum are the AVX2 ones
- * (an AVX-512 CPU runs AVX2): AVX-512/VNNI tiles are future work, which needs a machine
- * with AVX-512 to test them on — the machines this project is developed on have none.
+ * Tile products (issue 15, first run on a Zen 5): packed Q8_0/Q4_0 16 rows to a register
+ * (VNNI: vpdpbusd; decode 32 rows per pass), packed F32 in broadcast form, F32/F16 on the
+ * GGUF layout in dot form with a transpose-and-add reduction, attention's scores on
+ * transposed keys and its V sums. The GGUF-layout Q8_0/Q4_0 tiles and the softmax are the
+ * AVX2 ones (an AVX-512 CPU runs AVX2; models repack those types anyway).
  */
 #if defined(__x86_64__)
 
 #include <immintrin.h>
+#include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
+#include "../basic/macro.h"
 #include "kernels.h"
 
 #define INLINE static inline __attribute__((always_inline))
@@ -437,6 +441,654 @@ DEFINE_INT_DOTS(q4_0)
 DEFINE_INT_DOTS(q4_K)
 DEFINE_INT_DOTS(q6_K)
 
+/* ---- tile products on the GGUF layout: F32 and F16 (quant_gemm()) ----
+ *
+ * The dot-product form of kernels-avx2.c at 16 lanes: R weight rows x C tokens, one 16-lane
+ * accumulator per (row, token) pair, updated per 16 values by the same instructions whatever
+ * R and C are, then the same horizontal sum and scalar tail, so a pair's result never depends on the tile that computed it. 4 x 6 keeps
+ * 24 accumulators and 10 loads per 24 multiply-adds in registers (llamafile's sgemm makes the
+ * same choice for AVX-512; 4 x 4 and 3 x 8 measured slower on Zen 5).
+ */
+#define FTILE_R 4
+#define FTILE_C 6
+
+typedef void (*ftile_fn)(int64_t n, const char *w, size_t ws, const char *x, size_t xs, float *y,
+			 size_t ys);
+
+INLINE __m512 load_flt(const bool f16, const char *p, __mmask16 k)
+{
+	return f16 ? load_f16((const uint16_t *) p, k) : load_f32((const float *) p, k);
+}
+
+/*
+ * The horizontal sums of v[0..m) (m <= 16) into out[0..m), all at once: a transpose-and-add
+ * tree, ~3 instructions per sum where a lone horizontal sum takes 8. Every vector's lanes are
+ * summed in the same order whatever m and the other vectors are (the missing ones are
+ * zeros, and no sum mixes vectors): within each 128-bit quarter (l0 + l2) + (l1 + l3), then
+ * (q0 + q1) + (q2 + q3) over the quarters.
+ */
+INLINE void reduce16(const __m512 *v, const int m, float *out)
+{
+	__m512 u[8], w[4];
+
+#pragma GCC unroll 8
+	for (int k = 0; k < 8; k++) {
+		const __m512 a = 2 * k < m ? v[2 * k] : _mm512_setzero_ps();
+		const __m512 b = 2 * k + 1 < m ? v[2 * k + 1] : _mm512_setzero_ps();
+
+		/* per quarter [a0+a2, b0+b2, a1+a3, b1+b3] */
+		u[k] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+	}
+#pragma GCC unroll 4
+	for (int k = 0; k < 4; k++) /* per quarter: the quarter sums of v[4k..4k+3] */
+		w[k] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * k], u[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+				     _mm512_shuffle_ps(u[2 * k], u[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+	/* quarters 0+1 and 2+3 of w0, w1 (then w2, w3), then those halves: quarter k of the
+	 * result holds the sums of v[4k..4k+3] */
+	const __m512 y01 = _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
+					 _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
+	const __m512 y23 = _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], _MM_SHUFFLE(2, 0, 2, 0)),
+					 _mm512_shuffle_f32x4(w[2], w[3], _MM_SHUFFLE(3, 1, 3, 1)));
+	const __m512 r = _mm512_add_ps(_mm512_shuffle_f32x4(y01, y23, _MM_SHUFFLE(2, 0, 2, 0)),
+				       _mm512_shuffle_f32x4(y01, y23, _MM_SHUFFLE(3, 1, 3, 1)));
+
+	_mm512_mask_storeu_ps(out, first_lanes(m), r);
+}
+
+/* 16 values (k: the lanes loaded) of every pair of the tile. */
+INLINE void ftile_step(const int R, const int C, const bool f16, const char *w, size_t ws,
+		       const char *x, size_t xs, __mmask16 k, __m512 acc[FTILE_R * FTILE_C])
+{
+	__m512 wv[FTILE_R];
+
+	for (int r = 0; r < R; r++)
+		wv[r] = load_flt(f16, w + (size_t) r * ws, k);
+	for (int c = 0; c < C; c++) {
+		const __m512 xv = load_flt(f16, x + (size_t) c * xs, k);
+
+		for (int r = 0; r < R; r++)
+			acc[r * C + c] = _mm512_fmadd_ps(wv[r], xv, acc[r * C + c]);
+	}
+}
+
+INLINE void ftile(const int R, const int C, const bool f16, int64_t n, const char *w, size_t ws,
+		  const char *x, size_t xs, float *y, size_t ys)
+{
+	const size_t vb = f16 ? 2 : 4;
+	__m512 acc[FTILE_R * FTILE_C]; /* flat: gcc 12 keeps a 2-D one in memory */
+	int64_t i = 0;
+
+	for (int r = 0; r < R * C; r++)
+		acc[r] = _mm512_setzero_ps();
+	for (; i + 16 <= n; i += 16)
+		ftile_step(R, C, f16, w + (size_t) i * vb, ws, x + (size_t) i * vb, xs, 0xffff, acc);
+	/* the last n % 16 values one by one after the sum, as kernels-avx2.c does: a masked
+	 * vector step here makes gcc 12 keep every accumulator in memory through the loop, and
+	 * so does a loop here that it does not unroll */
+	float sums[32];
+
+	reduce16(acc, R * C < 16 ? R * C : 16, sums);
+	if (R * C > 16)
+		reduce16(acc + 16, R * C - 16, sums + 16);
+#pragma GCC unroll 8
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+		for (int c = 0; c < C; c++) {
+			const char *wr = w + (size_t) r * ws, *xc = x + (size_t) c * xs;
+			float sum = sums[r * C + c];
+
+			for (int64_t k = i; k < n; k++)
+				sum = f16 ? fmaf(fp16(((const uint16_t *) wr)[k]), fp16(((const uint16_t *) xc)[k]), sum)
+					  : fmaf(((const float *) wr)[k], ((const float *) xc)[k], sum);
+			y[(size_t) c * ys + r] = sum;
+		}
+}
+
+#define FTILE_DEFINE(name, f16, R, C)                                                             \
+	static void name##_##R##x##C(int64_t n, const char *w, size_t ws, const char *x, size_t xs, \
+				     float *y, size_t ys)                                           \
+	{                                                                                         \
+		ftile(R, C, f16, n, w, ws, x, xs, y, ys);                                         \
+	}
+#define FTILE_ROW(name, f16, R)                                                                   \
+	FTILE_DEFINE(name, f16, R, 1)                                                             \
+	FTILE_DEFINE(name, f16, R, 2)                                                             \
+	FTILE_DEFINE(name, f16, R, 3)                                                             \
+	FTILE_DEFINE(name, f16, R, 4)                                                             \
+	FTILE_DEFINE(name, f16, R, 5)                                                             \
+	FTILE_DEFINE(name, f16, R, 6)
+#define FTILE_TABLE(name, f16)                                                                    \
+	FTILE_ROW(name, f16, 1)                                                                   \
+	FTILE_ROW(name, f16, 2)                                                                   \
+	FTILE_ROW(name, f16, 3)                                                                   \
+	FTILE_ROW(name, f16, 4)                                                                   \
+	static const ftile_fn name[FTILE_R][FTILE_C] = {                                          \
+		{ name##_1x1, name##_1x2, name##_1x3, name##_1x4, name##_1x5, name##_1x6 },       \
+		{ name##_2x1, name##_2x2, name##_2x3, name##_2x4, name##_2x5, name##_2x6 },       \
+		{ name##_3x1, name##_3x2, name##_3x3, name##_3x4, name##_3x5, name##_3x6 },       \
+		{ name##_4x1, name##_4x2, name##_4x3, name##_4x4, name##_4x5, name##_4x6 },       \
+	};
+
+FTILE_TABLE(ftiles_f32, false)
+FTILE_TABLE(ftiles_f16, true)
+
+/* Row tiles outermost: a tile's weight rows stay in L1 while it sweeps the tokens. */
+static void ftile_drive(const ftile_fn t[FTILE_R][FTILE_C], int64_t n, const void *w, size_t ws,
+			int64_t nr, const void *x, size_t xs, int64_t nc, float *y, size_t ys)
+{
+	for (int64_t r = 0; r < nr; r += FTILE_R) {
+		const int R = (int) MIN((int64_t) FTILE_R, nr - r);
+
+		for (int64_t c = 0; c < nc; c += FTILE_C) {
+			const int C = (int) MIN((int64_t) FTILE_C, nc - c);
+
+			t[R - 1][C - 1](n, (const char *) w + (size_t) r * ws, ws,
+					(const char *) x + (size_t) c * xs, xs, y + (size_t) c * ys + r, ys);
+		}
+	}
+}
+
+static void gemm_f32_avx512(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
+			    size_t xs, int64_t nc, float *y, size_t ys)
+{
+	ftile_drive(ftiles_f32, n, w, ws, nr, x, xs, nc, y, ys);
+}
+
+static void gemm_f16_avx512(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
+			    size_t xs, int64_t nc, float *y, size_t ys)
+{
+	ftile_drive(ftiles_f16, n, w, ws, nr, x, xs, nc, y, ys);
+}
+
+/* ---- packed Q8_0 and Q4_0 (quant_gemm_packed()): 16 rows to a register ----
+ *
+ * Two 8-row groups of the packed layout (quant.h) side by side in one 512-bit register: lanes
+ * 0-7 are the rows of group g, lanes 8-15 those of group g + 1 (for a last odd group, g again,
+ * and its upper lanes are dropped). A token's 4 activation bytes are broadcast to all 16
+ * lanes, so one instruction adds 4 products to each of 16 rows.
+ *
+ * With VNNI, vpdpbusd (unsigned x signed bytes, summed in fours into int32, no saturation):
+ *   Q4_0: the nibbles 0..15 are the unsigned side as they are; the -8 offset comes off once
+ *     per block as the start value -8 * sum(y);
+ *   Q8_0: the weights become unsigned by flipping their top bit (w ^ 0x80 = w + 128), and the
+ *     start value is -128 * sum(y).
+ * Both are exact integer identities, so each row's block sum is the same integer as the
+ * scalar reference's; then acc = fma(float(sum), d_w * d_x, acc) per block in block order:
+ * the same bits as quant_gemm_packed_ref() and the AVX2 kernels.
+ * Without VNNI (AVX-512 BW): Q4_0 as in kernels-avx2.c (maddubs pair sums added in 16 bits
+ * over the block, then one madd); Q8_0 with the sign trick (|w| and y negated where w < 0,
+ * through a byte mask: AVX-512 has no vpsignb), a madd per chunk.
+ */
+#define QTILE_C 8
+
+INLINE __m512i load_2groups(const uint8_t *g0, const uint8_t *g1)
+{
+	return join_i256(_mm256_loadu_si256((const __m256i *) g0),
+			 _mm256_loadu_si256((const __m256i *) g1));
+}
+
+INLINE __m512 load_2scales(const uint8_t *g0, const uint8_t *g1)
+{
+	return _mm512_cvtph_ps(_mm256_set_m128i(_mm_loadu_si128((const __m128i *) g1),
+						_mm_loadu_si128((const __m128i *) g0)));
+}
+
+INLINE __m512i bcast4(const int8_t *p)
+{
+	int32_t v;
+
+	memcpy(&v, p, 4);
+	return _mm512_set1_epi32(v);
+}
+
+INLINE void prefetch_block(const uint8_t *g, size_t block_bytes)
+{
+	for (size_t l = 0; l < block_bytes; l += 64)
+		_mm_prefetch((const char *) g + 1024 + l, _MM_HINT_T0);
+}
+
+/* Stores lanes [0, rows) of v at y (rows <= 16). */
+INLINE void store_rows(float *y, __m512 v, int rows)
+{
+	if (rows == 16)
+		_mm512_storeu_ps(y, v);
+	else
+		_mm512_mask_storeu_ps(y, first_lanes(rows), v);
+}
+
+INLINE void qtile(const int C, const bool q4, const bool vnni, int64_t nb, const uint8_t *g0,
+		  const uint8_t *g1, const char *x, size_t xs, const int16_t *sums, float *y,
+		  size_t ys, int rows)
+{
+	const size_t bb = q4 ? QUANT_PACKED_Q4_0_BLOCK : QUANT_PACKED_Q8_0_BLOCK;
+	const __m512i m4 = _mm512_set1_epi8(0xf), top = _mm512_set1_epi8((char) 0x80);
+	const __m512i ones = _mm512_set1_epi16(1);
+	__m512 acc[QTILE_C];
+
+	for (int c = 0; c < C; c++)
+		acc[c] = _mm512_setzero_ps();
+	for (int64_t b = 0; b < nb; b++, g0 += bb, g1 += bb) {
+		const __m512 dw = load_2scales(g0, g1);
+		__m512i isum[QTILE_C];
+
+		prefetch_block(g0, bb);
+		if (g1 != g0)
+			prefetch_block(g1, bb);
+		for (int c = 0; c < C; c++) {
+			const int s = sums ? sums[(size_t) c * nb + b] : 0;
+
+			isum[c] = (vnni || q4) ? _mm512_set1_epi32((vnni && !q4 ? -128 : -8) * s)
+					       : _mm512_setzero_si512();
+		}
+		if (q4) {
+			/* with VNNI, two chains per token (low and high nibbles), so that 8 tokens keep
+			 * 16 multiply-adds in flight (one chain of 8 per block is latency-bound) */
+			__m512i s16[QTILE_C];
+
+			for (int c = 0; c < C; c++)
+				s16[c] = _mm512_setzero_si512();
+			for (int k = 0; k < 4; k++) {
+				const __m512i raw = load_2groups(g0 + 16 + 32 * k, g1 + 16 + 32 * k);
+				const __m512i lo = _mm512_and_si512(raw, m4);
+				const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+
+				for (int c = 0; c < C; c++) {
+					const int8_t *q = ((const struct block_q8_0 *) (x + (size_t) c * xs))[b].qs;
+
+					if (vnni) {
+						isum[c] = _mm512_dpbusd_epi32(isum[c], lo, bcast4(q + 4 * k));
+						s16[c] = _mm512_dpbusd_epi32(s16[c], hi, bcast4(q + 16 + 4 * k));
+					} else {
+						s16[c] = _mm512_add_epi16(s16[c], _mm512_maddubs_epi16(lo, bcast4(q + 4 * k)));
+						s16[c] = _mm512_add_epi16(s16[c],
+									  _mm512_maddubs_epi16(hi, bcast4(q + 16 + 4 * k)));
+					}
+				}
+			}
+			for (int c = 0; c < C; c++)
+				isum[c] = _mm512_add_epi32(isum[c], vnni ? s16[c]
+									 : opaque(_mm512_madd_epi16(s16[c], ones)));
+		} else {
+			for (int k = 0; k < 8; k++) {
+				const __m512i raw = load_2groups(g0 + 16 + 32 * k, g1 + 16 + 32 * k);
+
+				if (vnni) {
+					const __m512i u = _mm512_xor_si512(raw, top);
+
+					for (int c = 0; c < C; c++) {
+						const int8_t *q = ((const struct block_q8_0 *) (x + (size_t) c * xs))[b].qs;
+
+						isum[c] = _mm512_dpbusd_epi32(isum[c], u, bcast4(q + 4 * k));
+					}
+				} else {
+					const __mmask64 neg = _mm512_movepi8_mask(raw);
+					const __m512i aw = _mm512_abs_epi8(raw);
+
+					for (int c = 0; c < C; c++) {
+						const int8_t *q = ((const struct block_q8_0 *) (x + (size_t) c * xs))[b].qs;
+						const __m512i yv = bcast4(q + 4 * k);
+						const __m512i sy = _mm512_mask_sub_epi8(yv, neg, _mm512_setzero_si512(), yv);
+
+						isum[c] = _mm512_add_epi32(
+							isum[c], opaque(_mm512_madd_epi16(_mm512_maddubs_epi16(aw, sy), ones)));
+					}
+				}
+			}
+		}
+		for (int c = 0; c < C; c++) {
+			const struct block_q8_0 *bx = (const struct block_q8_0 *) (x + (size_t) c * xs) + b;
+
+			acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]),
+						 _mm512_mul_ps(dw, _mm512_set1_ps(fp16(bx->d))), acc[c]);
+		}
+	}
+	for (int c = 0; c < C; c++)
+		store_rows(y + (size_t) c * ys, acc[c], rows);
+}
+
+/*
+ * Decode (one token) with VNNI: 32 rows (four groups) per pass, two independent 16-row
+ * halves, so that four weight streams are in flight per thread instead of two (a single
+ * token is bound by how fast the weights arrive, not by the arithmetic). Per row the same
+ * integer sums and the same fma per block as qtile(): the same bits.
+ */
+INLINE void qtile_dec(const bool q4, int64_t nb, const uint8_t *const g[4], const char *x,
+		      const int16_t *sums, float *y, int rows)
+{
+	const size_t bb = q4 ? QUANT_PACKED_Q4_0_BLOCK : QUANT_PACKED_Q8_0_BLOCK;
+	const __m512i m4 = _mm512_set1_epi8(0xf), top = _mm512_set1_epi8((char) 0x80);
+	const struct block_q8_0 *bx = (const struct block_q8_0 *) x;
+	__m512 acc[2] = { _mm512_setzero_ps(), _mm512_setzero_ps() };
+
+	for (int64_t b = 0; b < nb; b++) {
+		const size_t o = (size_t) b * bb;
+		const __m512 dx = _mm512_set1_ps(fp16(bx[b].d));
+		__m512i isum[2], hsum[2];
+
+		for (int gi = 0; gi < 4; gi++)
+			prefetch_block(g[gi] + o, bb);
+		for (int h = 0; h < 2; h++) {
+			isum[h] = _mm512_set1_epi32((q4 ? -8 : -128) * sums[b]);
+			hsum[h] = _mm512_setzero_si512();
+		}
+		for (int k = 0; k < (q4 ? 4 : 8); k++) {
+			const __m512i ylo = bcast4(bx[b].qs + 4 * k);
+			const __m512i yhi = q4 ? bcast4(bx[b].qs + 16 + 4 * k) : ylo;
+
+			for (int h = 0; h < 2; h++) {
+				const __m512i raw = load_2groups(g[2 * h] + o + 16 + 32 * k,
+								 g[2 * h + 1] + o + 16 + 32 * k);
+
+				if (q4) {
+					isum[h] = _mm512_dpbusd_epi32(isum[h], _mm512_and_si512(raw, m4), ylo);
+					hsum[h] = _mm512_dpbusd_epi32(
+						hsum[h], _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4), yhi);
+				} else if (k % 2) {
+					hsum[h] = _mm512_dpbusd_epi32(hsum[h], _mm512_xor_si512(raw, top), ylo);
+				} else {
+					isum[h] = _mm512_dpbusd_epi32(isum[h], _mm512_xor_si512(raw, top), ylo);
+				}
+			}
+		}
+		for (int h = 0; h < 2; h++) {
+			const __m512 dw = load_2scales(g[2 * h] + o, g[2 * h + 1] + o);
+
+			acc[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(isum[h], hsum[h])),
+						 _mm512_mul_ps(dw, dx), acc[h]);
+		}
+	}
+	store_rows(y, acc[0], MIN(16, rows));
+	if (rows > 16)
+		store_rows(y + 16, acc[1], rows - 16);
+}
+
+static void qtile_dec_q8_0(int64_t nb, const uint8_t *const g[4], const char *x,
+			   const int16_t *sums, float *y, int rows)
+{
+	qtile_dec(false, nb, g, x, sums, y, rows);
+}
+
+static void qtile_dec_q4_0(int64_t nb, const uint8_t *const g[4], const char *x,
+			   const int16_t *sums, float *y, int rows)
+{
+	qtile_dec(true, nb, g, x, sums, y, rows);
+}
+
+typedef void (*qtile_fn)(int64_t nb, const uint8_t *g0, const uint8_t *g1, const char *x,
+			 size_t xs, const int16_t *sums, float *y, size_t ys, int rows);
+typedef void (*qtile_dec_fn)(int64_t nb, const uint8_t *const g[4], const char *x,
+			     const int16_t *sums, float *y, int rows);
+
+#define QTILE_DEFINE(name, q4, vnni, C)                                                           \
+	static void name##_##C(int64_t nb, const uint8_t *g0, const uint8_t *g1, const char *x,     \
+			       size_t xs, const int16_t *sums, float *y, size_t ys, int rows)       \
+	{                                                                                         \
+		qtile(C, q4, vnni, nb, g0, g1, x, xs, sums, y, ys, rows);                         \
+	}
+#define QTILE_TABLE(name, q4, vnni)                                                               \
+	QTILE_DEFINE(name, q4, vnni, 1)                                                           \
+	QTILE_DEFINE(name, q4, vnni, 2)                                                           \
+	QTILE_DEFINE(name, q4, vnni, 3)                                                           \
+	QTILE_DEFINE(name, q4, vnni, 4)                                                           \
+	QTILE_DEFINE(name, q4, vnni, 5)                                                           \
+	QTILE_DEFINE(name, q4, vnni, 6)                                                           \
+	QTILE_DEFINE(name, q4, vnni, 7)                                                           \
+	QTILE_DEFINE(name, q4, vnni, 8)                                                           \
+	static const qtile_fn name[QTILE_C] = { name##_1, name##_2, name##_3, name##_4,           \
+						name##_5, name##_6, name##_7, name##_8 };
+
+QTILE_TABLE(qtiles_q8_0, false, false)
+QTILE_TABLE(qtiles_q4_0, true, false)
+QTILE_TABLE(qtiles_q8_0_vnni, false, true)
+QTILE_TABLE(qtiles_q4_0_vnni, true, true)
+
+/* Token tiles outermost: a tile's activations stay in L1 while it sweeps the row groups,
+ * whose weights (one matmul chunk) stay in L2. */
+static void qtile_drive(const qtile_fn *t, qtile_dec_fn dec, size_t block_bytes, int64_t n,
+			const void *w, int64_t nr, const void *x, size_t xs, const int16_t *sums,
+			int64_t nc, float *y, size_t ys)
+{
+	const int64_t nb = n / QK8_0;
+	const size_t group_bytes = (size_t) nb * block_bytes;
+
+	if (nc == 1 && dec) {
+		int64_t r = 0;
+
+		for (; r + 24 < nr; r += 32) { /* more than three groups: the four-group pass */
+			const uint8_t *g0 = (const uint8_t *) w + (size_t) (r / 8) * group_bytes;
+			const uint8_t *const g[4] = { g0, g0 + group_bytes, g0 + 2 * group_bytes,
+						      g0 + 3 * group_bytes };
+
+			dec(nb, g, x, sums, y + r, (int) MIN((int64_t) 32, nr - r));
+		}
+		w = (const uint8_t *) w + (size_t) (r / 8) * group_bytes;
+		y += r;
+		nr -= r;
+	}
+
+	for (int64_t c = 0; c < nc; c += QTILE_C) {
+		const int C = (int) MIN((int64_t) QTILE_C, nc - c);
+
+		for (int64_t r = 0; r < nr; r += 16) {
+			const uint8_t *g0 = (const uint8_t *) w + (size_t) (r / 8) * group_bytes;
+
+			t[C - 1](nb, g0, nr - r > 8 ? g0 + group_bytes : g0, (const char *) x + (size_t) c * xs,
+				 xs, sums ? sums + (size_t) c * nb : NULL, y + (size_t) c * ys + r, ys,
+				 (int) MIN((int64_t) 16, nr - r));
+		}
+	}
+}
+
+#define DEFINE_PACKED(kind, suffix, table, dec, bytes)                                            \
+	static void gemm_packed_##kind##_##suffix(int64_t n, const void *w, int64_t nr,            \
+						  const void *x, size_t xs, const int16_t *sums,    \
+						  int64_t nc, float *y, size_t ys)                  \
+	{                                                                                         \
+		qtile_drive(table, dec, bytes, n, w, nr, x, xs, sums, nc, y, ys);                 \
+	}
+
+DEFINE_PACKED(q8_0, avx512, qtiles_q8_0, NULL, QUANT_PACKED_Q8_0_BLOCK)
+DEFINE_PACKED(q4_0, avx512, qtiles_q4_0, NULL, QUANT_PACKED_Q4_0_BLOCK)
+DEFINE_PACKED(q8_0, avx512vnni, qtiles_q8_0_vnni, qtile_dec_q8_0, QUANT_PACKED_Q8_0_BLOCK)
+DEFINE_PACKED(q4_0, avx512vnni, qtiles_q4_0_vnni, qtile_dec_q4_0, QUANT_PACKED_Q4_0_BLOCK)
+
+/* ---- packed F32 (quant_gemm_packed()): 16 rows to a register ----
+ *
+ * The layout (quant.h) holds value k of a group's 16 rows in 64 consecutive bytes: one load
+ * is a register of rows, and a token's value k is broadcast against it, so a tile of G groups
+ * x C tokens needs G loads and C broadcasts per G*C multiply-adds, and no horizontal sum: each
+ * lane is one row's chain acc = fma(w_k, x_k, acc), k = 0..n-1, as in the scalar reference.
+ * Prefill runs 2 groups x 12 tokens (24 accumulators); decode 4 groups x 1 token (four
+ * independent chains to hide the multiply-add latency while the weights stream in).
+ */
+#define PF32_G 4
+#define PF32_C 12
+
+typedef void (*pf32_fn)(int64_t n, const float *g, size_t gs, const char *x, size_t xs, float *y,
+			size_t ys, int rows);
+
+INLINE void pf32_tile(const int G, const int C, int64_t n, const float *g, size_t gs,
+		      const char *x, size_t xs, float *y, size_t ys, int rows)
+{
+	__m512 acc[PF32_G * PF32_C];
+
+	for (int i = 0; i < G * C; i++)
+		acc[i] = _mm512_setzero_ps();
+	for (int64_t k = 0; k < n; k++) {
+		__m512 wv[PF32_G];
+
+		for (int gi = 0; gi < G; gi++)
+			wv[gi] = _mm512_loadu_ps(g + (size_t) gi * gs + (size_t) k * 16);
+		for (int c = 0; c < C; c++) {
+			const __m512 xb = _mm512_set1_ps(((const float *) (x + (size_t) c * xs))[k]);
+
+			for (int gi = 0; gi < G; gi++)
+				acc[gi * C + c] = _mm512_fmadd_ps(wv[gi], xb, acc[gi * C + c]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int gi = 0; gi < G; gi++)
+#pragma GCC unroll 12
+		for (int c = 0; c < C; c++)
+			store_rows(y + (size_t) c * ys + (size_t) gi * 16, acc[gi * C + c],
+				   (int) MIN(16, rows - 16 * gi));
+}
+
+#define PF32_DEFINE(G, C)                                                                         \
+	static void pf32_##G##x##C(int64_t n, const float *g, size_t gs, const char *x, size_t xs,  \
+				   float *y, size_t ys, int rows)                                   \
+	{                                                                                         \
+		pf32_tile(G, C, n, g, gs, x, xs, y, ys, rows);                                    \
+	}
+PF32_DEFINE(1, 1) PF32_DEFINE(2, 1) PF32_DEFINE(3, 1) PF32_DEFINE(4, 1)
+PF32_DEFINE(1, 2) PF32_DEFINE(1, 3) PF32_DEFINE(1, 4) PF32_DEFINE(1, 5) PF32_DEFINE(1, 6)
+PF32_DEFINE(1, 7) PF32_DEFINE(1, 8) PF32_DEFINE(1, 9) PF32_DEFINE(1, 10) PF32_DEFINE(1, 11)
+PF32_DEFINE(1, 12)
+PF32_DEFINE(2, 2) PF32_DEFINE(2, 3) PF32_DEFINE(2, 4) PF32_DEFINE(2, 5) PF32_DEFINE(2, 6)
+PF32_DEFINE(2, 7) PF32_DEFINE(2, 8) PF32_DEFINE(2, 9) PF32_DEFINE(2, 10) PF32_DEFINE(2, 11)
+PF32_DEFINE(2, 12)
+
+/* [groups - 1][tokens - 1]: 4 groups only for one token, up to 2 otherwise */
+static const pf32_fn pf32_tiles[PF32_G][PF32_C] = {
+	{ pf32_1x1, pf32_1x2, pf32_1x3, pf32_1x4, pf32_1x5, pf32_1x6, pf32_1x7, pf32_1x8, pf32_1x9,
+	  pf32_1x10, pf32_1x11, pf32_1x12 },
+	{ pf32_2x1, pf32_2x2, pf32_2x3, pf32_2x4, pf32_2x5, pf32_2x6, pf32_2x7, pf32_2x8, pf32_2x9,
+	  pf32_2x10, pf32_2x11, pf32_2x12 },
+	{ pf32_3x1 },
+	{ pf32_4x1 },
+};
+
+/* Token tiles outermost: a tile's activations stay in L1 (or stream from L2 for wide rows)
+ * while it sweeps the row groups of the matmul chunk. */
+static void gemm_packed_f32_avx512(int64_t n, const void *w, int64_t nr, const void *x,
+				   size_t xs, const int16_t *sums, int64_t nc, float *y, size_t ys)
+{
+	const size_t gs = (size_t) n * 16; /* floats per group */
+	const int64_t ct = nc == 1 ? 1 : PF32_C, gt = nc == 1 ? 4 : 2;
+
+	(void) sums;
+	for (int64_t c = 0; c < nc; c += ct) {
+		const int C = (int) MIN(ct, nc - c);
+
+		for (int64_t r = 0; r < nr; r += 16 * gt) {
+			const int G = (int) MIN(gt, (nr - r + 15) / 16);
+
+			pf32_tiles[G - 1][C - 1](n, (const float *) w + (size_t) (r / 16) * gs, gs,
+						 (const char *) x + (size_t) c * xs, xs,
+						 y + (size_t) c * ys + r, ys, (int) MIN(16 * gt, nr - r));
+		}
+	}
+}
+
+/* ---- attention's weighted sum (quant_axpy_f32()): the AVX2 kernel at 16 lanes ----
+ * Every element is its own chain y = fma(a_j, x_j, y) in j order, so the width does not
+ * change a bit; 64 values per pass keep four chains in flight. */
+static void axpy_f32_avx512(int64_t n, const float *a, int64_t count, const float *x,
+			    size_t x_stride, float *y)
+{
+	int64_t i = 0;
+
+	for (; i + 64 <= n; i += 64) {
+		__m512 acc[4];
+
+		for (int k = 0; k < 4; k++)
+			acc[k] = _mm512_loadu_ps(y + i + 16 * k);
+		for (int64_t j = 0; j < count; j++) {
+			const __m512 aj = _mm512_set1_ps(a[j]);
+			const float *xj = x + (size_t) j * x_stride + (size_t) i;
+
+			for (int k = 0; k < 4; k++)
+				acc[k] = _mm512_fmadd_ps(aj, _mm512_loadu_ps(xj + 16 * k), acc[k]);
+		}
+		for (int k = 0; k < 4; k++)
+			_mm512_storeu_ps(y + i + 16 * k, acc[k]);
+	}
+	for (; i < n; i += 16) {
+		const __mmask16 m = n - i >= 16 ? 0xffff : first_lanes(n - i);
+		__m512 acc = _mm512_maskz_loadu_ps(m, y + i);
+
+		for (int64_t j = 0; j < count; j++)
+			acc = _mm512_fmadd_ps(_mm512_set1_ps(a[j]),
+					      _mm512_maskz_loadu_ps(m, x + (size_t) j * x_stride + (size_t) i), acc);
+		_mm512_mask_storeu_ps(y + i, m, acc);
+	}
+}
+
+/* Attention scores against transposed keys (quant_attn_scores_f32()): the 16 keys in one
+ * register, 8 queries per pass (8 chains), each lane one key's chain over d: the scalar
+ * reference's bits. Lanes past np are not stored. */
+static void attn_scores_f32_avx512(int64_t n, const float *kt, int64_t np, const float *q,
+				   size_t q_stride, int64_t nq, float *s, size_t s_stride)
+{
+	for (int64_t i0 = 0; i0 < nq; i0 += 8) {
+		const int m = (int) MIN((int64_t) 8, nq - i0);
+		__m512 acc[8];
+
+		for (int i = 0; i < 8; i++)
+			acc[i] = _mm512_setzero_ps();
+		for (int64_t d = 0; d < n; d++) {
+			const __m512 kv = _mm512_loadu_ps(kt + (size_t) d * 16);
+
+			for (int i = 0; i < 8; i++) {
+				if (i >= m)
+					break;
+				acc[i] = _mm512_fmadd_ps(kv, _mm512_set1_ps(q[(size_t) (i0 + i) * q_stride + (size_t) d]),
+							 acc[i]);
+			}
+		}
+#pragma GCC unroll 8
+		for (int i = 0; i < 8; i++)
+			if (i < m)
+				_mm512_mask_storeu_ps(s + (size_t) (i0 + i) * s_stride, first_lanes(np), acc[i]);
+	}
+}
+
+/* Four rows at a time on 64 values (16 chains in flight; x_j loaded once for the four); the
+ * rest row by row. A row's chain skips the j at or past its count, so each element still
+ * takes exactly its own terms in j order. */
+static void axpy_f32_rows_avx512(int64_t n, const float *a, size_t a_stride, const int64_t *count,
+				 int64_t nq, const float *x, size_t x_stride, float *y,
+				 size_t y_stride)
+{
+	int64_t q = 0;
+
+	for (; q + 4 <= nq && n % 64 == 0; q += 4) {
+		int64_t cmax = 0;
+
+		for (int k = 0; k < 4; k++)
+			cmax = MAX(cmax, count[q + k]);
+		for (int64_t i = 0; i < n; i += 64) {
+			__m512 acc[4][4];
+
+			for (int k = 0; k < 4; k++)
+				for (int v = 0; v < 4; v++)
+					acc[k][v] = _mm512_loadu_ps(y + (size_t) (q + k) * y_stride + (size_t) i + 16 * v);
+			for (int64_t j = 0; j < cmax; j++) {
+				const float *xj = x + (size_t) j * x_stride + (size_t) i;
+				__m512 xv[4];
+
+				for (int v = 0; v < 4; v++)
+					xv[v] = _mm512_loadu_ps(xj + 16 * v);
+				for (int k = 0; k < 4; k++) {
+					if (j >= count[q + k])
+						continue;
+					const __m512 aj = _mm512_set1_ps(a[(size_t) (q + k) * a_stride + (size_t) j]);
+
+					for (int v = 0; v < 4; v++)
+						acc[k][v] = _mm512_fmadd_ps(aj, xv[v], acc[k][v]);
+				}
+			}
+			for (int k = 0; k < 4; k++)
+				for (int v = 0; v < 4; v++)
+					_mm512_storeu_ps(y + (size_t) (q + k) * y_stride + (size_t) i + 16 * v, acc[k][v]);
+		}
+	}
+	for (; q < nq; q++)
+		if (count[q] > 0)
+			axpy_f32_avx512(n, a + (size_t) q * a_stride, count[q], x, x_stride,
+					y + (size_t) q * y_stride);
+}
+
 const struct quant_kernels quant_kernels_avx512 = {
 	.name = "avx512",
 	.quantize_f16 = quantize_f16_avx512,
@@ -450,14 +1102,17 @@ const struct quant_kernels quant_kernels_avx512 = {
 	.dot_q4_0 = dot_q4_0_avx512,
 	.dot_q4_K = dot_q4_K_avx512,
 	.dot_q6_K = dot_q6_K_avx512,
-	/* AVX2 tiles (the same code the AVX2 level runs and tests): no AVX-512 tile kernels yet */
-	.gemm_f32 = quant_gemm_f32_avx2,
-	.gemm_f16 = quant_gemm_f16_avx2,
+	/* the GGUF-layout Q8_0/Q4_0 tiles are the AVX2 ones (models repack those types) */
+	.gemm_f32 = gemm_f32_avx512,
+	.gemm_f16 = gemm_f16_avx512,
 	.gemm_q8_0 = quant_gemm_q8_0_avx2,
 	.gemm_q4_0 = quant_gemm_q4_0_avx2,
-	.gemm_packed_q8_0 = quant_gemm_packed_q8_0_avx2,
-	.gemm_packed_q4_0 = quant_gemm_packed_q4_0_avx2,
-	.axpy_f32 = quant_axpy_f32_avx2,
+	.gemm_packed_q8_0 = gemm_packed_q8_0_avx512,
+	.gemm_packed_q4_0 = gemm_packed_q4_0_avx512,
+	.gemm_packed_f32 = gemm_packed_f32_avx512,
+	.attn_scores_f32 = attn_scores_f32_avx512,
+	.axpy_f32 = axpy_f32_avx512,
+	.axpy_f32_rows = axpy_f32_rows_avx512,
 	.softmax_f32 = quant_softmax_f32_avx2,
 };
 
@@ -475,13 +1130,16 @@ const struct quant_kernels quant_kernels_avx512vnni = {
 	.dot_q4_0 = dot_q4_0_avx512vnni,
 	.dot_q4_K = dot_q4_K_avx512vnni,
 	.dot_q6_K = dot_q6_K_avx512vnni,
-	.gemm_f32 = quant_gemm_f32_avx2,
-	.gemm_f16 = quant_gemm_f16_avx2,
+	.gemm_f32 = gemm_f32_avx512,
+	.gemm_f16 = gemm_f16_avx512,
 	.gemm_q8_0 = quant_gemm_q8_0_avx2,
 	.gemm_q4_0 = quant_gemm_q4_0_avx2,
-	.gemm_packed_q8_0 = quant_gemm_packed_q8_0_avx2,
-	.gemm_packed_q4_0 = quant_gemm_packed_q4_0_avx2,
-	.axpy_f32 = quant_axpy_f32_avx2,
+	.gemm_packed_q8_0 = gemm_packed_q8_0_avx512vnni,
+	.gemm_packed_q4_0 = gemm_packed_q4_0_avx512vnni,
+	.gemm_packed_f32 = gemm_packed_f32_avx512,
+	.attn_scores_f32 = attn_scores_f32_avx512,
+	.axpy_f32 = axpy_f32_avx512,
+	.axpy_f32_rows = axpy_f32_rows_avx512,
 	.softmax_f32 = quant_softmax_f32_avx2,
 };
 

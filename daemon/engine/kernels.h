@@ -114,14 +114,22 @@ struct quant_kernels {
 	 * and quant.c then loops over the level's dot product, pair by pair. */
 	quant_gemm_fn gemm_f32;
 	quant_gemm_fn gemm_f16;
+	quant_gemm_fn gemm_bf16;
 	quant_gemm_fn gemm_q8_0;
 	quant_gemm_fn gemm_q4_0;
 	/* Packed tile products (quant_gemm_packed()); NULL: the scalar reference. */
 	quant_gemm_packed_fn gemm_packed_q8_0;
 	quant_gemm_packed_fn gemm_packed_q4_0;
+	quant_gemm_packed_fn gemm_packed_f32;
 	/* quant_axpy_f32() */
 	void (*axpy_f32)(int64_t n, const float *a, int64_t count, const float *x, size_t x_stride,
 			 float *y);
+	/* quant_attn_scores_f32(); NULL: the scalar loop */
+	void (*attn_scores_f32)(int64_t n, const float *kt, int64_t np, const float *q,
+				size_t q_stride, int64_t nq, float *s, size_t s_stride);
+	/* quant_axpy_f32_rows(); NULL: quant_axpy_f32() row by row */
+	void (*axpy_f32_rows)(int64_t n, const float *a, size_t a_stride, const int64_t *count,
+			      int64_t nq, const float *x, size_t x_stride, float *y, size_t y_stride);
 	/* quant_softmax_f32() */
 	void (*softmax_f32)(float *x, int64_t n, float scale);
 };
@@ -131,6 +139,10 @@ extern const struct quant_kernels quant_kernels_scalar; /* quant.c */
 extern const struct quant_kernels quant_kernels_avx2;       /* kernels-avx2.c */
 extern const struct quant_kernels quant_kernels_avx512;     /* kernels-avx512.c */
 extern const struct quant_kernels quant_kernels_avx512vnni; /* kernels-avx512.c */
+/* The "avxvnni" table: the AVX2 one with AVX-VNNI packed kernels (kernels-avxvnni.c). */
+void quant_kernels_avxvnni_init(struct quant_kernels *k);
+/* The "avx512bf16" table: "avx512vnni" with vdpbf16ps BF16 kernels (kernels-avx512bf16.c). */
+void quant_kernels_avx512bf16_init(struct quant_kernels *k);
 
 /* The AVX2 tile products, which the AVX-512 tables share (kernels-avx2.c). */
 void quant_gemm_f32_avx2(int64_t n, const void *w, size_t w_stride, int64_t nr, const void *x,
@@ -147,6 +159,11 @@ void quant_gemm_packed_q8_0_avx2(int64_t n, const void *w, int64_t nr, const voi
 void quant_gemm_packed_q4_0_avx2(int64_t n, const void *w, int64_t nr, const void *x,
 				 size_t x_stride, const int16_t *x_sums, int64_t nc, float *y,
 				 size_t y_stride);
+void quant_gemm_packed_f32_avx2(int64_t n, const void *w, int64_t nr, const void *x,
+				size_t x_stride, const int16_t *x_sums, int64_t nc, float *y,
+				size_t y_stride);
+void quant_attn_scores_f32_avx2(int64_t n, const float *kt, int64_t np, const float *q,
+				size_t q_stride, int64_t nq, float *s, size_t s_stride);
 void quant_axpy_f32_avx2(int64_t n, const float *a, int64_t count, const float *x,
 			 size_t x_stride, float *y);
 void quant_softmax_f32_avx2(float *x, int64_t n, float scale);

@@ -27,7 +27,7 @@
 /* Chunks per thread: enough to even out a slower core, few enough to keep the claims cheap. */
 #define CHUNKS_PER_THREAD 8
 
-/* Bytes of the converted activations, and where the Q8_0 block sums (packed Q4_0) start. */
+/* Bytes of the converted activations, and where the Q8_0 block sums (packed weights) start. */
 static size_t xq_bytes(const struct weight *w, int64_t n_tokens)
 {
 	size_t b = (size_t) quant_row_bytes(quant_vec_dot_type(w->type), w->n_in) * (size_t) n_tokens;
@@ -41,7 +41,7 @@ size_t matmul_scratch_bytes(const struct weight *w, int64_t n_tokens)
 
 	if (vt == GGML_TYPE_F32)
 		return 0;
-	if (w->type == GGML_TYPE_Q4_0)
+	if (quant_packed_supported(w->type)) /* room for the block sums of packed Q kernels */
 		return xq_bytes(w, n_tokens) +
 		       (size_t) (w->n_in / QK8_0) * (size_t) n_tokens * sizeof(int16_t);
 	return xq_bytes(w, n_tokens);
@@ -57,9 +57,10 @@ struct group_out {
 	size_t n_pairs;
 	float *tmp;
 	uint32_t max_rank;
-	int64_t chunk_rows; /* rows per claim: a multiple of 4 (the row tile), 8 when packed */
+	int64_t chunk_rows; /* rows per claim: a multiple of 4 (the row tile), of 16 when packed */
 	int64_t n_chunks;
-	size_t group_bytes; /* packed: bytes of 8 rows */
+	int64_t group_rows; /* packed: rows per group (quant_packed_group_rows()) */
+	size_t group_bytes; /* packed: bytes of a group */
 	int64_t tok_chunk;  /* tokens per pass over a chunk */
 	_Atomic int64_t chunks_done;
 };
@@ -82,7 +83,7 @@ struct group_job {
 	const char *xq; /* converted activations, or x itself for F32 */
 	size_t xq_row_bytes;
 	char *scratch;
-	int16_t *sums; /* packed Q4_0: the block sums of each converted row */
+	int16_t *sums; /* packed weights: the block sums of each converted row */
 	uint32_t vec_type;
 	matmul_epilogue_fn epilogue;
 	void *epilogue_arg;
@@ -162,8 +163,7 @@ static void chunk_rows(struct group_job *j, const struct group_out *g, int64_t r
 
 		if (w->packed)
 			quant_gemm_packed(w->type, w->n_in,
-					  (const char *) w->packed +
-						  (size_t) (r0 / QUANT_PACKED_ROWS) * g->group_bytes,
+					  (const char *) w->packed + (size_t) (r0 / g->group_rows) * g->group_bytes,
 					  nr, xq, j->xq_row_bytes,
 					  j->sums ? j->sums + t0 * (w->n_in / QK8_0) : NULL, nc, y,
 					  (size_t) w->n_out);
@@ -275,9 +275,12 @@ static void plan_out(struct group_out *g, int nth, int64_t n_tokens, size_t xq_r
 	g->chunk_rows = (w->n_out + (int64_t) nth * CHUNKS_PER_THREAD - 1) /
 			((int64_t) nth * CHUNKS_PER_THREAD);
 	if (w->packed) {
-		g->group_bytes = quant_packed_bytes(w->type, w->n_in, QUANT_PACKED_ROWS);
+		g->group_rows = quant_packed_group_rows(w->type);
+		g->group_bytes = quant_packed_bytes(w->type, w->n_in, g->group_rows);
 		g->chunk_rows = MIN(g->chunk_rows, (int64_t) (PACKED_CHUNK_BYTES / w->row_bytes));
-		g->chunk_rows = MAX((g->chunk_rows + 7) / 8 * 8, (int64_t) 8);
+		/* whole 16-row register tiles: two 8-row groups or one F32 group (the AVX-512
+		 * kernels; an odd 8-row group runs at half speed) */
+		g->chunk_rows = MAX((g->chunk_rows + 15) / 16 * 16, (int64_t) 16);
 	} else {
 		g->chunk_rows = MAX((g->chunk_rows + 3) / 4 * 4, (int64_t) 4);
 	}
@@ -311,13 +314,13 @@ void matmul_group(struct threadpool *pool, const struct matmul_out *outs, int n_
 	size_t n_pairs = 0;
 
 	assert(n_outs >= 1 && n_outs <= GROUP_MAX);
-	if (j.vec_type == GGML_TYPE_F32) {
+	if (j.vec_type == GGML_TYPE_F32) { /* no conversion, no block sums (packed F32 too) */
 		j.xq = (const char *) x;
 		j.xq_row_bytes = (size_t) w0->n_in * sizeof(float);
 	} else {
 		j.xq = scratch;
 		j.xq_row_bytes = (size_t) quant_row_bytes(j.vec_type, w0->n_in);
-		if (w0->type == GGML_TYPE_Q4_0)
+		if (quant_packed_supported(w0->type))
 			for (int o = 0; o < n_outs; o++)
 				if (outs[o].w->packed)
 					j.sums = (int16_t *) ((char *) scratch + xq_bytes(w0, n_tokens));

@@ -452,6 +452,8 @@ int model_ctx_new(const struct model *m, uint32_t n_ctx, uint32_t n_batch, struc
 		return -ENOMEM;
 	for (uint32_t i = 0; i < c->n_blocks; i++)
 		c->blocks[i] = i;
+	/* the whole cache is this context's: fault it in now, not in the first batches */
+	prefault(c->kv.base, (size_t) c->n_blocks * block_bytes);
 	r = forward_ws_new(m, n_batch, n_ctx, n_batch * CTX_MAX_LORAS, 64, &c->ws);
 	if (r < 0)
 		return r;

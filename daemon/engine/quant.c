@@ -838,40 +838,113 @@ static void dequantize_scalar(uint32_t type, const void *src, float *dst, int64_
 	}
 }
 
-/* ---- dispatch ---- */
+/* ---- dispatch ----
+ *
+ * The levels, best first. A level is chosen (by default, or by quant_force_simd_level())
+ * only when the CPU has every instruction set its file is compiled with, AND it has been
+ * proven: its tests (test-quant, test-matmul, test-forward-attention, test-sampler, which
+ * compare it with the scalar reference) have passed on a CPU that has it. A level never run
+ * on such a CPU stays compiled but held back unless MOLLY_CPU_UNPROVEN=1 is set: no emulator
+ * here runs AVX-512 or AMX, so a real CPU is the only proof. A session that runs the tests of
+ * a held-back level on a CPU that has it (MOLLY_CPU_UNPROVEN=1, all passing) records where
+ * and when in `proven` below; the tests print which levels ran, which were skipped for want
+ * of an instruction set, and which were held back.
+ *
+ * Not written yet (so neither listed nor proven): AMX tiles (needs arch_prctl
+ * ARCH_REQ_XCOMP_PERM and a Sapphire Rapids or later CPU to prove it on).
+ */
+enum {
+	CPU_AVX2 = 1 << 0,       /* AVX2 + FMA + F16C */
+	CPU_AVX512 = 1 << 1,     /* AVX-512 F + BW + VL + DQ */
+	CPU_AVX512VNNI = 1 << 2, /* AVX-512 VNNI */
+	CPU_AVXVNNI = 1 << 3,    /* AVX-VNNI (VEX-encoded vpdpbusd) */
+	CPU_AVX512BF16 = 1 << 4, /* AVX512-BF16 */
+};
 
-static const struct quant_kernels *kernels_cpu = &quant_kernels_scalar; /* best the CPU runs */
+#if defined(__x86_64__)
+static struct quant_kernels kernels_avxvnni, kernels_avx512bf16; /* filled by kernels_init() */
+#endif
+
+static const struct simd_level {
+	const struct quant_kernels *k;
+	unsigned needs;     /* CPU_* bits */
+	const char *proven; /* where and when its tests first passed on a CPU that has it */
+} simd_levels[] = {
+#if defined(__x86_64__)
+	{ &kernels_avx512bf16, CPU_AVX2 | CPU_AVX512 | CPU_AVX512VNNI | CPU_AVX512BF16,
+	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01" },
+	{ &quant_kernels_avx512vnni, CPU_AVX2 | CPU_AVX512 | CPU_AVX512VNNI,
+	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01" },
+	{ &quant_kernels_avx512, CPU_AVX2 | CPU_AVX512,
+	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01" },
+	{ &kernels_avxvnni, CPU_AVX2 | CPU_AVXVNNI,
+	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01" },
+	{ &quant_kernels_avx2, CPU_AVX2,
+	  "AMD EPYC Zen 3, 2026-11-30; AMD EPYC Zen 5 (family 26 model 2), 2026-12-01" },
+#endif
+	{ &quant_kernels_scalar, 0, "every CPU (portable C)" },
+};
+
+static const struct quant_kernels *kernels_cpu = &quant_kernels_scalar; /* default level */
 static const struct quant_kernels *kernels_active = &quant_kernels_scalar;
+static unsigned cpu_features;
+static bool allow_unproven;
 static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
 
-/* Best first; each needs all the features its file is compiled with (kernels-*.c get the
- * -m flags from CMakeLists.txt), and __builtin_cpu_supports() also checks that the OS saves
- * the vector state (XCR0). */
-static const struct quant_kernels *detect_kernels(void)
+/* The CPU_* sets this CPU (and OS) runs. __builtin_cpu_supports() also checks that the OS
+ * saves the vector state (XCR0); AVX-VNNI is VEX-encoded, so AVX2's check covers it. */
+static unsigned detect_features(void)
 {
+	unsigned f = 0;
 #if defined(__x86_64__)
-	__builtin_cpu_init();
 	unsigned int eax, ebx, ecx = 0, edx;
+
+	__builtin_cpu_init();
 	/* clang's __builtin_cpu_supports() does not know "f16c": ask cpuid (leaf 1) */
 	bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
-	bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
-	bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
-		      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-		      __builtin_cpu_supports("avx512dq");
 
-	if (avx512 && __builtin_cpu_supports("avx512vnni"))
-		return &quant_kernels_avx512vnni;
-	if (avx512)
-		return &quant_kernels_avx512;
-	if (avx2)
-		return &quant_kernels_avx2;
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c)
+		f |= CPU_AVX2;
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+		f |= CPU_AVX512;
+	if (__builtin_cpu_supports("avx512vnni"))
+		f |= CPU_AVX512VNNI;
+	/* leaf 7 subleaf 1, EAX bit 4 (older compilers' cpu_supports lacks "avxvnni"), bit 5 */
+	if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) {
+		if (eax & (1u << 4))
+			f |= CPU_AVXVNNI;
+		if (eax & (1u << 5))
+			f |= CPU_AVX512BF16;
+	}
 #endif
-	return &quant_kernels_scalar;
+	return f;
+}
+
+static enum quant_level_state level_state(const struct simd_level *l)
+{
+	if ((cpu_features & l->needs) != l->needs)
+		return QUANT_LEVEL_NO_ISA;
+	if (!l->proven && !allow_unproven)
+		return QUANT_LEVEL_UNPROVEN;
+	return QUANT_LEVEL_RUNS;
 }
 
 static void kernels_init(void)
 {
-	kernels_cpu = detect_kernels();
+	const char *env = getenv("MOLLY_CPU_UNPROVEN");
+
+#if defined(__x86_64__)
+	quant_kernels_avxvnni_init(&kernels_avxvnni);
+	quant_kernels_avx512bf16_init(&kernels_avx512bf16);
+#endif
+	cpu_features = detect_features();
+	allow_unproven = env && strcmp(env, "1") == 0;
+	for (size_t i = 0; i < ELEMENTSOF(simd_levels); i++)
+		if (level_state(&simd_levels[i]) == QUANT_LEVEL_RUNS) {
+			kernels_cpu = simd_levels[i].k;
+			break;
+		}
 	__atomic_store_n(&kernels_active, kernels_cpu, __ATOMIC_RELEASE);
 }
 
@@ -881,37 +954,61 @@ static const struct quant_kernels *kernels(void)
 	return __atomic_load_n(&kernels_active, __ATOMIC_ACQUIRE);
 }
 
+static const struct simd_level *find_level(const char *name)
+{
+	(void) kernels();
+	for (size_t i = 0; name && i < ELEMENTSOF(simd_levels); i++)
+		if (strcmp(simd_levels[i].k->name, name) == 0)
+			return &simd_levels[i];
+	return NULL;
+}
+
 const char *quant_simd_level(void)
 {
 	return kernels()->name;
 }
 
+size_t quant_simd_levels(const char **names, size_t max)
+{
+	size_t n = 0;
+
+	(void) kernels();
+	for (size_t i = 0; i < ELEMENTSOF(simd_levels) && n < max; i++)
+		names[n++] = simd_levels[i].k->name;
+	return n;
+}
+
+enum quant_level_state quant_simd_level_state(const char *name)
+{
+	const struct simd_level *l = find_level(name);
+
+	return l ? level_state(l) : QUANT_LEVEL_UNKNOWN;
+}
+
+const char *quant_simd_level_proven(const char *name)
+{
+	const struct simd_level *l = find_level(name);
+
+	return l ? l->proven : NULL;
+}
+
 int quant_force_simd_level(const char *name)
 {
-	/* from the most capable down: a level is allowed when it is the CPU's or below it */
-	static const struct quant_kernels *const levels[] = {
-#if defined(__x86_64__)
-		&quant_kernels_avx512vnni,
-		&quant_kernels_avx512,
-		&quant_kernels_avx2,
-#endif
-		&quant_kernels_scalar,
-	};
-	bool reachable = false;
+	const struct simd_level *l;
 
 	assert_return(name, -EINVAL);
-	(void) kernels();
-	for (size_t i = 0; i < ELEMENTSOF(levels); i++) {
-		if (levels[i] == kernels_cpu)
-			reachable = true;
-		if (strcmp(levels[i]->name, name) != 0)
-			continue;
-		if (!reachable)
-			return -ENOTSUP;
-		__atomic_store_n(&kernels_active, levels[i], __ATOMIC_RELEASE);
+	l = find_level(name);
+	if (!l)
+		return -ENOTSUP;
+	switch (level_state(l)) {
+	case QUANT_LEVEL_RUNS:
+		__atomic_store_n(&kernels_active, l->k, __ATOMIC_RELEASE);
 		return 0;
+	case QUANT_LEVEL_UNPROVEN:
+		return -EPERM;
+	default:
+		return -ENOTSUP;
 	}
-	return -ENOTSUP;
 }
 
 /* ---- the public entry points ---- */
@@ -1015,6 +1112,9 @@ static void gemm(const struct quant_kernels *k, uint32_t type, int64_t n, const 
 	case GGML_TYPE_F16:
 		fn = k->gemm_f16;
 		break;
+	case GGML_TYPE_BF16:
+		fn = k->gemm_bf16;
+		break;
 	case GGML_TYPE_Q8_0:
 		fn = k->gemm_q8_0;
 		break;
@@ -1058,6 +1158,53 @@ void quant_axpy_f32_ref(int64_t n, const float *a, int64_t count, const float *x
 	axpy_f32_scalar(n, a, count, x, x_stride, y);
 }
 
+static void attn_scores_scalar(int64_t n, const float *kt, int64_t np, const float *q,
+			       size_t q_stride, int64_t nq, float *s, size_t s_stride)
+{
+	for (int64_t i = 0; i < nq; i++)
+		for (int64_t p = 0; p < np; p++) {
+			const float *qi = q + (size_t) i * q_stride;
+			float acc = 0.f;
+
+			for (int64_t d = 0; d < n; d++)
+				acc = fmaf(kt[(size_t) d * QUANT_KEY_BLOCK + (size_t) p], qi[d], acc);
+			s[(size_t) i * s_stride + (size_t) p] = acc;
+		}
+}
+
+void quant_attn_scores_f32(int64_t n, const float *kt, int64_t np, const float *q,
+			   size_t q_stride, int64_t nq, float *s, size_t s_stride)
+{
+	const struct quant_kernels *k = kernels();
+
+	assert(np >= 0 && np <= QUANT_KEY_BLOCK);
+	if (k->attn_scores_f32)
+		k->attn_scores_f32(n, kt, np, q, q_stride, nq, s, s_stride);
+	else
+		attn_scores_scalar(n, kt, np, q, q_stride, nq, s, s_stride);
+}
+
+void quant_attn_scores_f32_ref(int64_t n, const float *kt, int64_t np, const float *q,
+			       size_t q_stride, int64_t nq, float *s, size_t s_stride)
+{
+	attn_scores_scalar(n, kt, np, q, q_stride, nq, s, s_stride);
+}
+
+void quant_axpy_f32_rows(int64_t n, const float *a, size_t a_stride, const int64_t *count,
+			 int64_t nq, const float *x, size_t x_stride, float *y, size_t y_stride)
+{
+	const struct quant_kernels *k = kernels();
+
+	if (k->axpy_f32_rows) {
+		k->axpy_f32_rows(n, a, a_stride, count, nq, x, x_stride, y, y_stride);
+		return;
+	}
+	for (int64_t q = 0; q < nq; q++)
+		if (count[q] > 0)
+			k->axpy_f32(n, a + (size_t) q * a_stride, count[q], x, x_stride,
+				    y + (size_t) q * y_stride);
+}
+
 void quant_softmax_f32(float *x, int64_t n, float scale)
 {
 	assert(n >= 1);
@@ -1074,13 +1221,19 @@ void quant_softmax_f32_ref(float *x, int64_t n, float scale)
 
 bool quant_packed_supported(uint32_t type)
 {
-	return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0;
+	return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_F32;
+}
+
+int64_t quant_packed_group_rows(uint32_t type)
+{
+	return type == GGML_TYPE_F32 ? QUANT_PACKED_F32_ROWS : QUANT_PACKED_ROWS;
 }
 
 static quant_gemm_packed_fn packed_kernel(const struct quant_kernels *k, uint32_t type)
 {
 	return type == GGML_TYPE_Q8_0 ? k->gemm_packed_q8_0
-	       : type == GGML_TYPE_Q4_0 ? k->gemm_packed_q4_0 : NULL;
+	       : type == GGML_TYPE_Q4_0 ? k->gemm_packed_q4_0
+	       : type == GGML_TYPE_F32 ? k->gemm_packed_f32 : NULL;
 }
 
 bool quant_packed_preferred(uint32_t type)
@@ -1097,6 +1250,15 @@ size_t quant_packed_bytes(uint32_t type, int64_t n, int64_t n_rows)
 {
 	size_t groups, bytes;
 
+	if (type == GGML_TYPE_F32) {
+		if (n < 1 || n_rows < 0)
+			return 0;
+		groups = (size_t) (n_rows + QUANT_PACKED_F32_ROWS - 1) / QUANT_PACKED_F32_ROWS;
+		if (__builtin_mul_overflow(groups, (size_t) n * QUANT_PACKED_F32_ROWS * sizeof(float),
+					   &bytes))
+			return 0;
+		return bytes;
+	}
 	if (!quant_packed_supported(type) || n < 0 || n % QK8_0 || n_rows < 0)
 		return 0;
 	groups = (size_t) (n_rows + QUANT_PACKED_ROWS - 1) / QUANT_PACKED_ROWS;
@@ -1114,6 +1276,22 @@ void quant_pack_rows(uint32_t type, int64_t n, const void *src, size_t src_strid
 	const int chunks = q4 ? 4 : 8;
 	uint8_t *out = dst;
 
+	if (type == GGML_TYPE_F32) {
+		for (int64_t r0 = 0; r0 < n_rows; r0 += QUANT_PACKED_F32_ROWS) {
+			float *o = (float *) dst + (size_t) (r0 / QUANT_PACKED_F32_ROWS) * (size_t) n *
+							    QUANT_PACKED_F32_ROWS;
+
+			for (int64_t r = 0; r < QUANT_PACKED_F32_ROWS; r++) {
+				const float *row = r0 + r < n_rows ? (const float *) ((const char *) src +
+								      (size_t) (r0 + r) * src_stride)
+								   : NULL; /* a pad row: zeros */
+
+				for (int64_t k = 0; k < n; k++)
+					o[(size_t) k * QUANT_PACKED_F32_ROWS + (size_t) r] = row ? row[k] : 0.f;
+			}
+		}
+		return;
+	}
 	assert(quant_packed_supported(type) && n % QK8_0 == 0);
 	for (int64_t r0 = 0; r0 < n_rows; r0 += QUANT_PACKED_ROWS)
 		for (int64_t b = 0; b < nb; b++, out += packed_block_bytes(type)) {
@@ -1193,14 +1371,44 @@ static void gemm_packed_scalar(uint32_t type, int64_t n, const void *w, int64_t 
 	}
 }
 
+/* F32: per row, the chain acc = fmaf(w_k, x_k, acc) in k order (quant.h). */
+static void gemm_packed_f32_scalar(int64_t n, const void *w, int64_t nr, const void *x,
+				   size_t x_stride, int64_t nc, float *y, size_t y_stride)
+{
+	const size_t gr = QUANT_PACKED_F32_ROWS;
+
+	for (int64_t r0 = 0; r0 < nr; r0 += (int64_t) gr) {
+		const float *g = (const float *) w + (size_t) (r0 / (int64_t) gr) * (size_t) n * gr;
+
+		for (int64_t c = 0; c < nc; c++) {
+			const float *xc = (const float *) ((const char *) x + (size_t) c * x_stride);
+			float acc[QUANT_PACKED_F32_ROWS] = { 0 };
+
+			for (int64_t k = 0; k < n; k++)
+				for (size_t r = 0; r < gr; r++)
+					acc[r] = fmaf(g[(size_t) k * gr + r], xc[k], acc[r]);
+			for (int64_t r = 0; r < (int64_t) gr && r0 + r < nr; r++)
+				y[(size_t) c * y_stride + (size_t) (r0 + r)] = acc[r];
+		}
+	}
+}
+
 static void gemm_packed(const struct quant_kernels *k, uint32_t type, int64_t n, const void *w,
 			int64_t nr, const void *x, size_t x_stride, const int16_t *x_sums,
 			int64_t nc, float *y, size_t y_stride)
 {
 	quant_gemm_packed_fn fn = packed_kernel(k, type);
 
-	assert(quant_packed_supported(type) && n % QK8_0 == 0);
-	assert(type != GGML_TYPE_Q4_0 || x_sums || !fn);
+	assert(quant_packed_supported(type));
+	if (type == GGML_TYPE_F32) {
+		if (fn)
+			fn(n, w, nr, x, x_stride, NULL, nc, y, y_stride);
+		else
+			gemm_packed_f32_scalar(n, w, nr, x, x_stride, nc, y, y_stride);
+		return;
+	}
+	assert(n % QK8_0 == 0);
+	assert(x_sums || !fn);
 	if (fn)
 		fn(n, w, nr, x, x_stride, x_sums, nc, y, y_stride);
 	else

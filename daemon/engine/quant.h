@@ -116,26 +116,38 @@ void quant_gemm(uint32_t type, int64_t n, const void *w, size_t w_stride, int64_
 #define QUANT_PACKED_ROWS 8
 #define QUANT_PACKED_Q8_0_BLOCK (16 + 256)
 #define QUANT_PACKED_Q4_0_BLOCK (16 + 128)
+/*
+ * F32 matrices pack 16 rows to a group, value-major: group g holds, for k = 0..n-1 in turn,
+ * float w[k][16] = value k of its 16 rows (pad rows 0). The kernels then multiply a whole
+ * register of rows by one broadcast activation value (no horizontal sums), and each row's
+ * result is the plain chain acc = fmaf(w_k, x_k, acc) for k = 0..n-1 — the same bits at
+ * every SIMD level, in the scalar reference, and whatever nr and nc are. Any n >= 1.
+ */
+#define QUANT_PACKED_F32_ROWS 16
 
-/* True for the types that have a packed layout (Q8_0, Q4_0). */
+/* True for the types that have a packed layout (Q8_0, Q4_0, F32). */
 bool quant_packed_supported(uint32_t type);
+/* Rows per packed group of `type`: QUANT_PACKED_F32_ROWS for F32, QUANT_PACKED_ROWS else. */
+int64_t quant_packed_group_rows(uint32_t type);
 /* True when this CPU has packed kernels for `type` (a SIMD level); the scalar level computes
  * packed weights correctly, but slower than unpacked ones. */
 bool quant_packed_preferred(uint32_t type);
 /* Bytes of n_rows rows of n values, packed (whole groups); 0 when unsupported or when n is
- * not a multiple of the block size. */
+ * not a multiple of the block size (32 for Q8_0 and Q4_0, 1 for F32). */
 size_t quant_packed_bytes(uint32_t type, int64_t n, int64_t n_rows);
 /* Packs n_rows rows of n values (src_stride bytes apart) into dst, quant_packed_bytes() long. */
 void quant_pack_rows(uint32_t type, int64_t n, const void *src, size_t src_stride,
 		     int64_t n_rows, void *dst);
-/* sums[b] = the sum of the 32 int8 of block b of a Q8_0 row of n values (the packed Q4_0
- * kernels take them, to apply Q4_0's offset of 8 once per block). */
+/* sums[b] = the sum of the 32 int8 of block b of a Q8_0 row of n values (the packed kernels
+ * take them, to apply a weight offset once per block). */
 void quant_q8_0_block_sums(const void *x_row, int64_t n, int16_t *sums);
 /*
  * quant_gemm() on packed weights: w points at the group that holds the tile's first row (nr
  * rows from a group boundary on; the pad rows of a last group are not written); x as for
- * quant_gemm(); x_sums, for Q4_0, holds quant_q8_0_block_sums() of each activation row, n/32
- * per row back to back (ignored for Q8_0). Per row, per block: the exact integer sum, then
+ * quant_gemm(); for F32, x_sums is ignored (may be NULL) and the result is described above.
+ * Otherwise x_sums holds quant_q8_0_block_sums() of each activation row, n/32 per row back
+ * to back (the kernels take a weight offset off with them: Q4_0's 8, and the 128 the VNNI
+ * kernels add to Q8_0 weights to make them unsigned). Per row, per block: the exact integer sum, then
  * acc = fmaf(sum, d_w * d_x, acc) in block order — the same bits at every SIMD level, in the
  * scalar reference, and whatever nr and nc are.
  */
@@ -148,6 +160,22 @@ void quant_gemm_packed(uint32_t type, int64_t n, const void *w, int64_t nr, cons
  * (one fused multiply-add per term, in j order). */
 void quant_axpy_f32(int64_t n, const float *a, int64_t count, const float *x, size_t x_stride,
 		    float *y);
+
+/* Attention scores against a block of keys stored transposed: kt holds QUANT_KEY_BLOCK keys
+ * as [d][QUANT_KEY_BLOCK] floats (value d of key p at kt[d * 16 + p]); for each query i < nq (q_i =
+ * q + i * q_stride floats, n values) and key p < np: s_i[p] = the chain acc = fmaf(kt[d][p],
+ * q_i[d], acc) over d = 0..n-1, written to s + i * s_stride + p. The same bits at every
+ * level (one lane per key, no horizontal sums), whatever nq and np are. */
+#define QUANT_KEY_BLOCK 16
+void quant_attn_scores_f32(int64_t n, const float *kt, int64_t np, const float *q,
+			   size_t q_stride, int64_t nq, float *s, size_t s_stride);
+
+/* quant_axpy_f32() for nq rows sharing x: y_q += a_q[j] x_j for j < count[q], where
+ * a_q = a + q * a_stride and y_q = y + q * y_stride floats: the same bits as nq separate
+ * calls (each element's chain runs over its own j in order), computed several rows per pass
+ * where the level can (x_j is loaded once for them). */
+void quant_axpy_f32_rows(int64_t n, const float *a, size_t a_stride, const int64_t *count,
+			 int64_t nq, const float *x, size_t x_stride, float *y, size_t y_stride);
 
 /* Attention's softmax in place: x[i] = e^(s_i - m) / sum_j e^(s_j - m) for i < n (n >= 1),
  * where s_i = x[i] · scale and m = max s_i; the sum in double. The scalar level takes libm's
@@ -164,13 +192,33 @@ void quant_gemm_ref(uint32_t type, int64_t n, const void *w, size_t w_stride, in
 void quant_gemm_packed_ref(uint32_t type, int64_t n, const void *w, int64_t nr, const void *x,
 			   size_t x_stride, const int16_t *x_sums, int64_t nc, float *y,
 			   size_t y_stride);
+void quant_attn_scores_f32_ref(int64_t n, const float *kt, int64_t np, const float *q,
+			       size_t q_stride, int64_t nq, float *s, size_t s_stride);
 void quant_axpy_f32_ref(int64_t n, const float *a, int64_t count, const float *x,
 			size_t x_stride, float *y);
 void quant_softmax_f32_ref(float *x, int64_t n, float scale);
 
-/* Which SIMD level quant_vec_dot() dispatches to: "avx512vnni", "avx512", "avx2", "scalar". */
+/*
+ * SIMD levels (quant.c has the table): "avx512bf16", "avx512vnni", "avx512", "avxvnni",
+ * "avx2", "scalar", best first. The default is the best one that runs here: the CPU has its instruction sets
+ * and the level is proven (its tests have passed on a CPU that has them; a level not yet
+ * proven is held back unless the environment has MOLLY_CPU_UNPROVEN=1).
+ */
+/* The level quant_vec_dot() and the rest dispatch to now. */
 const char *quant_simd_level(void);
-/* Forces a level no higher than the CPU's (tests); "scalar" always works. -ENOTSUP otherwise. */
+/* Up to max level names, best first; returns how many. */
+size_t quant_simd_levels(const char **names, size_t max);
+enum quant_level_state {
+	QUANT_LEVEL_RUNS,     /* the CPU has it and it is proven (or MOLLY_CPU_UNPROVEN=1) */
+	QUANT_LEVEL_NO_ISA,   /* the CPU lacks an instruction set it needs */
+	QUANT_LEVEL_UNPROVEN, /* the CPU has it, but it never ran its tests on such a CPU */
+	QUANT_LEVEL_UNKNOWN,  /* no level of that name */
+};
+enum quant_level_state quant_simd_level_state(const char *name);
+/* Where and when the level was proven ("AMD EPYC Zen 5 ..., 2026-12-01"), or NULL. */
+const char *quant_simd_level_proven(const char *name);
+/* Switches to a level (tests, benchmarks): 0; -ENOTSUP when the CPU lacks it or the name is
+ * unknown; -EPERM when it is held back as unproven. "scalar" always works. */
 int quant_force_simd_level(const char *name);
 
 /* Half and bfloat16 conversions (round to nearest even, as ggml). */
