@@ -27,8 +27,8 @@ TEST(simd_paths)
 	static const char *const what[] = {
 		[QUANT_LEVEL_RUNS] = "ran",
 		[QUANT_LEVEL_NO_ISA] = "skipped (this CPU lacks an instruction set it needs)",
-		[QUANT_LEVEL_UNPROVEN] = "held back (never proven on such a CPU; MOLLY_CPU_UNPROVEN=1 "
-					 "runs it)",
+		[QUANT_LEVEL_UNPROVEN] = ("held back (never proven on such a CPU; MOLLY_CPU_UNPROVEN=1 "
+					  "runs it)"),
 	};
 
 	ASSERT_TRUE(n_levels >= 2);

@@ -401,8 +401,8 @@ TEST(simd_levels)
 	static const char *const what[] = {
 		[QUANT_LEVEL_RUNS] = "ran",
 		[QUANT_LEVEL_NO_ISA] = "skipped (this CPU lacks an instruction set it needs)",
-		[QUANT_LEVEL_UNPROVEN] = "held back (never proven on such a CPU; MOLLY_CPU_UNPROVEN=1 "
-					 "runs it)",
+		[QUANT_LEVEL_UNPROVEN] = ("held back (never proven on such a CPU; MOLLY_CPU_UNPROVEN=1 "
+					  "runs it)"),
 	};
 	const char *levels[MAX_LEVELS], *all[MAX_LEVELS];
 	size_t n_all = quant_simd_levels(all, MAX_LEVELS);

@@ -1386,9 +1386,11 @@ static bool base32_group(const char *t, size_t len, size_t p, unsigned *with_dig
 		l |= is_upper(AT(k));
 		*strict &= !(AT(k) == '0' || AT(k) == '1' || AT(k) == '8' || AT(k) == '9');
 	}
+	if (is_word(AT(p + 4)) || (p > 0 && is_word((unsigned char) t[p - 1])))
+		return false;
 	*with_digit += d;
 	*with_letter += l;
-	return !is_word(AT(p + 4)) && (p == 0 || !is_word((unsigned char) t[p - 1]));
+	return true;
 }
 
 /* Four groups or more of base32 (A-Z, 2-7), or five of capitals and digits (people type

@@ -815,16 +815,27 @@ static int chunk_rules(const struct chunk *c, struct sensitive_finding *out)
 					break;
 				}
 				/* a number written in groups: "JT 48 29 61 B", "17.482.930-5" */
-				if (x->digits && x->len <= 4 && !lower_letters(c, x)) {
+				/* (groups of three characters at most: four-digit groups are cards,
+				 * IBANs and years, found or not by their own detectors) */
+				if (x->digits && x->len <= 3 && !lower_letters(c, x)) {
 					size_t k = j, digits = 0;
-					while (k < c->n && k <= j + 5 && c->w[k].len <= 4 &&
+					bool date_like = false;
+					while (k < c->n && k <= j + 5 && c->w[k].len <= 3 &&
 					       !lower_letters(c, &c->w[k]) &&
-					       c->w[k].end - c->w[k].start <= 4 &&
+					       c->w[k].end - c->w[k].start <= 3 &&
 					       (k == j || c->w[k].start - c->w[k - 1].end <= 1)) {
+						/* "21/08/2024", "10:14:02": a date or a time */
+						if (k > j && (c->text[c->w[k].start - 1] == '/' ||
+							      c->text[c->w[k].start - 1] == ':'))
+							date_like = true;
 						digits += c->w[k].digits;
 						k++;
 					}
-					if (digits >= 6 && k - j >= 3) {
+					/* "03.11.2013": day, month, year */
+					if (k - j == 3 && c->w[j].len <= 2 && c->w[j + 1].len <= 2 &&
+					    is_year(c, &c->w[j + 2]))
+						date_like = true;
+					if (digits >= 6 && k - j >= 3 && !date_like) {
 						out[n++] = (struct sensitive_finding){
 							.category = SENSITIVE_GOV_ID,
 							.start = x->start, .end = c->w[k - 1].end,

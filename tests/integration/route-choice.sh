@@ -117,7 +117,10 @@ winner=$(python3 -c '
 import json, sys
 j = json.load(open(sys.argv[1])); c = j["choices"][0]
 assert c["text"] and 0 < j["molly"]["confidence"] <= 1
-assert len(c["logprobs"]["tokens"]) == j["usage"]["completion_tokens"] > 0, c
+# (a last token cut off inside a UTF-8 character by max_tokens has no text of its own, so
+# it may be missing from the tokens; seen once, when the finance adapter won)
+n = j["usage"]["completion_tokens"]
+assert n > 0 and n - (c["finish_reason"] == "length") <= len(c["logprobs"]["tokens"]) <= n, c
 assert "".join(c["logprobs"]["tokens"]) == c["text"], c
 print(j["molly"]["target"])' "$T/body") ||
 	fail "mixture: $(cat "$T/body")"
