@@ -64,7 +64,7 @@ static const struct role_word role_words[] = {
 	{ "keypad", ROLE_LOCK }, { "tastierino", ROLE_LOCK }, { "locker", ROLE_LOCK },
 	{ "armadietto", ROLE_LOCK }, { "taquilla", ROLE_LOCK }, { "lockbox", ROLE_LOCK },
 	{ "fuerte", ROLE_LOCK }, { "door", ROLE_LOCK }, { "gate", ROLE_LOCK },
-	{ "garage", ROLE_LOCK }, { "porta", ROLE_LOCK }, { "portone", ROLE_LOCK },
+	{ "garage", ROLE_LOCK }, { "portone", ROLE_LOCK },
 	{ "cancello", ROLE_LOCK }, { "puerta", ROLE_LOCK }, { "portal", ROLE_LOCK },
 	{ "port\xc3\xb3n", ROLE_LOCK }, { "garaje", ROLE_LOCK }, { "trastero", ROLE_LOCK },
 	{ "citofono", ROLE_LOCK }, { "portero", ROLE_LOCK }, { "intercom", ROLE_LOCK },
