@@ -392,6 +392,10 @@ bool policy_finding_redactable(const struct policy_finding *f)
 	if (!f->layer || strcmp(f->layer, POLICY_LAYER_DETECTOR) == 0 ||
 	    strcmp(f->layer, POLICY_LAYER_RULE) == 0)
 		return true;
+	/* (the exact rules' layer only: the classifier's finding of the same category spans a
+	 * word of the statement, not a value, and is kept like any special-category statement) */
+	if (strcmp(f->layer, "lexicon") != 0)
+		return false;
 	for (size_t i = 0; f->kind && i < ELEMENTSOF(value_kinds); i++)
 		if (strcmp(f->kind, value_kinds[i]) == 0)
 			return true;
