@@ -956,7 +956,8 @@ static int rule_before(struct context *c, size_t hs)
 			}
 			if (words >= 3 && words <= 6 &&
 			    (j == n_tok ? tok[j - 1].s == ls ||
-						   strchr(".!?:", t[tok[j - 1].s - 2])
+						   (tok[j - 1].s >= 2 && tok[j - 1].s - 2 >= ls &&
+						    strchr(".!?:", t[tok[j - 1].s - 2]))
 					: tok[j].e > tok[j].s && strchr(".!?:", t[tok[j].e - 1])))
 				return add_match(c, DETECT_SECRET, tok[j - 1].cs, tok[i + 1].ce);
 			continue;
@@ -1583,7 +1584,8 @@ static int rule_userinfo(struct context *c, size_t i, size_t e)
 	for (const char *q = colon + 1; q < at; q++)
 		if (*q == '/' || *q == ':' || *q == '@')
 			return 0;
-	if (!is_alnum(at[1]) || !strong_value(colon + 1, (size_t) (at - colon - 1)))
+	if (at + 1 >= t + e || !is_alnum(at[1]) ||
+	    !strong_value(colon + 1, (size_t) (at - colon - 1)))
 		return 0;
 	return add_match(c, DETECT_SECRET, (size_t) (colon + 1 - t), (size_t) (at - t));
 }
