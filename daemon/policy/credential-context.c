@@ -1249,7 +1249,6 @@ static char table_separator(const char *t, size_t ls, size_t le)
 struct table_state {
 	char sep;
 	size_t col, n_cols;
-	unsigned rows;
 };
 
 static int rule_table(struct context *c, struct table_state *ts, size_t ls, size_t le)
@@ -1267,7 +1266,6 @@ static int rule_table(struct context *c, struct table_state *ts, size_t ls, size
 			bool rule = true;
 			for (size_t p = a; p < b; p++)
 				rule &= t[p] == '-' || t[p] == ':' || t[p] == '=' || t[p] == ' ';
-			ts->rows++;
 			if (!rule && b - a >= 3 && !credential_is_placeholder(t + a, b - a)) {
 				char w[32];
 				if (!(b - a < sizeof(w) && credential_fold(t + a, b - a, w, sizeof(w)) &&
@@ -1292,61 +1290,55 @@ static int rule_table(struct context *c, struct table_state *ts, size_t ls, size
 			ts->sep = sep;
 			ts->col = k;
 			ts->n_cols = n;
-			ts->rows = 0;
 			return 0;
 		}
 	}
 	return 0;
 }
 
+/* From p, spaces then a string in ' or " on one line, at most max bytes: its bounds in *ret_s
+ * and *ret_e; returns the byte after the closing quote, or 0. */
+static size_t quoted_after_spaces(const char *t, size_t len, size_t p, size_t max, size_t *ret_s,
+				  size_t *ret_e)
+{
+	char q;
+
+	while (p < len && t[p] == ' ')
+		p++;
+	if (AT(p) != '\'' && AT(p) != '"')
+		return 0;
+	q = t[p];
+	*ret_s = ++p;
+	while (p < len && p - *ret_s < max && t[p] != q && t[p] != '\n')
+		p++;
+	*ret_e = p;
+	return AT(p) == q ? p + 1 : 0;
+}
+
 static int rule_define(struct context *c, size_t i)
 {
 	static const char *const calls[] = { "define", "setenv", "putenv", "putenv_s", NULL };
 	const char *t = c->t;
-	size_t len = c->len, p = i, ks, ke, vs, ve;
-	char q;
+	size_t len = c->len, p = 0, ks, ke, vs, ve;
 
-	for (size_t k = 0; calls[k]; k++) {
+	for (size_t k = 0; calls[k] && !p; k++) {
 		size_t n = strlen(calls[k]);
-		if (i + n <= len && memcmp(t + i, calls[k], n) == 0 && !is_word(AT(i + n))) {
+		if (i + n <= len && memcmp(t + i, calls[k], n) == 0 && !is_word(AT(i + n)))
 			p = i + n;
-			goto call;
-		}
 	}
-	return 0;
-call:
+	if (!p)
+		return 0;
 	while (p < len && t[p] == ' ')
 		p++;
 	if (AT(p) != '(')
 		return 0;
-	p++;
+	p = quoted_after_spaces(t, len, p + 1, 64, &ks, &ke);
+	if (!p || !credential_key_name(t, ks, ke))
+		return 0;
 	while (p < len && t[p] == ' ')
 		p++;
-	if (AT(p) != '\'' && AT(p) != '"')
-		return 0;
-	q = t[p];
-	ks = ++p;
-	while (p < len && p - ks < 64 && t[p] != q)
-		p++;
-	ke = p;
-	if (AT(p) != q || !credential_key_name(t, ks, ke))
-		return 0;
-	p++;
-	while (p < len && t[p] == ' ')
-		p++;
-	if (AT(p) != ',')
-		return 0;
-	p++;
-	while (p < len && t[p] == ' ')
-		p++;
-	if (AT(p) != '\'' && AT(p) != '"')
-		return 0;
-	q = t[p];
-	vs = ++p;
-	while (p < len && p - vs < 200 && t[p] != q && t[p] != '\n')
-		p++;
-	ve = p;
-	if (AT(p) != q || ve - vs < 3 || credential_is_placeholder(t + vs, ve - vs))
+	if (AT(p) != ',' || !quoted_after_spaces(t, len, p + 1, 200, &vs, &ve) || ve - vs < 3 ||
+	    credential_is_placeholder(t + vs, ve - vs))
 		return 0;
 	return add_match(c, DETECT_SECRET, vs, ve);
 }
