@@ -331,32 +331,6 @@ static bool token_word(const char *t, const struct token *k, char *w, size_t siz
 
 /* ---- what a value looks like ---- */
 
-struct shape {
-	unsigned lower, upper, digit, other, utf8, sym;
-};
-
-static struct shape shape_of(const char *s, size_t n)
-{
-	struct shape h = { 0 };
-
-	for (size_t k = 0; k < n; k++) {
-		int c = (unsigned char) s[k];
-		if (is_lower(c))
-			h.lower++;
-		else if (is_upper(c))
-			h.upper++;
-		else if (is_digit(c))
-			h.digit++;
-		else if (c >= 0x80)
-			h.utf8++;
-		else {
-			h.other++;
-			h.sym += strchr("!#$%&*+=?@^~", c) != NULL;
-		}
-	}
-	return h;
-}
-
 static size_t count_digits(const char *s, size_t n)
 {
 	size_t k = 0;
@@ -460,7 +434,7 @@ static bool strong_value(const char *s, size_t n)
 /* strong_value() but for the snake_case test ("pepino_loco2020" after a copula is one). */
 static bool strong_value_shape(const char *s, size_t n)
 {
-	struct shape h;
+	struct value_shape h;
 	const char *at;
 	char w[32];
 
@@ -472,7 +446,7 @@ static bool strong_value_shape(const char *s, size_t n)
 	at = memchr(s, '@', n);
 	if (at && memchr(at, '.', n - (size_t) (at - s)))
 		return false; /* an e-mail address or user@host */
-	h = shape_of(s, n);
+	h = credential_shape_of(s, n);
 	if (h.lower + h.upper + h.utf8 == 0)
 		return false; /* digits and punctuation: a number, a date */
 	{
@@ -547,7 +521,7 @@ static bool quoted_value(const char *s, size_t n)
 			st = k + 1;
 		}
 	}
-	return spaces > 0 || strong_value(s, n) || shape_of(s, n).digit > 0;
+	return spaces > 0 || strong_value(s, n) || credential_shape_of(s, n).digit > 0;
 }
 
 /* "1185B", "A4471": three to eight digits and one letter at an end, a door code. */
@@ -797,7 +771,7 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 				if (link && (de = app_password_end(t, len, k.cs)))
 					return add_match(c, DETECT_SECRET, k.cs, de);
 				if (strong_value(v, vn) ||
-				    (link && credential_is_snake_name(v, vn) && shape_of(v, vn).digit &&
+				    (link && credential_is_snake_name(v, vn) && credential_shape_of(v, vn).digit &&
 				     strong_value_shape(v, vn)))
 					return add_match(c, DETECT_SECRET, k.cs, k.ce);
 			}
@@ -937,7 +911,7 @@ static int rule_before(struct context *c, size_t hs)
 			 * ("Tr0ub4dor&3 —", "Stellina88 →", "X," and "X:") */
 			bool marked = linked || (k->e > k->ce && strchr(",:", t[k->e - 1]));
 			if (marked && ((k->quoted && quoted_value(v, vn)) || strong_value(v, vn) ||
-				       (linked && shape_of(v, vn).digit && strong_value_shape(v, vn))))
+				       (linked && credential_shape_of(v, vn).digit && strong_value_shape(v, vn))))
 				return add_match(c, DETECT_SECRET, k->cs, k->ce);
 		}
 		if (word && credential_is_copula(w, n)) {
@@ -993,7 +967,7 @@ static int rule_codes(struct context *c, size_t he, size_t lim)
 		p = k.e;
 		const char *v = t + k.cs;
 		size_t vn = k.ce - k.cs;
-		struct shape h = shape_of(v, vn);
+		struct value_shape h = credential_shape_of(v, vn);
 		bool code = false;
 		if (vn >= 4 && vn <= 14 && h.digit >= 4 && h.digit + h.other == vn &&
 		    h.other == count_of(v, vn, '-')) {
@@ -1095,7 +1069,7 @@ static int rule_account(struct context *c, size_t ws, size_t we)
 {
 	const char *t = c->t;
 	size_t len = c->len, p = we, v;
-	struct shape h;
+	struct value_shape h;
 
 	(void) ws;
 	while (p < len && t[p] == ' ')
@@ -1116,7 +1090,7 @@ static int rule_account(struct context *c, size_t ws, size_t we)
 		v--;
 	if (v - p < 6 || v - p > 64)
 		return 0;
-	h = shape_of(t + p, v - p);
+	h = credential_shape_of(t + p, v - p);
 	if (!strong_value(t + p, v - p) &&
 	    !(h.upper && h.digit && h.lower == 0 && h.other == 0 && !acronym_number(t + p, v - p)))
 		return 0;
@@ -1349,7 +1323,7 @@ static int rule_define(struct context *c, size_t i)
  * Code, paths, URLs and base64 are not. */
 static bool password_shaped(const char *s, size_t n)
 {
-	struct shape h = shape_of(s, n);
+	struct value_shape h = credential_shape_of(s, n);
 
 	if (n < 8 || n > 24 || h.sym == 0 || h.digit == 0 || h.lower == 0 || h.utf8)
 		return false;
@@ -1505,7 +1479,7 @@ static int rule_query(struct context *c, size_t i)
 	};
 	const char *t = c->t;
 	size_t len = c->len, p = i + 1, e, v;
-	struct shape h;
+	struct value_shape h;
 
 	e = p;
 	while (e < len && (is_alnum(t[e]) || t[e] == '_' || t[e] == '-'))
@@ -1527,7 +1501,7 @@ static int rule_query(struct context *c, size_t i)
 		e++;
 	if (e - v < 12 || credential_is_placeholder(t + v, e - v))
 		return 0;
-	h = shape_of(t + v, e - v);
+	h = credential_shape_of(t + v, e - v);
 	if (!h.digit || h.lower + h.upper == 0)
 		return 0;
 	return add_match(c, DETECT_SECRET, v, e);

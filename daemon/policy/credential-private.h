@@ -9,6 +9,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* What a value is made of: byte counts by kind (UTF-8 bytes apart; sym counts the symbols
+ * passwords use, "!#$%&*+=?@^~", among other) and the length. */
+struct value_shape {
+	unsigned lower, upper, digit, other, utf8, sym, n;
+};
+struct value_shape credential_shape_of(const char *s, size_t n);
+
 bool credential_fold(const char *s, size_t n, char *w, size_t size);
 /* "is", "è", "es", "was", ... */
 bool credential_is_copula(const char *w, size_t n);

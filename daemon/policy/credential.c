@@ -1052,14 +1052,9 @@ static bool snake_name(const char *s, size_t n)
 	return us;
 }
 
-/* The value's shape. */
-struct shape {
-	unsigned lower, upper, digit, other, utf8, n;
-};
-
-static struct shape shape_of(const char *s, size_t n)
+struct value_shape credential_shape_of(const char *s, size_t n)
 {
-	struct shape h = { .n = (unsigned) n };
+	struct value_shape h = { .n = (unsigned) n };
 
 	for (size_t k = 0; k < n; k++) {
 		int c = (unsigned char) s[k];
@@ -1071,20 +1066,22 @@ static struct shape shape_of(const char *s, size_t n)
 			h.digit++;
 		else if (c >= 0x80)
 			h.utf8++;
-		else
+		else {
 			h.other++;
+			h.sym += strchr("!#$%&*+=?@^~", c) != NULL;
+		}
 	}
 	return h;
 }
 
-static unsigned classes(const struct shape *h)
+static unsigned classes(const struct value_shape *h)
 {
 	return (h->lower + h->utf8 > 0) + (h->upper > 0) + (h->digit > 0) + (h->other > 0);
 }
 
 /* A token for a key, a token or a secret: letters with digits, or both cases over 16 bytes
  * ("__name__", "include-system-site-packages", "1.3.6.1.5.5.7.3.1" are not). */
-static bool token_like(const struct shape *h, bool strict)
+static bool token_like(const struct value_shape *h, bool strict)
 {
 	if (h->n < 12)
 		return false;
@@ -1274,7 +1271,7 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 {
 	size_t qn, v, n;
 	const char *close;
-	struct shape sh;
+	struct value_shape sh;
 
 	if (p >= len)
 		return 0;
@@ -1291,7 +1288,7 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 		if ((h->flags & HF_DIGITONLY) && digit_code_end(t, len, s) != e)
 			return 0;
 		nl = memchr(t + s, ' ', e - s);
-		sh = shape_of(t + s, e - s);
+		sh = credential_shape_of(t + s, e - s);
 		if (h->flags & HF_CODE && !(h->flags & HF_DIGITS) && sh.digit == 0)
 			return 0;
 		if (nl && !(h->flags & (HF_PHRASE | HF_ALPHA)))
@@ -1331,7 +1328,7 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 		}
 		for (size_t q = p; q < len && !(h->flags & HF_DIGITONLY);) {
 			size_t ve = value_end(t, len, q);
-			struct shape s2 = shape_of(t + q, ve - q);
+			struct value_shape s2 = credential_shape_of(t + q, ve - q);
 			if (ve - q < 4 || ve - q > 24 || s2.digit == 0 ||
 			    s2.lower + s2.upper == 0 || s2.utf8 || placeholder(t + q, ve - q) ||
 			    code_like(t + q, ve - q, AT(ve), AT(ve + 1)))
@@ -1352,7 +1349,7 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 	n = v - p;
 	if (n == 0 || placeholder(t + p, n) || code_like(t + p, n, AT(v), AT(v + 1)))
 		return 0;
-	sh = shape_of(t + p, n);
+	sh = credential_shape_of(t + p, n);
 	/* digits only */
 	if (sh.digit == n) {
 		if (!(h->flags & (HF_DIGITS | HF_CODE)) || n < ((h->flags & HF_CODE) ? 3u : 4u) ||
@@ -1405,7 +1402,7 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 			struct word wd;
 			while (words < 8 && q < len && t[q] == ' ' &&
 			       read_word(t, len, q + 1, &wd)) {
-				struct shape s2 = shape_of(t + wd.s, wd.n);
+				struct value_shape s2 = credential_shape_of(t + wd.s, wd.n);
 				if (s2.digit + s2.other || wd.n < 3 ||
 				    describing(wd.w, wd.n, s2.utf8) ||
 				    in_list(wd.w, wd.n, clause_words) ||
@@ -1428,7 +1425,7 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 static size_t pair_at(const char *t, size_t len, size_t p, bool strict, size_t *ret_start)
 {
 	size_t u = p, q;
-	struct shape sh;
+	struct value_shape sh;
 	size_t v;
 
 	while (u < len && u - p < 64 && !is_space(t[u]) && t[u] != '/' && t[u] != ':' &&
@@ -1444,7 +1441,7 @@ static size_t pair_at(const char *t, size_t len, size_t p, bool strict, size_t *
 	v = value_end(t, len, q);
 	if (v - q < 4 || placeholder(t + q, v - q) || code_like(t + q, v - q, AT(v), AT(v + 1)))
 		return 0;
-	sh = shape_of(t + q, v - q);
+	sh = credential_shape_of(t + q, v - q);
 	if (classes(&sh) < 2 || sh.digit + sh.other == 0)
 		return 0;
 	if (strict) {
@@ -1828,7 +1825,7 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 size_t credential_scan_aws_secret(const char *t, size_t len, size_t e, size_t *ret_start)
 {
 	size_t p = e, q;
-	struct shape sh;
+	struct value_shape sh;
 
 	while (p < len && p - e < 4 && strchr(" \t/:,|;", t[p]))
 		p++;
@@ -1839,7 +1836,7 @@ size_t credential_scan_aws_secret(const char *t, size_t len, size_t e, size_t *r
 		q++;
 	if (q - p != 40 || (q < len && is_word((unsigned char) t[q])))
 		return 0;
-	sh = shape_of(t + p, 40);
+	sh = credential_shape_of(t + p, 40);
 	if (!sh.digit || !sh.upper || !sh.lower)
 		return 0;
 	*ret_start = p;
@@ -2037,7 +2034,7 @@ size_t credential_scan_cli(const char *t, size_t len, size_t i, size_t *ret_star
 	if (prefix_at(t, len, i, "-p ")) {
 		/* "docker login -u bot -p X", "mysql -p X": a password, not "-p 8080:80" or
 		 * "mkdir -p a/b2" */
-		struct shape sh;
+		struct value_shape sh;
 		p = i + 3;
 		if (AT(p) == '\'' || AT(p) == '"') {
 			/* quoted: a password unless it is a port mapping or a path */
@@ -2050,7 +2047,7 @@ size_t credential_scan_cli(const char *t, size_t len, size_t i, size_t *ret_star
 			return v;
 		}
 		v = value_end(t, len, p);
-		sh = shape_of(t + p, v - p);
+		sh = credential_shape_of(t + p, v - p);
 		if (v - p < 6 || memchr(t + p, '/', v - p) || !sh.digit ||
 		    sh.lower + sh.upper < 2 ||
 		    (sh.upper == 0 && sh.other == count_in(t + p, v - p, ".-_:")) ||
