@@ -96,7 +96,8 @@ static const char *const change_words[] = {
 	"cambiado", "cambiato", "cambiata", "cambiada", "passa", "pasa", "with", "con", "using",
 	"usando", "digitare", "digita", "digitate", "teclea", "teclear", "marca", "marcar", "type",
 	"enter", "press", "premi", "pulsa", "inserire", "inserisci", "introduce", "introducir",
-	"dial", "punch", "sea", "cio\xc3\xa8", "cioe", "i.e.", "ie", "namely", NULL,
+	"dial", "punch", "sea", "cio\xc3\xa8", "cioe", "i.e.", "ie", "namely", "it's", "it\xe2\x80\x99s",
+	NULL,
 };
 
 /* Words after a copula that keep it linking ("was set to", "è stata impostata a"). */
@@ -104,7 +105,7 @@ static const char *const link_keep[] = {
 	"set", "to", "now", "still", "changed", "reset", "just", "a", "in", "stata", "stato",
 	"impostata", "impostato", "cambiata", "cambiato", "ora", "adesso", "ahora", "puesta",
 	"puesto", "cambiada", "cambiado", "been", "has", "ha", "sido", "always", "sempre",
-	"siempre", NULL,
+	"siempre", "currently", "attualmente", "actualmente", NULL,
 };
 
 /* Words that make a list of codes one of recovery codes. */
@@ -129,6 +130,14 @@ static const char *const link_words[] = {
 
 /* "as": the value before it is named by the key word after ("X as my password"). */
 static const char *const as_words[] = { "as", "come", "como", NULL };
+/* "the password of / for / del / di un X": X is what it opens (read past articles) */
+static const char *const owner_words[] = {
+	"of", "del", "della", "dello", "dell'", "dei", "degli", "delle", "di", "de", NULL,
+};
+static const char *const article_words[] = {
+	"the", "a", "an", "il", "lo", "la", "l'", "i", "gli", "le", "un", "una", "uno", "el",
+	"los", "las", "mio", "mia", "my", "mi", "tuo", "your", "tu", "su", "our", "nostro", NULL,
+};
 
 /* Words that make the words before "is my password" a description, not a passphrase. */
 static const char *const subject_words[] = {
@@ -144,6 +153,12 @@ static const char *const account_names[] = {
 	"root", "admin", "administrator", "administrador", "amministratore", "sa", "postgres",
 	"ubuntu", "pi", "guest", "oracle", "superuser", "sysadmin", "elastic", "ec2-user",
 	"debian", "operator", "supervisor", "webmaster", "ftpuser", "dbadmin", NULL,
+};
+
+/* The accounts written "admin/Imprime2019" with no spaces (not "debian/rules2024"). */
+static const char *const tight_accounts[] = {
+	"root", "admin", "administrator", "administrador", "amministratore", "sa", "guest",
+	"superuser", "sysadmin", "dbadmin", NULL,
 };
 
 /* Words with digits that name a technology, not a value ("SHA256", "python3"). */
@@ -423,6 +438,37 @@ static bool famous_weak(const char *s, size_t n)
  */
 static bool strong_value_shape(const char *s, size_t n);
 
+/* Not a value, whatever its shape: a masked one ("P********1", "ab•••••"), a key chord
+ * ("Ctrl+D", "Alt+F4"), an attribute ('autoComplete="new-password'), a variable or an index
+ * in code ("$PW", "$riga['hash']", "${pw}"). */
+static bool masked_or_code(const char *s, size_t n)
+{
+	static const char *const chords[] = { "ctrl+", "alt+", "cmd+", "shift+", "super+", "win+",
+					      "strg+", "option+", "meta+", NULL };
+	char w[8];
+	size_t stars = 0;
+
+	for (size_t k = 0; k < n; k++) {
+		stars = s[k] == '*' ? stars + 1 : 0;
+		if (stars >= 3)
+			return true;
+		/* "$riga" after a space or a bracket ("Pa$sword" keeps its '$') */
+		if (s[k] == '$' && k + 1 < n && (k == 0 || !is_alnum(s[k - 1])) &&
+		    (is_alpha(s[k + 1]) || s[k + 1] == '_' || s[k + 1] == '{'))
+			return true;
+		if (k + 1 < n && (s[k] == '=' || s[k] == '[') && (s[k + 1] == '"' || s[k + 1] == '\''))
+			return true;
+	}
+	if (memmem(s, n, "\xe2\x80\xa2\xe2\x80\xa2", 6))
+		return true; /* "••" */
+	for (size_t k = 0; chords[k]; k++) {
+		size_t cn = strlen(chords[k]);
+		if (n > cn && credential_fold(s, cn, w, sizeof(w)) && memcmp(w, chords[k], cn) == 0)
+			return true;
+	}
+	return false;
+}
+
 static bool strong_value(const char *s, size_t n)
 {
 
@@ -442,6 +488,8 @@ static bool strong_value_shape(const char *s, size_t n)
 	    famous_weak(s, n))
 		return false;
 	if (memchr(s, '/', n) || memchr(s, '\\', n) || memchr(s, '<', n) || memchr(s, '>', n))
+		return false;
+	if (masked_or_code(s, n))
 		return false;
 	at = memchr(s, '@', n);
 	if (at && memchr(at, '.', n - (size_t) (at - s)))
@@ -496,7 +544,7 @@ static bool strong_value_shape(const char *s, size_t n)
 	return true;
 }
 
-/* A quoted phrase that may be a passphrase: 4 to 64 bytes, at most six words, not a
+/* A quoted phrase that may be a passphrase: 4 to 64 bytes, at most eight words, not a
  * placeholder. */
 static bool quoted_value(const char *s, size_t n)
 {
@@ -509,7 +557,7 @@ static bool quoted_value(const char *s, size_t n)
 			return false;
 		spaces += s[k] == ' ';
 	}
-	if (spaces > 5)
+	if (spaces > 7)
 		return false;
 	/* "Contraseña incorrecta", "Forgot your password?": a string about the password */
 	for (size_t k = 0, st = 0; k <= n; k++) {
@@ -567,6 +615,7 @@ struct context {
 	struct detect_matches *m;
 	size_t first; /* the matches of this text start here in m */
 	credential_add_fn add;
+	size_t spelled_until; /* rule_spelled() has read the text up to here */
 };
 
 /* Adds [s, e) unless a match of class secret overlaps it; a match of another class inside it
@@ -614,6 +663,63 @@ static bool word_before(const char *t, size_t s, char *w, size_t size, size_t *n
 		return false;
 	*n = e - p;
 	return credential_fold(t + p, e - p, w, size);
+}
+
+/* Is the phrase word w at [i, e) ("frase", "phrase") a passphrase's name: a secret adjective
+ * beside it, or a verb of encrypting before it ("cifrato con la frase")? */
+static bool secret_phrase(const char *t, size_t len, size_t i, size_t e, const char *w, size_t n)
+{
+	static const char *const phrase_words[] = { "frase", "phrase", NULL };
+	static const char *const adjectives[] = {
+		"secret", "segreta", "secreta", "secrete", "d'accesso", "di accesso", "de paso",
+		"de acceso", "di sblocco", "de recuperaci\xc3\xb3n", "di recupero", NULL,
+	};
+	static const char *const encrypting[] = {
+		"encrypted", "protected", "cifrato", "cifrata", "criptato", "criptata", "protetto",
+		"protetta", "cifrado", "cifrada", "encriptado", "encriptada", "protegido", "protegida",
+		NULL,
+	};
+	static const char *const skip[] = { "with", "con", "by", "using", "usando", NULL };
+	char a[32], b[32];
+	size_t an, bn, q = e;
+
+	if (!in_list(w, n, phrase_words))
+		return false;
+	/* the word after, or the two after ("frase de paso") */
+	while (q < len && t[q] == ' ')
+		q++;
+	an = 0;
+	while (q + an < len && (is_word((unsigned char) t[q + an]) || t[q + an] == '\'') && an < 20)
+		an++;
+	if (an && credential_fold(t + q, an, a, sizeof(a))) {
+		size_t r = q + an, rn = 0;
+		if (in_list(a, an, adjectives))
+			return true;
+		while (r < len && t[r] == ' ')
+			r++;
+		while (r + rn < len && is_word((unsigned char) t[r + rn]) && rn < 16)
+			rn++;
+		if (rn && an + 1 + rn < sizeof(b)) {
+			memcpy(b, a, an);
+			b[an] = ' ';
+			if (credential_fold(t + r, rn, b + an + 1, sizeof(b) - an - 1) &&
+			    in_list(b, an + 1 + rn, adjectives))
+				return true;
+		}
+	}
+	/* "secret phrase", or "cifrada con la frase": the words before, past an article and
+	 * "with" */
+	for (size_t p = i, k = 0; k < 3 && word_before(t, p, b, sizeof(b), &bn); k++) {
+		if ((k == 0 && in_list(b, bn, adjectives)) || in_list(b, bn, encrypting))
+			return true;
+		if (!in_list(b, bn, article_words) && !in_list(b, bn, skip))
+			break;
+		while (p > 0 && t[p - 1] == ' ')
+			p--;
+		while (p > 0 && (is_word((unsigned char) t[p - 1]) || t[p - 1] == '\''))
+			p--;
+	}
+	return false;
 }
 
 /* An access word ("door", "cancello", "alarma") within 60 bytes around [s, e) on its line. */
@@ -708,6 +814,120 @@ static bool chat_prefix(const char *t, size_t len, size_t p)
 	return q > w && AT(q) == ':' && (AT(q + 1) == ' ' || AT(q + 1) == '\t');
 }
 
+/* ---- spelled values ---- */
+
+/* A password read out letter by letter: "Kilo-Echo-Romeo-Nine", "Ancona, Bologna, sette",
+ * "equis-nueve-jota", "m a r g o t 1 9 7 7 !". Letters are spelling-alphabet words (NATO, the
+ * Italian telephone alphabet), letter names (IT, ES) or single letters. */
+static const char *const spelled_letters[] = {
+	"alfa", "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
+	"juliet", "juliett", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo",
+	"sierra", "tango", "uniform", "victor", "whiskey", "whisky", "x-ray", "xray", "yankee",
+	"zulu", "ancona", "bari", "bologna", "como", "domodossola", "empoli", "firenze", "genova",
+	"imola", "jolly", "kappa", "livorno", "milano", "napoli", "otranto", "padova", "palermo",
+	"quarto", "quadro", "roma", "salerno", "savona", "sassari", "taranto", "torino", "udine",
+	"venezia", "vicenza", "washington", "xeres", "yacht", "york", "yogurt", "zara", "bi", "ci",
+	"di", "effe", "gi", "acca", "elle", "emme", "enne", "pi", "cu", "qu", "erre", "esse", "ti",
+	"vu", "vi", "ics", "ipsilon", "zeta", "cappa", "be", "ce", "de", "efe", "ge", "hache",
+	"jota", "ka", "ele", "eme", "ene", "e\xc3\xb1" "e", "pe", "ese", "te", "uve", "ve", "equis",
+	"ye", NULL,
+};
+static const char *const spelled_symbols[] = {
+	"exclamation", "esclamativo", "exclamaci\xc3\xb3n", "exclamacion", "at", "arroba",
+	"chiocciola", "hash", "hashtag", "cancelletto", "almohadilla", "dollar", "dollaro",
+	"d\xc3\xb3lar", "dolar", "dash", "hyphen", "trattino", "guion", "gui\xc3\xb3n",
+	"underscore", "dot", "punto", "period", "star", "asterisk", "asterisco", "percent",
+	"plus", "slash", "barra", "ampersand", "mark", "niner", NULL,
+};
+static const char *const spelled_fill[] = {
+	"capital", "uppercase", "upper", "lowercase", "lower", "small", "maiuscola", "maiuscolo",
+	"minuscola", "minuscolo", "may\xc3\xbascula", "mayuscula", "min\xc3\xbascula",
+	"minuscula", "then", "poi", "luego", "and", "y", "e", NULL,
+};
+
+enum spelled { SP_NONE, SP_LETTER, SP_DIGIT, SP_SYMBOL, SP_FILL };
+
+/* The unit at p (a word or one symbol), its end in *ret_end. */
+static enum spelled spelled_unit(const char *t, size_t len, size_t p, size_t *ret_end)
+{
+	size_t e = p;
+	char w[24];
+
+	while (e < len && (is_alnum(t[e]) || (unsigned char) t[e] >= 0x80))
+		e++;
+	if (e == p) {
+		if (p < len && strchr("!#$%&*+?@^~_.=", t[p])) {
+			*ret_end = p + 1;
+			return SP_SYMBOL;
+		}
+		return SP_NONE;
+	}
+	*ret_end = e;
+	if (e - p == 1)
+		return is_digit(t[p]) ? SP_DIGIT : SP_LETTER;
+	if (all_of(t + p, e - p, is_digit))
+		return e - p <= 4 ? SP_DIGIT : SP_NONE;
+	if (e - p >= sizeof(w) || !credential_fold(t + p, e - p, w, sizeof(w)))
+		return SP_NONE;
+	if (in_list(w, e - p, spelled_letters))
+		return SP_LETTER;
+	if (in_list(w, e - p, digit_words))
+		return SP_DIGIT;
+	if (in_list(w, e - p, spelled_symbols))
+		return SP_SYMBOL;
+	if (in_list(w, e - p, spelled_fill))
+		return SP_FILL;
+	return SP_NONE;
+}
+
+/* Runs of six units or more in [from, to), three of them letters and one a digit or a symbol
+ * (a list of cities near "chiave" is no password): each is a secret. */
+static int rule_spelled(struct context *c, size_t from, size_t to)
+{
+	const char *t = c->t;
+	size_t p = from;
+
+	while (p < to) {
+		size_t s = SIZE_MAX, last = 0, q = p, e;
+		unsigned units = 0, letters = 0, other = 0, long_words = 0;
+		enum spelled k;
+
+		while (q < to) {
+			/* separators between units: spaces, commas, hyphens, quotes */
+			while (q < to && strchr(" ,;-\"'\t", t[q]))
+				q++;
+			if (q >= to || (k = spelled_unit(t, c->len, q, &e)) == SP_NONE)
+				break;
+			/* a sentence's full stop ends the run, a spelled "." does not */
+			if (k == SP_SYMBOL && t[q] == '.' && (e >= c->len || is_space(t[e])) && units)
+				break;
+			if (s == SIZE_MAX)
+				s = q;
+			units += k != SP_FILL;
+			letters += k == SP_LETTER;
+			other += k == SP_DIGIT || k == SP_SYMBOL;
+			long_words += k == SP_LETTER && e - q > 2;
+			if (k != SP_FILL)
+				last = e;
+			q = e;
+		}
+		/* single letters alone must be spaced out one by one ("m a r g o t"), so that
+		 * "a e i o u" in prose is not a run: three longer letter words, or six units */
+		if (s != SIZE_MAX && units >= 6 && letters >= 3 && other >= 1 &&
+		    (long_words >= 3 || units >= 8) && !overlaps_any(c, s, last)) {
+			int r = add_match(c, DETECT_SECRET, s, last);
+			if (r < 0)
+				return r;
+		}
+		/* the next run starts after this one, or after the byte that stopped it */
+		p = q > p ? q : p + 1;
+		while (p < to && (is_alnum(t[p]) || (unsigned char) t[p] >= 0x80) && p > 0 &&
+		       (is_alnum(t[p - 1]) || (unsigned char) t[p - 1] >= 0x80))
+			p++;
+	}
+	return 0;
+}
+
 static int rule_after(struct context *c, size_t hs, size_t he, enum role role, bool weak)
 {
 	const char *t = c->t;
@@ -718,6 +938,8 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 	bool link = role != ROLE_LOCK && !weak &&
 		    (AT(he) == ' ' || AT(he) == ':' || AT(he) == '=' || AT(he) == '\t');
 	bool link_seen = false, asked = false;
+	/* the last words were "of", "del", "di un": the next one names what the key opens */
+	bool owner = false, after_comma = false;
 	/* a password key near a door, a safe, a wifi network: digits are its value too ("clave de
 	 * la caja fuerte 1 9 8 4", "rete FRITZ!Box, chiave 48120937716253840914") */
 	bool access = role == ROLE_PASSWORD && access_near(c->t, c->len, hs, he, NULL);
@@ -762,6 +984,13 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 				    (other != ROLE_NONE && other == role))
 					return 0;
 			}
+			/* a log line's next field (", request: \"GET / HTTP/1.1\""): its value is
+			 * its own */
+			if (tokens > 0 && after_comma && t[k.e - 1] == ':' && k.ce < k.e && word)
+				return 0;
+			/* "la password del Fritz!Box", "the password of a Fritz!Box": what it opens */
+			if (owner && !link)
+				goto next;
 			if (role == ROLE_PASSWORD) {
 				bool near = k.cs < he + 100 && tokens < 16;
 				if (k.quoted && link && quoted_value(v, vn))
@@ -822,6 +1051,7 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 							 k.cs, de);
 			}
 		next:
+			owner = word && (in_list(w, n, owner_words) || (owner && in_list(w, n, article_words)));
 			/* a lock's code only right after its copula, which comes within six words
 			 * of the lock word in its sentence */
 			if (role == ROLE_LOCK && ((link_seen && !link) || (!link_seen && (tokens >= 6 || ends))))
@@ -841,6 +1071,7 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 			link = true; /* "Gym locker - 2-19-33", "alarm → 7740" */
 			link_seen = true;
 		}
+		after_comma = k.e > k.s && t[k.e - 1] == ',';
 		/* sentence ends */
 		if (k.e > k.s && strchr(".?!", t[k.e - 1]) && !(k.ce > k.cs && k.e - 1 < k.ce))
 			if (++ends >= 2)
@@ -1071,14 +1302,14 @@ static int rule_account(struct context *c, size_t ws, size_t we)
 	size_t len = c->len, p = we, v;
 	struct value_shape h;
 
-	(void) ws;
 	while (p < len && t[p] == ' ')
 		p++;
 	if (AT(p) != '/' && AT(p) != ':')
 		return 0;
-	/* "root / X", not a path ("debian/rules") */
-	if (t[p] == '/' && p == we && AT(p + 1) != ' ')
-		return 0;
+	/* "root / X", and "admin/Imprime2019" when what follows is a strong value, not a path
+	 * ("debian/rules", "root/.ssh") */
+	bool tight = t[p] == '/' && p == we && AT(p + 1) != ' ';
+	char aw[24];
 	p++;
 	while (p < len && t[p] == ' ')
 		p++;
@@ -1089,6 +1320,11 @@ static int rule_account(struct context *c, size_t ws, size_t we)
 	while (v > p && strchr(".):", t[v - 1]))
 		v--;
 	if (v - p < 6 || v - p > 64)
+		return 0;
+	if (tight && (!strong_value(t + p, v - p) || memchr(t + p, '.', v - p) ||
+		      (ws > 0 && !is_space(t[ws - 1])) || we - ws >= sizeof(aw) ||
+		      !credential_fold(t + ws, we - ws, aw, sizeof(aw)) ||
+		      !in_list(aw, we - ws, tight_accounts)))
 		return 0;
 	h = credential_shape_of(t + p, v - p);
 	if (!strong_value(t + p, v - p) &&
@@ -1518,6 +1754,13 @@ static int rule_xml(struct context *c, size_t i)
 	ne = p;
 	while (ne < len && (is_word((unsigned char) t[ne]) || t[ne] == '-') && ne - p < 31)
 		ne++;
+	/* a namespace prefix ("<wsse:Password>", "<ns2:apiKey>"): the local name counts */
+	if (AT(ne) == ':' && ne > p && is_alpha(AT(ne + 1))) {
+		p = ne + 1;
+		ne = p;
+		while (ne < len && (is_word((unsigned char) t[ne]) || t[ne] == '-') && ne - p < 31)
+			ne++;
+	}
 	if (ne == p || AT(ne) != '>' || !credential_fold(t + p, ne - p, w, sizeof(w)))
 		return 0;
 	if (role_of(w, ne - p) != ROLE_PASSWORD && role_of(w, ne - p) != ROLE_PIN &&
@@ -1749,6 +1992,15 @@ int credential_scan_context(const char *t, size_t len, struct detect_matches *m,
 			if (role != ROLE_NONE && word_before(t, i, pw, sizeof(pw), &pn) &&
 			    credential_is_compound_before(pw, pn))
 				role = ROLE_NONE;
+			/* a value spelled out near a key word, before it or after it */
+			if (role == ROLE_PASSWORD || role == ROLE_PIN || role == ROLE_CODE ||
+			    role == ROLE_LOCK) {
+				size_t from = MAX(c.spelled_until, i > 300 ? i - 300 : 0);
+				size_t to = MIN(len, e + 300);
+				if (from < to && (r = rule_spelled(&c, from, to)) < 0)
+					return r;
+				c.spelled_until = MAX(c.spelled_until, to);
+			}
 			switch (role) {
 			case ROLE_PASSWORD:
 				if ((r = rule_after(&c, i, e, role,
@@ -1777,6 +2029,10 @@ int credential_scan_context(const char *t, size_t len, struct detect_matches *m,
 				break;
 			case ROLE_SEED:
 				r = rule_seed(&c, e);
+				/* "frase segreta", "secret phrase", "cifrada con la frase": a
+				 * passphrase, whatever its words */
+				if (r == 0 && secret_phrase(t, len, i, e, w, n))
+					r = rule_after(&c, i, e, ROLE_PASSWORD, false);
 				break;
 			case ROLE_LOCK:
 				/* "the safe was set to 7391": no access word needed, the copula is */

@@ -148,7 +148,8 @@ static const char *const access_words[] = {
 	"open", "aprire", "abrir", "garaje", "cochera", "buz\xc3\xb3n", "trastero", "bancomat",
 	"sim", "tarjeta", "carta", "card", "atm", "bank", "wifi", "wi-fi", "sbloccare", "sblocca",
 	"desbloquear", "desbloquea", "unlocks", "phone", "telefono", "tel\xc3\xa9" "fono",
-	"cupboard", "cabinet", "drawer", "armadio", "armario", "cassetto", "caj\xc3\xb3n", NULL,
+	"cupboard", "cabinet", "drawer", "armadio", "armario", "cassetto", "caj\xc3\xb3n", "barrier",
+	"barriera", "sbarra", "barrera", "turnstile", "tornello", "torniquete", NULL,
 };
 
 /* Words that make a code something other than a way in ("error code 404", "codice
@@ -710,6 +711,7 @@ static const struct token_format {
 	{ "hvb.", is_b64url, 24, 200, true },
 	{ "sq0atp-", is_b64url, 22, 22, false },	/* Square */
 	{ "sq0csp-", is_b64url, 43, 43, false }, { "EAAA", is_b64url, 60, 60, true },
+	{ "EAA", alnum, 32, 400, true },	/* Meta Graph API (Facebook, WhatsApp Business) */
 	{ "sbp_", hex, 40, 40, true },		/* Supabase */
 	{ "glc_", is_b64url, 32, 200, true },	/* Grafana */
 	{ "glsa_", alnum_us, 32, 64, true },
@@ -1916,6 +1918,7 @@ static const char *const cmd_ldap[] = {
 static const char *const cmd_smb[] = { "smbclient", "rpcclient", "smbmap", "wmic", "net", "smbcacls", NULL };
 static const char *const cmd_keygen[] = { "ssh-keygen", NULL };
 static const char *const cmd_htpasswd[] = { "htpasswd", NULL };
+static const char *const cmd_read[] = { "read", NULL }; /* the shell's: -p is its prompt */
 /* long options whose value is a password, and those whose value is a token */
 static const char *const long_pw[] = {
 	"--password", "--passwd", "--pass", "--pw", "--pwd", "--db-password", "--admin-password",
@@ -2043,6 +2046,14 @@ size_t credential_scan_cli(const char *t, size_t len, size_t i, size_t *ret_star
 			    count_in(t + s, v - s, "0123456789:.") == v - s ||
 			    placeholder(t + s, v - s))
 				return 0;
+			/* a prompt ("read -p \"Password: \"", "-p 'Passphrase?'"), not a value */
+			{
+				size_t b = v;
+				while (b > s && t[b - 1] == ' ')
+					b--;
+				if (t[b - 1] == ':' || t[b - 1] == '?' || line_command(t, i, cmd_read))
+					return 0;
+			}
 			*ret_start = s;
 			return v;
 		}

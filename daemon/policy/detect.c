@@ -484,6 +484,29 @@ static bool is_b64url_fn(int c)
 {
 	return is_b64url(c);
 }
+/* A Discord bot token: base64 of the bot's id (24 to 26 characters, starting M, N or O),
+ * '.', six characters of time stamp, '.', 27 to 38 of HMAC. */
+static size_t scan_discord(const char *t, size_t len, size_t i)
+{
+	size_t a, b, c;
+	bool digit = false;
+
+	if (t[i] != 'M' && t[i] != 'N' && t[i] != 'O')
+		return 0;
+	a = span_while(t, len, i, is_b64url_fn);
+	if (a - i < 24 || a - i > 26 || AT(a) != '.')
+		return 0;
+	b = span_while(t, len, a + 1, is_b64url_fn);
+	if (b - a - 1 != 6 || AT(b) != '.')
+		return 0;
+	c = span_while(t, len, b + 1, is_b64url_fn);
+	if (c - b - 1 < 27 || c - b - 1 > 38 || !right_ok(t, len, c))
+		return 0;
+	for (size_t k = i; k < a; k++)
+		digit |= is_digit(t[k]);
+	return digit ? c : 0;
+}
+
 /* JSON Web Token: eyJ<header>.<payload>.<signature> (base64url; empty signature: alg none). */
 static size_t scan_jwt(const char *t, size_t len, size_t i)
 {
@@ -1358,6 +1381,7 @@ static size_t scan_at(const char *t, size_t len, size_t i, enum detect_kind *kin
 	}
 	if (is_alpha(c)) {
 		TRY(DETECT_JWT, scan_jwt(t, len, i));
+		TRY(DETECT_API_KEY, scan_discord(t, len, i));
 		if ((e = credential_scan_url(t, len, i, kind, ret_start)))
 			return e;
 		if ((e = credential_scan_token(t, len, i, kind))) {
