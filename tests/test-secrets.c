@@ -271,7 +271,31 @@ TEST(context_pass)
 	EXPECT("ORBIT CANVAS TIMBER LOYAL FROST HABIT SPEAK MARBLE ELDER PUZZLE VACANT ROBUST",
 	       "seed_phrase=[ORBIT CANVAS TIMBER LOYAL FROST HABIT SPEAK MARBLE ELDER PUZZLE VACANT "
 	       "ROBUST]");
+	/* spelled out, letter by letter */
+	EXPECT("password spelled NATO: Kilo-Echo-Romeo-Nine-Four-Zulu-Lima. thanks",
+	       "secret=[Kilo-Echo-Romeo-Nine-Four-Zulu-Lima]");
+	EXPECT("La chiave: Ancona, Bologna, sette, Milano, due, punto esclamativo. Ricostruiscila",
+	       "secret=[Ancona, Bologna, sette, Milano, due, punto esclamativo]");
+	EXPECT("password: m a r g o t 1 9 7 7 ! (spaces for the filter)",
+	       "secret=[m a r g o t 1 9 7 7 !]");
+	EXPECT("<wsse:Password>Anpr!Sub2024x</wsse:Password>", "secret=[Anpr!Sub2024x]");
+	EXPECT("la impresora tiene el panel con admin/Imprime2019.", "secret=[Imprime2019]");
+	EXPECT("cifrada con la frase \"naranja-puente-lluvia-73-faro\". Pasos?",
+	       "secret=[naranja-puente-lluvia-73-faro]");
+	EXPECT("the garage door, it's 1 9 8 4 and everybody knows it", "access_code=[1 9 8 4]");
+	EXPECT("client.run(\"MTE4NzQ1OTI4MzA1MjE3NzQwOA.GkR7aZ.vP3xQ9LmT2nW8yB5cF1hJ6dS0uE4rK7oA\")",
+	       "api_key=[MTE4NzQ1OTI4MzA1MjE3NzQwOA.GkR7aZ.vP3xQ9LmT2nW8yB5cF1hJ6dS0uE4rK7oA]");
 	/* and what stays public */
+	EXPECT("Milano, Torino, Roma, Napoli, Bologna e Firenze: la chiave del successo", "");
+	EXPECT("Write a story with the phrase \"once upon a time\" in it", "");
+	EXPECT("come si resetta la password di amministratore di un Fritz!Box?", "");
+	EXPECT("$ read -s -p \"Password: \" PW", "");
+	EXPECT("<input type=\"password\" autoComplete=\"new-password\" value={pw} />", "");
+	EXPECT("password_verify($_POST['pw'], $riga['hash'])", "");
+	EXPECT("user \"admin\": password mismatch, client: x, request: \"GET / HTTP/1.1\"", "");
+	EXPECT("(pego la contraseña y Ctrl+D)", "");
+	EXPECT("abbiamo oscurato le password così: P********1. Basta?", "");
+	EXPECT("see debian/rules2024", "");
 	EXPECT("passwords like \"password123\" and \"qwerty\" are the most common ones", "");
 	EXPECT("Deprecated --password flag in favor of --password-stdin", "");
 	EXPECT("see debian/libbz2-dev.install and lib32stdc++6", "");
