@@ -285,7 +285,13 @@ TEST(context_pass)
 	EXPECT("the garage door, it's 1 9 8 4 and everybody knows it", "access_code=[1 9 8 4]");
 	EXPECT("client.run(\"MTE4NzQ1OTI4MzA1MjE3NzQwOA.GkR7aZ.vP3xQ9LmT2nW8yB5cF1hJ6dS0uE4rK7oA\")",
 	       "api_key=[MTE4NzQ1OTI4MzA1MjE3NzQwOA.GkR7aZ.vP3xQ9LmT2nW8yB5cF1hJ6dS0uE4rK7oA]");
+	EXPECT("name,username,temp_password\nPriya,priya.r,Welcome!2291", "secret=[Welcome!2291]");
+	EXPECT("Tengo la clave API de Holded 5c9e2a7f1b4d8e3a6f0c2b9d7e1a4f8c, ¿cómo?",
+	       "api_key=[5c9e2a7f1b4d8e3a6f0c2b9d7e1a4f8c]");
+	EXPECT("closing: lights off, set alarm 6-0-3-3 then OFF", "access_code=[6-0-3-3]");
 	/* and what stays public */
+	EXPECT("id,password_hash\n1,5f4dcc3b5aa765d61d8327deb882cf99", "");
+	EXPECT("the alarm 2024-05-01 log; locker 214 is free", "");
 	EXPECT("Milano, Torino, Roma, Napoli, Bologna e Firenze: la chiave del successo", "");
 	EXPECT("Write a story with the phrase \"once upon a time\" in it", "");
 	EXPECT("come si resetta la password di amministratore di un Fritz!Box?", "");

@@ -814,6 +814,46 @@ static bool chat_prefix(const char *t, size_t len, size_t p)
 	return q > w && AT(q) == ':' && (AT(q + 1) == ' ' || AT(q + 1) == '\t');
 }
 
+/* "2024-05-01", "01/05/2024", "1.5.24": three groups that read as a date. */
+static bool date_like(const char *s, size_t n)
+{
+	unsigned g[4] = { 0 }, len[4] = { 0 }, k = 0;
+
+	for (size_t q = 0; q < n && k < 4; q++) {
+		if (is_digit(s[q])) {
+			g[k] = g[k] * 10 + (unsigned) (s[q] - '0');
+			len[k]++;
+		} else if (q > 0 && is_digit(s[q - 1])) {
+			k++;
+		}
+	}
+	if (k != 2)
+		return false;
+	if (len[0] == 4) /* year first */
+		return g[0] >= 1900 && g[0] <= 2099 && g[1] >= 1 && g[1] <= 12 && g[2] >= 1 &&
+		       g[2] <= 31 && len[2] <= 2;
+	return len[0] <= 2 && len[1] <= 2 && (len[2] == 2 || len[2] == 4) && g[0] >= 1 &&
+	       g[0] <= 31 && g[1] >= 1 && g[1] <= 31 && (g[0] <= 12 || g[1] <= 12);
+}
+
+static bool is_alnum_fn(int c)
+{
+	return is_alnum(c);
+}
+
+/* "API" right after the key word ("clave API") or right before it ("API clave"). */
+static bool api_beside(const char *t, size_t len, size_t hs, size_t he)
+{
+	char w[8];
+	size_t n;
+
+	if (he + 4 <= len && t[he] == ' ' && (t[he + 1] == 'A' || t[he + 1] == 'a') &&
+	    (t[he + 2] == 'P' || t[he + 2] == 'p') && (t[he + 3] == 'I' || t[he + 3] == 'i') &&
+	    (he + 4 == len || !is_word((unsigned char) t[he + 4])))
+		return true;
+	return word_before(t, hs, w, sizeof(w), &n) && n == 3 && memcmp(w, "api", 3) == 0;
+}
+
 /* ---- spelled values ---- */
 
 /* A password read out letter by letter: "Kilo-Echo-Romeo-Nine", "Ancona, Bologna, sette",
@@ -940,6 +980,8 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 	bool link_seen = false, asked = false;
 	/* the last words were "of", "del", "di un": the next one names what the key opens */
 	bool owner = false, after_comma = false;
+	/* "clave API", "chiave API", "API-Schlüssel": the key word names an API key */
+	bool api = api_beside(c->t, c->len, hs, he);
 	/* a password key near a door, a safe, a wifi network: digits are its value too ("clave de
 	 * la caja fuerte 1 9 8 4", "rete FRITZ!Box, chiave 48120937716253840914") */
 	bool access = role == ROLE_PASSWORD && access_near(c->t, c->len, hs, he, NULL);
@@ -997,12 +1039,30 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 					return add_match(c, DETECT_SECRET, k.cs, k.ce);
 				if (!near && !link)
 					goto next; /* further on, only right after a copula or mark */
-				if (link && (de = app_password_end(t, len, k.cs)))
+				if ((link || near) && (de = app_password_end(t, len, k.cs)))
 					return add_match(c, DETECT_SECRET, k.cs, de);
+				/* an API key's value: a long token of letters and digits after "clave
+				 * API", "chiave API" (hex included, which alone reads as a hash) */
+				if (api && near && vn >= 24 && vn <= 128 && all_of(v, vn, is_alnum_fn) &&
+				    count_digits(v, vn) > 0 && count_digits(v, vn) < vn)
+					return add_match(c, DETECT_API_KEY, k.cs, k.ce);
 				if (strong_value(v, vn) ||
 				    (link && credential_is_snake_name(v, vn) && credential_shape_of(v, vn).digit &&
 				     strong_value_shape(v, vn)))
 					return add_match(c, DETECT_SECRET, k.cs, k.ce);
+			}
+			/* "alarm 6-0-3-3", "cassaforte 17-42-08": a code in three groups or more
+			 * right after a lock word (one number alone may be its number: "locker
+			 * 214") */
+			if (role == ROLE_LOCK && tokens == 0 &&
+			    (de = credential_digit_code_end(t, len, k.cs)) && de >= k.ce &&
+			    !credential_unit_follows(t, len, de)) {
+				unsigned groups = 1;
+				for (size_t q = k.cs + 1; q < de; q++)
+					groups += !is_digit(t[q]) && is_digit(t[q - 1]);
+				if (groups >= 3 && count_digits(t + k.cs, de - k.cs) >= 4 &&
+				    !date_like(t + k.cs, de - k.cs))
+					return add_match(c, DETECT_ACCESS_CODE, k.cs, de);
 			}
 			if (role != ROLE_PASSWORD && vn > 1 && (v[0] == '#' || v[0] == '*') &&
 			    is_digit(v[1])) {
@@ -1494,9 +1554,17 @@ static int rule_table(struct context *c, struct table_state *ts, size_t ls, size
 		size_t m = e[k] - s[k];
 		if (m == 0 || m >= sizeof(w) || !credential_fold(t + s[k], m, w, sizeof(w)))
 			continue;
-		/* "password", "pass", "pwd", "contraseña", "clave", "pin", "password / pin" */
+		/* "password", "pass", "pwd", "contraseña", "clave", "pin", "password / pin", and
+		 * names that end with one ("temp_password", "wifi-pin"; not "password_hash") */
+		const char *tail = w;
+		for (size_t q = 0; q + 1 < m; q++)
+			if (w[q] == '_' || w[q] == '-')
+				tail = w + q + 1;
+		size_t tn = m - (size_t) (tail - w);
 		if (role_of(w, m) == ROLE_PASSWORD || role_of(w, m) == ROLE_PIN ||
-		    (m == 4 && !memcmp(w, "pass", 4))) {
+		    (m == 4 && !memcmp(w, "pass", 4)) ||
+		    (tail != w && tn >= 3 &&
+		     (role_of(tail, tn) == ROLE_PASSWORD || role_of(tail, tn) == ROLE_PIN))) {
 			ts->sep = sep;
 			ts->col = k;
 			ts->n_cols = n;
