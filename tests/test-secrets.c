@@ -289,7 +289,15 @@ TEST(context_pass)
 	EXPECT("Tengo la clave API de Holded 5c9e2a7f1b4d8e3a6f0c2b9d7e1a4f8c, ¿cómo?",
 	       "api_key=[5c9e2a7f1b4d8e3a6f0c2b9d7e1a4f8c]");
 	EXPECT("closing: lights off, set alarm 6-0-3-3 then OFF", "access_code=[6-0-3-3]");
+	EXPECT("school portal: ella.ward09 / Unicorn77. I can log in", "secret=[Unicorn77]");
+	EXPECT("BitLocker 413622-078914-552301-667890-201134-998765-114422-350019 asks",
+	       "secret=[413622-078914-552301-667890-201134-998765-114422-350019]");
+	EXPECT("the activation code from the letter, 7KQ2-PM9X-44TB, is used",
+	       "access_code=[7KQ2-PM9X-44TB]");
 	/* and what stays public */
+	EXPECT("see python3.11 / Python3.12 notes; input / Output2", "");
+	EXPECT("¿cómo genero una clave SSH ed25519? ¿y fail2ban?", "");
+	EXPECT("passare la password con -p è insicuro", "");
 	EXPECT("id,password_hash\n1,5f4dcc3b5aa765d61d8327deb882cf99", "");
 	EXPECT("the alarm 2024-05-01 log; locker 214 is free", "");
 	EXPECT("Milano, Torino, Roma, Napoli, Bologna e Firenze: la chiave del successo", "");

@@ -68,7 +68,8 @@ static const struct role_word role_words[] = {
 	{ "cancello", ROLE_LOCK }, { "puerta", ROLE_LOCK }, { "portal", ROLE_LOCK },
 	{ "port\xc3\xb3n", ROLE_LOCK }, { "garaje", ROLE_LOCK }, { "trastero", ROLE_LOCK },
 	{ "citofono", ROLE_LOCK }, { "portero", ROLE_LOCK }, { "intercom", ROLE_LOCK },
-	{ "buz\xc3\xb3n", ROLE_LOCK }, { "cochera", ROLE_LOCK },
+	{ "buz\xc3\xb3n", ROLE_LOCK }, { "cochera", ROLE_LOCK }, { "sblocco", ROLE_LOCK },
+	{ "desbloqueo", ROLE_LOCK },
 };
 
 static const char *const number_words[] = {
@@ -170,7 +171,9 @@ static const char *const tech_words[] = {
 	"windows10", "windows11", "mp3", "mp4", "h264", "h265", "k8s", "i18n", "l10n", "1password",
 	"2fa", "mfa", "wpa2", "wpa3", "ed25519", "p256", "secp256k1", "x86_64", "arm64", "amd64",
 	"ubuntu22", "debian12", "es6", "html5", "css3", "s3", "ec2", "gpt-4", "gpt4", "ps5", "3ds",
-	"pkcs12", "pkcs#12", "pkcs8", "log4j", "node18", "node20", NULL,
+	"pkcs12", "pkcs#12", "pkcs8", "log4j", "node18", "node20", "fail2ban", "x25519",
+	"ed448", "rsa3072", "p384", "p521", "nistp256", "chacha20", "poly1305", "aes-gcm",
+	"sha3", "sha3-256", "blake2", "blake3", "tls1.2", "tls1.3", "ipv4-only", NULL,
 };
 /* clang-format on */
 
@@ -482,7 +485,6 @@ static bool strong_value_shape(const char *s, size_t n)
 {
 	struct value_shape h;
 	const char *at;
-	char w[32];
 
 	if (n < 6 || n > 64 || credential_is_placeholder(s, n) || credential_is_code_like(s, n) ||
 	    famous_weak(s, n))
@@ -532,7 +534,7 @@ static bool strong_value_shape(const char *s, size_t n)
 		return false; /* a hash, a UUID */
 	if (acronym_number(s, n))
 		return false;
-	if (n < sizeof(w) && credential_fold(s, n, w, sizeof(w)) && in_list(w, n, tech_words))
+	if (credential_is_tech_word(s, n))
 		return false;
 	/* a file name: "wp-config.php", "db.sqlite3" */
 	{
@@ -584,6 +586,31 @@ static bool code_with_letter(const char *s, size_t n)
 	if (d != n - 1 || d < 3)
 		return false;
 	return is_alpha(s[0]) || is_alpha(s[n - 1]);
+}
+
+/* "7KQ2-PM9X-44TB": three groups or more of 3 to 6 capitals and digits joined by '-', with
+ * digits and letters among them (not a date, not a reference made of words). */
+static bool code_groups(const char *s, size_t n)
+{
+	unsigned groups = 0, run = 0, digits = 0, letters = 0;
+
+	if (n < 11 || n > 40)
+		return false;
+	for (size_t k = 0; k <= n; k++) {
+		if (k == n || s[k] == '-') {
+			if (run < 3 || run > 6)
+				return false;
+			groups++;
+			run = 0;
+		} else if (is_upper(s[k]) || is_digit(s[k])) {
+			run++;
+			digits += is_digit(s[k]);
+			letters += is_upper(s[k]);
+		} else {
+			return false;
+		}
+	}
+	return groups >= 3 && digits >= 2 && letters >= 2;
 }
 
 /* "olivo-barricada-mercurio-setenta": three words or more of lower-case letters joined by
@@ -854,6 +881,13 @@ static bool api_beside(const char *t, size_t len, size_t hs, size_t he)
 	return word_before(t, hs, w, sizeof(w), &n) && n == 3 && memcmp(w, "api", 3) == 0;
 }
 
+bool credential_is_tech_word(const char *s, size_t n)
+{
+	char w[32];
+
+	return n < sizeof(w) && credential_fold(s, n, w, sizeof(w)) && in_list(w, n, tech_words);
+}
+
 /* ---- spelled values ---- */
 
 /* A password read out letter by letter: "Kilo-Echo-Romeo-Nine", "Ancona, Bologna, sette",
@@ -1094,6 +1128,10 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 			    count_digits(v, vn) == vn)
 				return add_match(c, DETECT_SECRET, k.cs, k.ce);
 			if (role != ROLE_PASSWORD && code_with_letter(v, vn))
+				return add_match(c, DETECT_ACCESS_CODE, k.cs, k.ce);
+			/* "7KQ2-PM9X-44TB", "UNI-7Q3K-P9WX": an activation code in groups */
+			if ((role == ROLE_CODE || role == ROLE_PIN) &&
+			    (link || (k.cs < he + 60 && tokens < 8)) && code_groups(v, vn))
 				return add_match(c, DETECT_ACCESS_CODE, k.cs, k.ce);
 			if (role == ROLE_PASSWORD && link && passphrase_token(v, vn))
 				return add_match(c, DETECT_SECRET, k.cs, k.ce);
@@ -1716,6 +1754,41 @@ static void token_around(const char *t, size_t len, size_t i, struct token *k)
 	token_core(t, len, k);
 }
 
+/* "ella.ward09 / Unicorn77", "tommi.c2014 / Dinosauro14": a login and a password written as
+ * a pair, with no key word. The login is one lower-case token (letters, digits, '.', '_',
+ * '-'; a letter first; not a version), the password a strong value with a capital and a digit
+ * (so "input / output", "km / h2" stay prose). The '/' at i has a space on each side. */
+static int rule_login_pair(struct context *c, size_t i)
+{
+	const char *t = c->t;
+	size_t len = c->len, ls = i - 1, le, rs = i + 2, re;
+	struct value_shape h;
+	bool mark = false;
+
+	le = ls;
+	while (ls > 0 && !is_space(t[ls - 1]))
+		ls--;
+	if (le - ls < 4 || le - ls > 32 || !is_lower(t[ls]))
+		return 0;
+	for (size_t k = ls; k < le; k++) {
+		if (!(is_lower(t[k]) || is_digit(t[k]) || t[k] == '.' || t[k] == '_' || t[k] == '-'))
+			return 0;
+		mark |= !is_lower(t[k]);
+	}
+	if ((t[ls] == 'v' && is_digit(AT(ls + 1))) || (!mark && le - ls < 6))
+		return 0;
+	re = rs;
+	while (re < len && !is_space(t[re]))
+		re++;
+	while (re > rs && strchr(".,;:)!?", t[re - 1]) && !(t[re - 1] == '!' && re - rs > 8))
+		re--;
+	h = credential_shape_of(t + rs, re - rs);
+	if (!h.upper || !h.digit || !h.lower || !strong_value(t + rs, re - rs) ||
+	    memchr(t + rs, '.', re - rs) /* "Python3.12": a version */ || overlaps_any(c, rs, re))
+		return 0;
+	return add_match(c, DETECT_SECRET, rs, re);
+}
+
 /* The tokens of the text that hold a symbol or an '@', or that start a run of four-byte
  * groups: found byte by byte, so that the words between them cost a test each. */
 static int rule_tokens(struct context *c)
@@ -1734,6 +1807,12 @@ static int rule_tokens(struct context *c)
 		size_t e;
 		int r = 0;
 
+		if (b == '/' && i > 0 && t[i - 1] == ' ' && i + 1 < len && t[i + 1] == ' ') {
+			if ((r = rule_login_pair(c, i)) < 0)
+				return r;
+			i++;
+			continue;
+		}
 		if (!sym && !b32) {
 			i++;
 			continue;

@@ -39,5 +39,7 @@ size_t credential_digit_code_end(const char *t, size_t len, size_t p);
 bool credential_unit_follows(const char *t, size_t len, size_t e);
 /* The BIP-39 languages of the word at p (any case), its end in *ret_end; 0 if none. */
 unsigned credential_seed_word(const char *t, size_t len, size_t p, size_t *ret_end);
+/* "sha256", "ed25519", "fail2ban": a technology's name with digits, never a value. */
+bool credential_is_tech_word(const char *s, size_t n);
 /* Does the identifier [i, e) name a password, key or token ("DB_PASSWORD", "apiKey")? */
 bool credential_key_name(const char *t, size_t i, size_t e);

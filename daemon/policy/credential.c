@@ -149,7 +149,9 @@ static const char *const access_words[] = {
 	"sim", "tarjeta", "carta", "card", "atm", "bank", "wifi", "wi-fi", "sbloccare", "sblocca",
 	"desbloquear", "desbloquea", "unlocks", "phone", "telefono", "tel\xc3\xa9" "fono",
 	"cupboard", "cabinet", "drawer", "armadio", "armario", "cassetto", "caj\xc3\xb3n", "barrier",
-	"barriera", "sbarra", "barrera", "turnstile", "tornello", "torniquete", NULL,
+	"barriera", "sbarra", "barrera", "turnstile", "tornello", "torniquete", "activation",
+	"attivazione", "activaci\xc3\xb3n", "activacion", "disarm", "disinserimento",
+	"desactivaci\xc3\xb3n", "override", NULL,
 };
 
 /* Words that make a code something other than a way in ("error code 404", "codice
@@ -256,6 +258,8 @@ static const char *const not_values[] = {
 	"scaduta", "scaduto", "sbagliata", "sbagliato", "errata", "errato", "corretta", "corretto",
 	"obbligatoria", "obbligatorio", "richiesta", "richiesto", "mancante", "vuota", "vuoto",
 	"troppo", "corta", "corto", "lunga", "lungo", "debole", "forte", "sicura", "sicuro",
+	"insicura", "insicuro", "insicure", "insicuri", "insegura", "inseguro", "pericoloso",
+	"peligroso", "rischioso", "arriesgado",
 	"valida", "valido", "non", "cambiata", "cambiato", "modificata", "scritta", "salvata",
 	"nascosta", "segreta", "segreto", "nuova", "nuovo", "vecchia", "vecchio", "stata", "stato",
 	"la", "il", "lo", "le", "gli", "un", "una", "uno", "di", "del", "della", "che", "quella",
@@ -712,6 +716,10 @@ static const struct token_format {
 	{ "sq0atp-", is_b64url, 22, 22, false },	/* Square */
 	{ "sq0csp-", is_b64url, 43, 43, false }, { "EAAA", is_b64url, 60, 60, true },
 	{ "EAA", alnum, 32, 400, true },	/* Meta Graph API (Facebook, WhatsApp Business) */
+	{ "IGQV", is_b64url, 60, 400, true },	/* Instagram Graph API */
+	{ "IGQW", is_b64url, 60, 400, true }, { "IGAA", is_b64url, 60, 400, true },
+	{ "ck_", hex, 40, 40, true },		/* WooCommerce REST consumer key and secret */
+	{ "cs_", hex, 40, 40, true },
 	{ "sbp_", hex, 40, 40, true },		/* Supabase */
 	{ "glc_", is_b64url, 32, 200, true },	/* Grafana */
 	{ "glsa_", alnum_us, 32, 64, true },
@@ -759,13 +767,34 @@ static size_t scan_putty(const char *t, size_t len, size_t i)
 	return p;
 }
 
+static bool all_digits(const char *s, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		if (!is_digit(s[k]))
+			return false;
+	return true;
+}
+
 size_t credential_scan_token(const char *t, size_t len, size_t i, enum detect_kind *kind)
 {
 	unsigned char c = (unsigned char) t[i];
 
 	if (is_digit(c)) {
-		/* Telegram bot tokens: <bot id>:<35 base64url> */
 		size_t p = i, e;
+		unsigned groups = 0;
+		/* BitLocker recovery keys: eight groups of six digits joined by '-' */
+		for (e = i; groups < 8 && e + 6 <= len && all_digits(t + e, 6);) {
+			groups++;
+			e += 6;
+			if (groups == 8 || AT(e) != '-')
+				break;
+			e++;
+		}
+		if (groups == 8 && (e >= len || !is_word((unsigned char) t[e]))) {
+			*kind = DETECT_SECRET;
+			return e;
+		}
+		/* Telegram bot tokens: <bot id>:<35 base64url> */
 		while (p < len && is_digit(t[p]) && p - i <= 10)
 			p++;
 		if (p - i < 8 || p - i > 10 || AT(p) != ':')
@@ -1349,7 +1378,8 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 	}
 	v = value_end(t, len, p);
 	n = v - p;
-	if (n == 0 || placeholder(t + p, n) || code_like(t + p, n, AT(v), AT(v + 1)))
+	if (n == 0 || placeholder(t + p, n) || code_like(t + p, n, AT(v), AT(v + 1)) ||
+	    credential_is_tech_word(t + p, n))
 		return 0;
 	sh = credential_shape_of(t + p, n);
 	/* digits only */
