@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../basic/time-util.h"
 #include "../engine/forward.h"
 #include "../engine/model.h"
 #include "../engine/threadpool.h"
@@ -47,6 +48,11 @@ struct adapter_entry {
 	uint32_t running_users;       /* running sequences: while > 0 it cannot be evicted */
 	uint64_t requests;
 	uint64_t last_used;           /* step number */
+	/* tiers */
+	struct tier_blob *blob;       /* owned by s->tiers; NULL: not tiered (read directly) */
+	struct evict_meta hot_meta;   /* the hot tier's policy record while resident */
+	uint64_t hot_hits, hot_misses;
+	uint64_t promote_ns;          /* the last warm → hot build */
 };
 
 enum seq_state {
@@ -80,6 +86,8 @@ struct seq {
 	void *userdata;
 	bool cancel;
 	bool in_batch;
+	bool counted;          /* its adapters' hits/misses were counted */
+	uint64_t wait_since_ns; /* it first waited for an adapter that was not hot (0: never) */
 	uint64_t admitted;    /* admission counter: larger = newer */
 	/* this step */
 	uint32_t row_first, row_count;
@@ -135,7 +143,14 @@ struct sched {
 	size_t n_events, cap_events;
 
 	struct sched_stats stats;
+
+	struct tiers *tiers;           /* owned: the warm tier and its loader thread */
+	struct evict_clock hot_clock;
+	uint64_t hot_budget;           /* bytes of adapter pages at most */
 };
+
+const double sched_promote_bounds[SCHED_PROMOTE_BUCKETS - 1] = { 0.001, 0.005, 0.01, 0.05,
+								 0.1,   0.5,   1,    5 };
 
 const char *sched_finish_name(enum sched_finish f)
 {
@@ -234,14 +249,15 @@ static void adapter_evict(struct sched *s, struct adapter_entry *a)
 {
 	if (!a->res)
 		return;
+	evict_removed(s->p.eviction, &s->hot_clock, &a->hot_meta);
 	for (size_t i = 0; i < a->res->n_pages; i++)
 		page_pool_release_discard(s->pool, a->res->pages[i]);
 	a->res = lora_resident_free(a->res);
 	s->stats.adapter_evictions++;
 }
 
-/* Evicts the least recently used adapter that no running sequence uses and that is not
- * pinned or `keep`. false when there is none. */
+/* Evicts the adapter the policy ranks lowest (evict.h: GDSF or LRU) among those no running
+ * sequence uses and that are not pinned or `keep`. false when there is none. */
 static bool evict_one_adapter(struct sched *s, const struct seq *keep)
 {
 	struct adapter_entry *victim = NULL;
@@ -256,7 +272,7 @@ static bool evict_one_adapter(struct sched *s, const struct seq *keep)
 			kept = kept || keep->loras[j].entry == a;
 		if (kept)
 			continue;
-		if (!victim || a->last_used < victim->last_used)
+		if (!victim || evict_before(&a->hot_meta, &victim->hot_meta))
 			victim = a;
 	}
 	if (!victim)
@@ -265,22 +281,49 @@ static bool evict_one_adapter(struct sched *s, const struct seq *keep)
 	return true;
 }
 
-/* Makes a resident, evicting others (never those `keep` needs). -ENOSPC if it cannot fit. */
+static uint64_t hot_used(const struct sched *s)
+{
+	return (uint64_t) page_pool_n_kind(s->pool, PAGE_KIND_ADAPTER) * page_pool_page_bytes(s->pool);
+}
+
+/* Makes a resident (hot), evicting others (never those `keep` needs), within the pool and
+ * the hot budget. A tiered adapter is built from its warm copy: -EAGAIN when it has none.
+ * -ENOSPC if it cannot fit now, -E2BIG if it never can. */
 static int adapter_make_resident(struct sched *s, struct adapter_entry *a, const struct seq *keep)
 {
-	size_t need = lora_resident_pages_needed(a->adapter, page_pool_page_bytes(s->pool));
+	size_t page_bytes = page_pool_page_bytes(s->pool);
+	size_t need = lora_resident_pages_needed(a->adapter, page_bytes);
 	struct lora_resident *res = NULL;
+	const void *image = NULL;
+	size_t image_bytes = 0;
+	uint64_t t0;
 	int r;
 
 	if (a->res)
 		return 0;
-	if (need == (size_t) -1)
+	if (need == (size_t) -1 || (uint64_t) need * page_bytes > s->hot_budget)
 		return -E2BIG;
-	while (page_pool_n_free(s->pool) < need)
-		if (!evict_one_adapter(s, keep))
+	if (a->blob) {
+		image = tiers_get(s->tiers, a->blob, &image_bytes);
+		if (!image)
+			return -EAGAIN;
+	}
+	while (page_pool_n_free(s->pool) < need ||
+	       hot_used(s) + (uint64_t) need * page_bytes > s->hot_budget)
+		if (!evict_one_adapter(s, keep)) {
+			if (image)
+				tiers_put(s->tiers, a->blob);
 			return -ENOSPC;
-	r = lora_resident_new(a->adapter, s->m->hp.n_layer, page_pool_page_bytes(s->pool),
-			      pool_page_for_adapter, s, &res, NULL);
+		}
+	t0 = now_ns();
+	if (image)
+		(void) lora_adapter_set_image(a->adapter, image, image_bytes);
+	r = lora_resident_new(a->adapter, s->m->hp.n_layer, page_bytes, pool_page_for_adapter, s,
+			      &res, NULL);
+	if (image) {
+		(void) lora_adapter_set_image(a->adapter, NULL, 0);
+		tiers_put(s->tiers, a->blob);
+	}
 	if (r < 0) {
 		if (res)
 			for (size_t i = 0; i < res->n_pages; i++)
@@ -289,7 +332,91 @@ static int adapter_make_resident(struct sched *s, struct adapter_entry *a, const
 		return r;
 	}
 	a->res = res;
+	a->promote_ns = now_ns() - t0;
+	s->stats.promotions++;
+	/* what it would cost to bring back: this build, plus the read from disk when the warm
+	 * copy is gone by then (its last measured load) */
+	a->hot_meta.bytes = (uint64_t) res->n_pages * page_bytes;
+	a->hot_meta.cost = (double) a->promote_ns * 1e-9;
+	if (a->blob) {
+		struct tier_blob_info wi;
+
+		tiers_blob_info(s->tiers, a->blob, &wi);
+		a->hot_meta.cost += (double) wi.load_ns * 1e-9;
+	}
+	evict_insert(s->p.eviction, &s->hot_clock, &a->hot_meta);
 	return 0;
+}
+
+/* Whether q's adapters can be made hot now: 1 yes (hot, warm, or not tiered), 0 not yet (a
+ * cold one is being read: the loader thread was asked), -errno when one is bad (message in
+ * msg). Counts hits and misses once per request. */
+static int seq_adapters_ready(struct sched *s, struct seq *q, char *msg, size_t msg_size)
+{
+	int ready = 1;
+
+	for (uint32_t i = 0; i < q->n_loras; i++) {
+		struct adapter_entry *a = q->loras[i].entry;
+		enum tier_state st;
+
+		if (!q->counted) {
+			if (a->res)
+				a->hot_hits++, s->stats.hot_hits++;
+			else {
+				a->hot_misses++, s->stats.hot_misses++;
+				if (!q->wait_since_ns)
+					q->wait_since_ns = now_ns();
+			}
+		}
+		if (a->res || !a->blob)
+			continue;
+		st = tiers_want(s->tiers, a->blob, !q->counted);
+		if (st == TIER_BAD) {
+			struct errmsg e = { { 0 } };
+			int r = tiers_bad(s->tiers, a->blob, &e);
+
+			snprintf(msg, msg_size, "adapter '%s' is unusable: %s", a->adapter->meta.name,
+				 e.text);
+			q->counted = true;
+			return r < 0 ? r : -EIO;
+		}
+		if (st != TIER_WARM)
+			ready = 0;
+	}
+	q->counted = true;
+	return ready;
+}
+
+static void promote_observe(struct sched *s, struct seq *q)
+{
+	double sec;
+	size_t b = 0;
+
+	if (!q->wait_since_ns)
+		return;
+	sec = (double) (now_ns() - q->wait_since_ns) * 1e-9;
+	while (b < SCHED_PROMOTE_BUCKETS - 1 && sec > sched_promote_bounds[b])
+		b++;
+	s->stats.promote_hist[b]++;
+	s->stats.promote_seconds += sec;
+	q->wait_since_ns = 0;
+}
+
+/* Prefetched adapters whose warm copy arrived become hot, if there is room without evicting
+ * anything a request uses. */
+static void prefetch_promote(struct sched *s)
+{
+	for (size_t i = 0; i < s->n_adapters; i++) {
+		struct adapter_entry *a = s->adapters[i];
+
+		if (!a->prefetch || a->res)
+			continue;
+		if (a->blob && tiers_want(s->tiers, a->blob, false) == TIER_LOADING)
+			continue;
+		a->prefetch = false;
+		if (adapter_make_resident(s, a, NULL) == 0)
+			a->last_used = s->stats.steps;
+	}
 }
 
 /* ---- sequences ---- */
@@ -442,17 +569,42 @@ static uint64_t admit_key(const struct sched *s, const struct seq *q)
 
 static void admit(struct sched *s)
 {
+	prefetch_promote(s);
 	while (s->n_running < s->p.max_sequences && s->n_waiting > 0) {
-		uint32_t best = 0, window = MIN(s->n_waiting, (uint32_t) ADMIT_WINDOW);
+		uint32_t best = UINT32_MAX, window = MIN(s->n_waiting, (uint32_t) ADMIT_WINDOW);
 		struct seq *q;
-		bool ok = true;
+		bool ok = true, bad = false;
 
-		/* preempted sequences (at the front) go first; otherwise fairness by caller, then
-		 * adapter, among the oldest few (ties: the oldest) */
-		if (s->waiting[0]->n_tokens == s->waiting[0]->n_prompt)
-			for (uint32_t i = 1; i < window; i++)
-				if (admit_key(s, s->waiting[i]) < admit_key(s, s->waiting[best]))
-					best = i;
+		/* Only sequences whose adapters are at least warm are candidates: one waiting
+		 * for the disk waits alone while the rest are admitted and keep decoding. A bad
+		 * adapter's requests end at once. */
+		for (uint32_t i = 0; i < window; i++) {
+			char msg[320];
+			int r = seq_adapters_ready(s, s->waiting[i], msg, sizeof(msg));
+
+			if (r < 0) {
+				q = s->waiting[i];
+				waiting_remove_at(s, i);
+				seq_finish(s, q, SCHED_FINISH_STOP, r, msg);
+				bad = true;
+				break;
+			}
+			if (r == 0)
+				continue;
+			/* preempted sequences (at the front) go first; otherwise fairness by
+			 * caller, then adapter, among the oldest few (ties: the oldest) */
+			if (best == UINT32_MAX)
+				best = i;
+			else if (s->waiting[best]->n_tokens == s->waiting[best]->n_prompt &&
+				 admit_key(s, s->waiting[i]) < admit_key(s, s->waiting[best]))
+				best = i;
+			if (i == 0 && s->waiting[0]->n_tokens != s->waiting[0]->n_prompt)
+				break;
+		}
+		if (bad)
+			continue;
+		if (best == UINT32_MAX)
+			break; /* everything in the window waits for the loader */
 		q = s->waiting[best];
 		/* Admit only with room for its first chunk, unless nothing runs: otherwise it would
 		 * be preempted again at once. */
@@ -465,8 +617,8 @@ static void admit(struct sched *s)
 		for (uint32_t i = 0; i < q->n_loras && ok; i++) {
 			int r = adapter_make_resident(s, q->loras[i].entry, q);
 
-			if (r == -ENOSPC) {
-				ok = false; /* wait for memory */
+			if (r == -ENOSPC || r == -EAGAIN) {
+				ok = false; /* wait for memory (or a warm copy evicted meanwhile) */
 			} else if (r < 0) {
 				char msg[160];
 
@@ -483,12 +635,16 @@ static void admit(struct sched *s)
 		if (!ok)
 			break;
 		waiting_remove_at(s, best);
+		promote_observe(s, q);
 		q->state = SEQ_RUNNING;
 		q->admitted = ++s->admit_counter;
 		s->recent_callers[s->n_recent++ % RECENT_ADMISSIONS] = q->caller;
 		for (uint32_t i = 0; i < q->n_loras; i++) {
-			q->loras[i].entry->running_users++;
-			q->loras[i].entry->last_used = s->stats.steps;
+			struct adapter_entry *a = q->loras[i].entry;
+
+			a->running_users++;
+			a->last_used = s->stats.steps;
+			evict_hit(s->p.eviction, &s->hot_clock, &a->hot_meta);
 		}
 		s->running[s->n_running++] = q;
 	}
@@ -717,6 +873,20 @@ int sched_step(struct sched *s)
 
 /* ---- thread ---- */
 
+/* A prefetched adapter whose warm copy is there (or that needs no copy) waits to be made
+ * hot by a step. */
+static bool prefetch_ready(struct sched *s)
+{
+	for (size_t i = 0; i < s->n_adapters; i++) {
+		struct adapter_entry *a = s->adapters[i];
+
+		if (a->prefetch && !a->res &&
+		    (!a->blob || tiers_want(s->tiers, a->blob, false) != TIER_LOADING))
+			return true;
+	}
+	return false;
+}
+
 static void *sched_thread(void *arg)
 {
 	struct sched *s = arg;
@@ -724,7 +894,8 @@ static void *sched_thread(void *arg)
 	for (;;) {
 		pthread_mutex_lock(&s->lock);
 		/* Held (tests), the thread wakes only to run cancellations. */
-		while (!s->stopping && ((s->n_waiting == 0 && s->n_running == 0) ||
+		while (!s->stopping &&
+		       ((s->n_waiting == 0 && s->n_running == 0 && !prefetch_ready(s)) ||
 					(held_locked(s) && !s->poked)))
 			pthread_cond_wait(&s->wake, &s->lock);
 		bool stop = s->stopping;
@@ -752,6 +923,24 @@ int sched_start(struct sched *s)
 }
 
 /* ---- construction ---- */
+
+/* The loader thread finished a load: what waited for it may be admitted now. */
+static void tiers_changed(void *userdata)
+{
+	struct sched *s = userdata;
+
+	pthread_mutex_lock(&s->lock);
+	pthread_cond_broadcast(&s->wake);
+	pthread_mutex_unlock(&s->lock);
+}
+
+static void tiers_bad_blob(const char *key, int error, const char *message, void *userdata)
+{
+	struct sched *s = userdata;
+
+	if (s->p.on_adapter_bad)
+		s->p.on_adapter_bad(key, error, message, s->p.userdata);
+}
 
 size_t sched_page_bytes(const struct model *m)
 {
@@ -807,7 +996,23 @@ int sched_new(const struct model *m, const struct sched_params *params, struct s
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->wake, NULL);
 	pthread_cond_init(&s->idle, NULL);
+	s->hot_budget = p.hot_bytes ? MIN(p.hot_bytes, (uint64_t) n_pages * page_bytes)
+				    : (uint64_t) n_pages * page_bytes;
+	s->p.warm_bytes = p.warm_bytes ? p.warm_bytes : 2ull << 30;
 	r = page_pool_new(page_bytes, n_pages, &s->pool);
+	if (r >= 0) {
+		struct tiers_params tp = {
+			.warm_bytes = s->p.warm_bytes,
+			.eviction = p.eviction,
+			.loader = p.loader,
+			.topology = p.topology,
+			.on_change = tiers_changed,
+			.on_bad = tiers_bad_blob,
+			.userdata = s,
+		};
+
+		r = tiers_new(&tp, &s->tiers);
+	}
 	if (r >= 0)
 		r = threadpool_new(p.n_threads, &s->threads);
 	if (r >= 0)
@@ -849,6 +1054,8 @@ struct sched *sched_free(struct sched *s)
 	pthread_mutex_unlock(&s->lock);
 	if (s->thread_started)
 		pthread_join(s->thread, NULL);
+	/* the loader thread calls back into s: it goes first */
+	s->tiers = tiers_free(s->tiers);
 
 	pthread_mutex_lock(&s->lock);
 	while (s->running && s->n_running)
@@ -1049,7 +1256,11 @@ void sched_get_stats(struct sched *s, struct sched_stats *ret)
 	ret->pool_pages_free = page_pool_n_free(s->pool);
 	ret->pool_pages_kv = page_pool_n_kind(s->pool, PAGE_KIND_KV);
 	ret->pool_pages_adapters = page_pool_n_kind(s->pool, PAGE_KIND_ADAPTER);
+	ret->eviction = evict_policy_name(s->p.eviction);
+	ret->hot_budget_bytes = s->hot_budget;
+	ret->hot_bytes = hot_used(s);
 	pthread_mutex_unlock(&s->lock);
+	tiers_get_stats(s->tiers, &ret->tiers);
 }
 
 /* ---- adapter registry ---- */
@@ -1107,8 +1318,11 @@ int sched_remove_adapter(struct sched *s, const char *name)
 			s->n_adapters--;
 			break;
 		}
-	adapter_evict(s, a);
-	s->stats.adapter_evictions--; /* an unload is not an eviction */
+	if (a->res) {
+		adapter_evict(s, a);
+		s->stats.adapter_evictions--; /* an unload is not an eviction */
+	}
+	tiers_remove(s->tiers, a->blob);
 	lora_adapter_free(a->adapter);
 	free(a);
 	pthread_mutex_unlock(&s->lock);
@@ -1122,12 +1336,30 @@ int sched_pin_adapter(struct sched *s, const char *name, bool pin)
 
 	pthread_mutex_lock(&s->lock);
 	a = adapter_find(s, name);
-	if (!a)
-		r = -ENOENT;
-	else if (pin && (r = adapter_make_resident(s, a, NULL)) == 0)
+	if (!a) {
+		pthread_mutex_unlock(&s->lock);
+		return -ENOENT;
+	}
+	if (pin && a->blob && !a->res) {
+		/* a pin makes it hot now: wait for the disk without the lock, the adapter held
+		 * against removal meanwhile (users > 0) */
+		a->users++;
+		pthread_mutex_unlock(&s->lock);
+		r = tiers_wait(s->tiers, a->blob, NULL);
+		pthread_mutex_lock(&s->lock);
+		a->users--;
+	}
+	if (r < 0)
+		;
+	else if (pin && (r = adapter_make_resident(s, a, NULL)) == 0) {
 		a->pinned = true;
-	else if (!pin)
+		if (a->blob)
+			tiers_pin(s->tiers, a->blob, true);
+	} else if (!pin) {
 		a->pinned = false;
+		if (a->blob)
+			tiers_pin(s->tiers, a->blob, false);
+	}
 	pthread_mutex_unlock(&s->lock);
 	return r;
 }
@@ -1141,13 +1373,43 @@ int sched_prefetch_adapter(struct sched *s, const char *name)
 	a = adapter_find(s, name);
 	if (!a)
 		r = -ENOENT;
-	else {
+	else if (a->blob && !a->res) {
+		/* the loader thread reads it; a later step makes it hot (prefetch_promote) */
+		enum tier_state st = tiers_want(s->tiers, a->blob, false);
+
+		a->prefetch = true;
+		pthread_cond_broadcast(&s->wake);
+		r = st == TIER_BAD ? tiers_bad(s->tiers, a->blob, NULL) : 0;
+	} else {
 		r = adapter_make_resident(s, a, NULL);
 		if (r == 0)
 			a->last_used = s->stats.steps;
 	}
 	pthread_mutex_unlock(&s->lock);
 	return r;
+}
+
+int sched_set_adapter_source(struct sched *s, const char *name, const char *path,
+			     const uint8_t sha256[32])
+{
+	struct adapter_entry *a;
+	int r = 0;
+
+	pthread_mutex_lock(&s->lock);
+	a = adapter_find(s, name);
+	if (!a)
+		r = -ENOENT;
+	else if (a->blob)
+		r = -EEXIST;
+	else
+		r = tiers_add(s->tiers, name, path, sha256, &a->blob);
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+void sched_test_hold_loads(struct sched *s, bool hold)
+{
+	tiers_test_hold_loads(s->tiers, hold);
 }
 
 void sched_foreach_adapter(struct sched *s,
@@ -1164,8 +1426,17 @@ void sched_foreach_adapter(struct sched *s,
 			.rank = a->adapter->max_rank,
 			.requests = a->requests,
 			.bytes = a->res ? a->res->bytes : 0,
+			.hot_hits = a->hot_hits,
+			.hot_misses = a->hot_misses,
+			.has_blob = a->blob != NULL,
+			.warm = { .state = TIER_COLD, .node = -1 },
 		};
 
+		if (a->blob)
+			tiers_blob_info(s->tiers, a->blob, &info.warm);
+		info.tier = a->res ? "hot"
+			    : !a->blob ? "cold"
+				       : tier_state_name(info.warm.state);
 		fn(&info, userdata);
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -1190,6 +1461,11 @@ int sched_check_pool(struct sched *s)
 	if (r == 0 && (kv != page_pool_n_kind(s->pool, PAGE_KIND_KV) ||
 		       ad != page_pool_n_kind(s->pool, PAGE_KIND_ADAPTER)))
 		r = -EUCLEAN;
+	/* the tiers' budgets: hot adapter pages, warm copies */
+	if (r == 0 && hot_used(s) > s->hot_budget)
+		r = -EUCLEAN;
+	if (r == 0)
+		r = tiers_check(s->tiers);
 	pthread_mutex_unlock(&s->lock);
 	return r;
 }
