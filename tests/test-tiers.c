@@ -248,6 +248,10 @@ static bool blobs_made;
 
 static void remove_files(void)
 {
+	char changed[320];
+
+	snprintf(changed, sizeof(changed), "%s/changed.molly", dir_);
+	unlink(changed);
 	for (int i = 0; i < N_ADAPTERS; i++)
 		if (blob_path[i][0])
 			unlink(blob_path[i]);

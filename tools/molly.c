@@ -900,8 +900,10 @@ static int adapters_fsck(int argc, char **argv)
 
 static int cmd_adapters(int argc, char **argv)
 {
-	static const char *const simple[] = { "load", "unload", "pin", "unpin", "remove" };
-	static const char *const methods[] = { "Load", "Unload", "Pin", "Unpin", "Remove" };
+	static const char *const simple[] = { "load", "unload", "pin", "unpin", "remove",
+					      "prefetch" };
+	static const char *const methods[] = { "Load", "Unload", "Pin", "Unpin", "Remove",
+					       "Prefetch" };
 	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
 	_cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
 	const char *verb = argc > 1 ? argv[1] : "list";
@@ -982,7 +984,7 @@ static int cmd_adapters(int argc, char **argv)
 		return 0;
 	}
 	fprintf(stderr, "molly adapters: unknown command '%s' (list, import, load, unload, pin, "
-			"unpin, remove, history, rollback, gc, fsck)\n",
+			"unpin, prefetch, remove, history, rollback, gc, fsck)\n",
 		verb);
 	return 2;
 }

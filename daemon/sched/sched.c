@@ -996,8 +996,9 @@ int sched_new(const struct model *m, const struct sched_params *params, struct s
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->wake, NULL);
 	pthread_cond_init(&s->idle, NULL);
-	s->hot_budget = p.hot_bytes ? MIN(p.hot_bytes, (uint64_t) n_pages * page_bytes)
-				    : (uint64_t) n_pages * page_bytes;
+	s->hot_budget = p.hot_bytes == SCHED_HOT_BYTES_HALF ? (uint64_t) n_pages * page_bytes / 2
+			: p.hot_bytes ? MIN(p.hot_bytes, (uint64_t) n_pages * page_bytes)
+				      : (uint64_t) n_pages * page_bytes;
 	s->p.warm_bytes = p.warm_bytes ? p.warm_bytes : 2ull << 30;
 	r = page_pool_new(page_bytes, n_pages, &s->pool);
 	if (r >= 0) {

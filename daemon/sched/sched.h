@@ -34,6 +34,8 @@ struct model;
 struct lora_adapter;
 struct sched;
 
+#define SCHED_HOT_BYTES_HALF UINT64_MAX
+
 struct sched_params {
 	uint32_t max_sequences;  /* running at once (default 8) */
 	uint32_t queue_length;   /* requests waiting beyond the running slots before -EAGAIN
@@ -45,7 +47,7 @@ struct sched_params {
 	/* Adapter tiers (tiers.h). hot_bytes: adapter weights in the pool at most (0: the whole
 	 * pool; the daemon's default is half, [Adapters] HotBytes=); warm_bytes: warm copies of
 	 * blobs (0: 2 GiB); eviction: the policy of both tiers (default GDSF). */
-	uint64_t hot_bytes;
+	uint64_t hot_bytes;      /* SCHED_HOT_BYTES_HALF: half the pool */
 	uint64_t warm_bytes;
 	enum evict_policy eviction;
 	struct blob_loader_params loader;
