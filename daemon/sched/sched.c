@@ -375,8 +375,8 @@ static int seq_adapters_ready(struct sched *s, struct seq *q, char *msg, size_t 
 			struct errmsg e = { { 0 } };
 			int r = tiers_bad(s->tiers, a->blob, &e);
 
-			snprintf(msg, msg_size, "adapter '%s' is unusable: %s", a->adapter->meta.name,
-				 e.text);
+			snprintf(msg, msg_size, "adapter '%.64s' is unusable: %.220s",
+				 a->adapter->meta.name, e.text);
 			q->counted = true;
 			return r < 0 ? r : -EIO;
 		}

@@ -111,11 +111,11 @@ static struct tier_blob *next_queued(struct tiers *t)
 	return next;
 }
 
-static void mark_bad(struct tier_blob *b, int error, const char *fmt, const char *text)
+static void mark_bad(struct tier_blob *b, int error, const char *text)
 {
 	b->state = TIER_BAD;
 	b->error = error;
-	snprintf(b->message, sizeof(b->message), fmt, text);
+	snprintf(b->message, sizeof(b->message), "%.255s", text);
 }
 
 struct alloc_ctx {
@@ -149,7 +149,7 @@ static void load_one(struct tiers *t, struct tier_blob *b)
 	/* size and room first: the budget holds during the read too */
 	if (stat(b->path, &st) < 0) {
 		b->taken = false;
-		mark_bad(b, -errno, "%s", b->path);
+		mark_bad(b, -errno, b->path);
 		snprintf(b->message + strlen(b->message), sizeof(b->message) - strlen(b->message),
 			 ": %s", strerror(-b->error));
 		return;
@@ -194,7 +194,7 @@ static void load_one(struct tiers *t, struct tier_blob *b)
 		if (buf.data)
 			warm_release(t->warm, &buf);
 		t->stats.load_failures++;
-		mark_bad(b, r, "%s", e.text[0] ? e.text : strerror(-r));
+		mark_bad(b, r, e.text[0] ? e.text : strerror(-r));
 		return;
 	}
 	/* the reservation becomes the copy's size (at most what was reserved) */
