@@ -108,10 +108,11 @@ TEST(every_path_reads_the_file)
 		ASSERT_OK(make_file(tdir(), "blob", sizes[i], 1000 + i, path, &b));
 		for (size_t k = 0; k < ELEMENTSOF(paths); k++) {
 			/* small chunks and a shallow queue too: many reads, out-of-order
-			 * completions, the hash advancing over the in-order prefix */
+			 * completions, the hash advancing over the in-order prefix (on the
+			 * reading thread there; on the hashing thread by default) */
 			struct blob_loader_params p = { .path = paths[k] };
 			struct blob_loader_params q = { .path = paths[k], .queue_depth = 3,
-							.chunk_bytes = 8192 };
+							.chunk_bytes = 8192, .hash_inline = true };
 
 			ASSERT_OK(load_and_check(&p, path, b, sizes[i], paths[k]));
 			ASSERT_OK(load_and_check(&q, path, b, sizes[i], paths[k]));

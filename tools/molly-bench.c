@@ -43,6 +43,7 @@
  *               (daemon/loader/bench-load.h)
  *   molly-bench --tier-sim [--adapters N] [--hot N] [--requests N] [--zipf S] ...
  *               (daemon/sched/tier-sim.h)
+ *   molly-bench --cold-ttft --model M --adapter FILE [--reps R]   (daemon/sched/bench-tiers.h)
  *
  * --kernels: the packed Q8_0, Q4_0 and F32 tile kernels (quant_gemm_packed(); F32 packs since
  * issue 15) on one thread, from cache-sized random data: 256 rows × 2048 values
@@ -67,6 +68,7 @@
 #include "engine/threadpool.h"
 #include "loader/bench-load.h"
 #include "sched/bench-serve.h"
+#include "sched/bench-tiers.h"
 #include "sched/tier-sim.h"
 
 #define BW_BYTES (2ull << 30)
@@ -659,6 +661,8 @@ int main(int argc, char **argv)
 			return bench_adapter_load(argc, argv);
 		if (strcmp(argv[i], "--tier-sim") == 0)
 			return tier_sim_main(argc, argv);
+		if (strcmp(argv[i], "--cold-ttft") == 0)
+			return bench_cold_ttft(argc, argv);
 	}
 	return run(argc, argv) < 0 ? 1 : 0;
 }

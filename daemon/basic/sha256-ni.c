@@ -22,24 +22,41 @@ void sha256_blocks_ni(uint32_t s[8], const uint8_t *p, size_t n_blocks)
 	st1 = _mm_blend_epi16(st1, t, 0xF0);             /* high to low: C D G H */
 
 	for (; n_blocks > 0; n_blocks--, p += 64) {
-		__m128i abef = st0, cdgh = st1, m[4], kw;
+		__m128i abef = st0, cdgh = st1, kw;
+		__m128i m0 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *) (p + 0)), bswap);
+		__m128i m1 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *) (p + 16)), bswap);
+		__m128i m2 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *) (p + 32)), bswap);
+		__m128i m3 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *) (p + 48)), bswap);
 
-		for (int g = 0; g < 16; g++) {
-			if (g < 4)
-				m[g] = _mm_shuffle_epi8(
-					_mm_loadu_si128((const __m128i *) (p + 16 * g)), bswap);
-			else
-				/* W[t] = σ1(W[t-2]) + W[t-7] + σ0(W[t-15]) + W[t-16], 4 at a time */
-				m[g & 3] = _mm_sha256msg2_epu32(
-					_mm_add_epi32(_mm_sha256msg1_epu32(m[g & 3], m[(g + 1) & 3]),
-						      _mm_alignr_epi8(m[(g + 3) & 3], m[(g + 2) & 3], 4)),
-					m[(g + 3) & 3]);
-			kw = _mm_add_epi32(m[g & 3],
-					   _mm_loadu_si128((const __m128i *) &sha256_K[4 * g]));
-			st1 = _mm_sha256rnds2_epu32(st1, st0, kw);
-			kw = _mm_shuffle_epi32(kw, 0x0E);
-			st0 = _mm_sha256rnds2_epu32(st0, st1, kw);
+/* four rounds on message words msg (W[4g..4g+3]) */
+#define QROUND(msg, g)                                                                             \
+	kw = _mm_add_epi32(msg, _mm_loadu_si128((const __m128i *) &sha256_K[4 * (g)]));          \
+	st1 = _mm_sha256rnds2_epu32(st1, st0, kw);                                                 \
+	st0 = _mm_sha256rnds2_epu32(st0, st1, _mm_shuffle_epi32(kw, 0x0E))
+/* the next four schedule words into a (which held the oldest): W[t] = σ1(W[t-2]) + W[t-7] +
+ * σ0(W[t-15]) + W[t-16], with b, c, d the three newer groups */
+#define SCHED(a, b, c, d)                                                                          \
+	a = _mm_sha256msg2_epu32(                                                                  \
+		_mm_add_epi32(_mm_sha256msg1_epu32(a, b), _mm_alignr_epi8(d, c, 4)), d)
+
+		/* fully unrolled: the schedule of the next group runs beside the rounds of
+		 * this one (a loop over an array of four kept them apart: ~30% slower) */
+		QROUND(m0, 0);
+		QROUND(m1, 1);
+		QROUND(m2, 2);
+		QROUND(m3, 3);
+		for (int g = 4; g < 16; g += 4) {
+			SCHED(m0, m1, m2, m3);
+			QROUND(m0, g);
+			SCHED(m1, m2, m3, m0);
+			QROUND(m1, g + 1);
+			SCHED(m2, m3, m0, m1);
+			QROUND(m2, g + 2);
+			SCHED(m3, m0, m1, m2);
+			QROUND(m3, g + 3);
 		}
+#undef QROUND
+#undef SCHED
 		st0 = _mm_add_epi32(st0, abef);
 		st1 = _mm_add_epi32(st1, cdgh);
 	}

@@ -42,7 +42,8 @@ int bench_adapter_load(int argc, char **argv)
 		{ "chunk", required_argument, NULL, 'c' },  { "help", no_argument, NULL, 'h' },
 		{},
 	};
-	struct blob_loader_params p = { .path = BLOB_PATH_URING };
+	/* one destination for all files, alive until the loader is gone */
+	struct blob_loader_params p = { .path = BLOB_PATH_URING, .reuse_destination = true };
 	_cleanup_(blob_loader_freep) struct blob_loader *l = NULL;
 	struct reuse reuse = { 0 };
 	bool verify = false, json = false, mixed = false, have_path = false;
@@ -114,6 +115,7 @@ int bench_adapter_load(int argc, char **argv)
 		r = blob_load(l, argv[i], verify, NULL, reuse_alloc, &reuse, &res, &e);
 		if (r < 0) {
 			fprintf(stderr, "molly-bench: %s\n", e.text[0] ? e.text : strerror(-r));
+			l = blob_loader_free(l);
 			free(reuse.buf);
 			return 1;
 		}
@@ -130,6 +132,7 @@ int bench_adapter_load(int argc, char **argv)
 			       blob_path_name(res.path), verify ? " sha256 " : "",
 			       verify ? sha256_hex(res.sha256, hex) : "");
 	}
+	l = blob_loader_free(l); /* its registration of reuse.buf first */
 	free(reuse.buf);
 	{
 		double sec = (double) ns * 1e-9;

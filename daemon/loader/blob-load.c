@@ -4,13 +4,16 @@
  *
  * The io_uring path keeps queue_depth reads in flight over the file, each into its place in
  * the destination, which is registered with the ring for the duration of the load (one fixed
- * buffer: the kernel pins it once instead of per read). Completions arrive in any order; a
+ * buffer: the kernel pins it once instead of per read; kept across loads only when the caller
+ * reuses one destination, see reuse_destination). SHA-256 runs on a thread of its own where
+ * there is more than one CPU. Completions arrive in any order; a
  * bitmap of finished chunks lets the hash advance over the in-order prefix while the rest is
  * still being read, so hashing overlaps the disk rather than following it.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,12 +28,57 @@
 #define BLOB_ALIGN 4096u
 #define MAX_QUEUE_DEPTH 64u
 
+/* The hashing thread: it hashes what the reading thread says has arrived in order, so the
+ * SHA-256 (one core's worth of work, about the disk's rate) runs beside the reads rather than
+ * between their completions. */
+struct hasher {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool started, stop;
+	struct sha256_ctx *ctx;  /* the load's, while one runs */
+	const uint8_t *base;
+	uint64_t avail;          /* bytes that may be hashed */
+	uint64_t done;           /* bytes hashed */
+	uint64_t busy_ns;
+};
+
 struct blob_loader {
 	struct blob_loader_params p;
 	struct io_uring ring;
 	bool have_ring;
+	struct iovec registered; /* the destination registered last (kept while it is reused) */
+	struct hasher h;
 	char note[160];
 };
+
+static void *hasher_thread(void *arg)
+{
+	struct hasher *h = arg;
+
+	pthread_mutex_lock(&h->lock);
+	for (;;) {
+		while (!h->stop && (!h->ctx || h->done >= h->avail))
+			pthread_cond_wait(&h->cond, &h->lock);
+		if (h->stop)
+			break;
+		/* a slice at a time, so new data and the end are seen promptly */
+		uint64_t from = h->done, to = MIN(h->avail, from + (1u << 20));
+		struct sha256_ctx *ctx = h->ctx;
+		const uint8_t *base = h->base;
+
+		pthread_mutex_unlock(&h->lock);
+		uint64_t t0 = now_ns();
+		sha256_update(ctx, base + from, to - from);
+		uint64_t dt = now_ns() - t0;
+		pthread_mutex_lock(&h->lock);
+		h->done = to;
+		h->busy_ns += dt;
+		pthread_cond_broadcast(&h->cond);
+	}
+	pthread_mutex_unlock(&h->lock);
+	return NULL;
+}
 
 static const char *const path_names[_BLOB_PATH_MAX] = {
 	[BLOB_PATH_URING] = "uring",
@@ -73,6 +121,11 @@ int blob_loader_new(const struct blob_loader_params *p, struct blob_loader **ret
 		free(l);
 		return -EINVAL;
 	}
+	pthread_mutex_init(&l->h.lock, NULL);
+	pthread_cond_init(&l->h.cond, NULL);
+	/* one core hashes while another reads; alone on one core it would only add switches */
+	if (!l->p.hash_inline && sysconf(_SC_NPROCESSORS_ONLN) > 1)
+		l->h.started = pthread_create(&l->h.thread, NULL, hasher_thread, &l->h) == 0;
 	if (l->p.path == BLOB_PATH_URING || l->p.path == BLOB_PATH_URING_BUFFERED) {
 		r = io_uring_queue_init(l->p.queue_depth, &l->ring, 0);
 		if (r < 0) {
@@ -92,6 +145,15 @@ struct blob_loader *blob_loader_free(struct blob_loader *l)
 {
 	if (!l)
 		return NULL;
+	if (l->h.started) {
+		pthread_mutex_lock(&l->h.lock);
+		l->h.stop = true;
+		pthread_cond_broadcast(&l->h.cond);
+		pthread_mutex_unlock(&l->h.lock);
+		pthread_join(l->h.thread, NULL);
+	}
+	pthread_cond_destroy(&l->h.cond);
+	pthread_mutex_destroy(&l->h.lock);
 	if (l->have_ring)
 		io_uring_queue_exit(&l->ring);
 	free(l);
@@ -121,6 +183,23 @@ struct load {
 	struct errmsg *e;
 };
 
+/* Waits until the hashing thread has hashed everything it was given and detaches it from
+ * the load (also on errors: it must not read the destination after we return). */
+static void hash_wait(struct load *ld)
+{
+	struct hasher *h = &ld->l->h;
+
+	if (!h->started)
+		return;
+	pthread_mutex_lock(&h->lock);
+	while (h->ctx && h->done < h->avail)
+		pthread_cond_wait(&h->cond, &h->lock);
+	if (h->ctx)
+		ld->hash_ns += h->busy_ns;
+	h->ctx = NULL;
+	pthread_mutex_unlock(&h->lock);
+}
+
 static const struct blob_fault no_fault;
 
 static const struct blob_fault *fault_of(const struct load *ld)
@@ -128,13 +207,29 @@ static const struct blob_fault *fault_of(const struct load *ld)
 	return ld->l->p.fault ? ld->l->p.fault : &no_fault;
 }
 
-/* Hashes what arrived in order: up to `upto` bytes of the file. */
+/* Hashes what arrived in order: up to `upto` bytes of the file (on the hashing thread when
+ * there is one: then this only says how far it may go). */
 static void hash_upto(struct load *ld, uint64_t upto)
 {
+	struct hasher *h = &ld->l->h;
 	uint64_t t0;
 
 	if (!ld->verify || upto <= ld->hashed)
 		return;
+	if (h->started) {
+		pthread_mutex_lock(&h->lock);
+		if (!h->ctx) {
+			h->ctx = &ld->sha;
+			h->base = ld->dst;
+			h->avail = h->done = 0;
+			h->busy_ns = 0;
+		}
+		h->avail = upto;
+		pthread_cond_broadcast(&h->cond);
+		pthread_mutex_unlock(&h->lock);
+		ld->hashed = upto;
+		return;
+	}
 	t0 = now_ns();
 	sha256_update(&ld->sha, ld->dst + ld->hashed, upto - ld->hashed);
 	ld->hashed = upto;
@@ -267,7 +362,16 @@ static int load_uring(struct load *ld)
 	/* Registration pins the pages (charged to RLIMIT_MEMLOCK without CAP_IPC_LOCK); where
 	 * that is refused the reads still go straight into place, unregistered. A single fixed
 	 * buffer is at most 1 GiB. */
-	fixed_buf = iov.iov_len <= (1ull << 30) && io_uring_register_buffers(ring, &iov, 1) == 0;
+	if (ld->l->registered.iov_base == iov.iov_base && ld->l->registered.iov_len >= iov.iov_len)
+		fixed_buf = true; /* the same destination as last time: still registered */
+	else {
+		if (ld->l->registered.iov_base)
+			(void) io_uring_unregister_buffers(ring);
+		ld->l->registered = (struct iovec){ 0 };
+		fixed_buf = iov.iov_len <= (1ull << 30) && io_uring_register_buffers(ring, &iov, 1) == 0;
+		if (fixed_buf)
+			ld->l->registered = iov;
+	}
 
 	while (ok && (in_order < n_chunks || in_flight > 0)) {
 		struct io_uring_cqe *cqe;
@@ -331,8 +435,12 @@ static int load_uring(struct load *ld)
 		if (err != 0 && in_flight == 0)
 			break;
 	}
-	if (fixed_buf)
+	/* The registration holds the pages: it must go before the memory may be freed, unless
+	 * the caller said it reuses this very memory for every load (a benchmark's buffer). */
+	if (fixed_buf && !ld->l->p.reuse_destination) {
 		(void) io_uring_unregister_buffers(ring);
+		ld->l->registered = (struct iovec){ 0 };
+	}
 	(void) io_uring_unregister_files(ring);
 	if (!ok)
 		return errmsg_set(ld->e, err, "%s: io_uring_submit_and_wait: %s", ld->path,
@@ -423,9 +531,11 @@ int blob_load(struct blob_loader *l, const char *path, bool verify, const uint8_
 	if (r < 0)
 		goto out;
 	if (ld.verify) {
-		uint64_t h0 = now_ns();
+		uint64_t h0;
 
 		hash_upto(&ld, ld.size);
+		hash_wait(&ld);
+		h0 = now_ns();
 		sha256_final(&ld.sha, ret->sha256);
 		ld.hash_ns += now_ns() - h0;
 		if (expect && memcmp(expect, ret->sha256, 32) != 0) {
@@ -439,6 +549,7 @@ int blob_load(struct blob_loader *l, const char *path, bool verify, const uint8_
 	}
 	r = 0;
 out:
+	hash_wait(&ld);
 	ret->hash_ns = ld.hash_ns;
 	ret->resubmits = ld.resubmits;
 	ret->ns = now_ns() - t0;

@@ -15,7 +15,8 @@
  * expected one is -EBADMSG. Every read in flight is reaped before any return.
  *
  * Hashing: chunks are hashed in file order as soon as they and all before them have arrived,
- * while the later reads are still in flight (sha256.h picks SHA-NI where the CPU has it).
+ * while the later reads are still in flight (sha256.h picks SHA-NI where the CPU has it), on
+ * a hashing thread of the loader's where there is more than one CPU.
  *
  * Threading: a loader is used by one thread at a time (the scheduler's loader thread, or a
  * benchmark); separate loaders may run concurrently.
@@ -60,6 +61,12 @@ struct blob_loader_params {
 	uint32_t queue_depth;   /* reads in flight (default 8, at most 64) */
 	uint32_t chunk_bytes;   /* bytes a read (default 1 MiB; a multiple of 4096) */
 	const struct blob_fault *fault; /* tests: NULL */
+	bool hash_inline;       /* hash on the reading thread (default: a hashing thread when
+				 * there is more than one CPU) */
+	/* Every load goes into the same memory, which outlives the loader: its fixed-buffer
+	 * registration is kept between loads instead of pinned anew (benchmarks). Never when
+	 * destinations are freed: a registration keeps the old pages. */
+	bool reuse_destination;
 };
 
 struct blob_loader;
