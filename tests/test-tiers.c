@@ -704,3 +704,28 @@ TEST(prefetch_makes_hot_without_a_request)
 	})));
 	return 0;
 }
+
+/* An adapter bigger than the hot budget: its request ends with -E2BIG (it used to read the
+ * freed request), the next request runs. */
+TEST(adapter_larger_than_hot_budget_fails_alone)
+{
+	_cleanup_(model_freep) struct model *m = load_model();
+	_cleanup_(sched_freep) struct sched *s = NULL;
+	struct result big, none;
+
+	if (!m)
+		return TEST_SKIP;
+	ASSERT_OK(make_blobs(m));
+	ASSERT_OK(sched_new(m, &(struct sched_params){ .max_sequences = 2, .n_threads = 1,
+						       .max_context = 64,
+						       .hot_bytes = sched_page_bytes(m) },
+			    &s, NULL));
+	ASSERT_OK(add_adapter(s, m, 1, true)); /* rank 16: several pages */
+	ASSERT_OK(submit(s, m, 1, 4, 1, &big));
+	ASSERT_OK(submit(s, m, -1, 4, 2, &none));
+	ASSERT_TRUE(TEST_WAIT_UNTIL((sched_step(s), big.done && none.done)));
+	ASSERT_ERR(big.error, -E2BIG);
+	ASSERT_EQ(none.error, 0);
+	ASSERT_EQ(none.n, 4);
+	return 0;
+}

@@ -181,7 +181,7 @@ int bench_cold_ttft(int argc, char **argv)
 		struct lora_adapter *a = NULL;
 
 		r = sched_new(m, &(struct sched_params){ .max_sequences = 2, .n_threads = threads,
-							 .max_context = 64 },
+							 .max_context = 64, .pool_bytes = 256u << 20 },
 			      &s, &e);
 		if (r >= 0)
 			r = lora_adapter_open(blob, &oo, &a, NULL, &e);

@@ -614,7 +614,7 @@ static void admit(struct sched *s)
 			if (page_pool_n_free(s->pool) < (first + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS)
 				break;
 		}
-		for (uint32_t i = 0; i < q->n_loras && ok; i++) {
+		for (uint32_t i = 0; ok && i < q->n_loras; i++) { /* q is freed on failure */
 			int r = adapter_make_resident(s, q->loras[i].entry, q);
 
 			if (r == -ENOSPC || r == -EAGAIN) {
