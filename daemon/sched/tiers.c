@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,7 @@ struct tiers {
 	struct tiers_params p;
 	struct numa_topology topo;
 	bool have_topo;
+	uint32_t *cpus;                    /* owned: the readers when p.cpus is NULL */
 	struct warm *warm;                 /* owned */
 	struct blob_loader *loader;        /* owned; the loader thread's */
 	pthread_mutex_t lock;
@@ -263,6 +265,19 @@ int tiers_new(const struct tiers_params *p, struct tiers **ret)
 		t->have_topo = true;
 	} else
 		t->have_topo = numa_topology_read(&t->topo) == 0;
+	if (!p->cpus && !p->topology) {
+		/* the compute threads run where the process may run (CPUAffinity=, numactl):
+		 * those CPUs are the readers */
+		cpu_set_t set;
+
+		if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0 &&
+		    (t->cpus = calloc((size_t) CPU_COUNT(&set), sizeof(*t->cpus)))) {
+			for (int c = 0; c < CPU_SETSIZE && c < (int) t->topo.n_cpus; c++)
+				if (CPU_ISSET(c, &set))
+					t->cpus[t->p.n_cpus++] = (uint32_t) c;
+			t->p.cpus = t->p.n_cpus ? t->cpus : NULL;
+		}
+	}
 	r = warm_new(p->warm_bytes, &t->warm);
 	if (r >= 0)
 		r = blob_loader_new(&p->loader, &t->loader);
@@ -294,6 +309,7 @@ struct tiers *tiers_free(struct tiers *t)
 	free(t->blobs);
 	blob_loader_free(t->loader);
 	warm_free(t->warm);
+	free(t->cpus);
 	pthread_cond_destroy(&t->cond);
 	pthread_mutex_destroy(&t->lock);
 	free(t);
