@@ -44,6 +44,7 @@
  *   molly-bench --tier-sim [--adapters N] [--hot N] [--requests N] [--zipf S] ...
  *               (daemon/sched/tier-sim.h)
  *   molly-bench --cold-ttft --model M --adapter FILE [--reps R]   (daemon/sched/bench-tiers.h)
+ *   molly-bench --tier-serve --model M [--adapters 64,...,1000]   (daemon/sched/bench-tiers.h)
  *
  * --kernels: the packed Q8_0, Q4_0 and F32 tile kernels (quant_gemm_packed(); F32 packs since
  * issue 15) on one thread, from cache-sized random data: 256 rows × 2048 values
@@ -663,6 +664,8 @@ int main(int argc, char **argv)
 			return tier_sim_main(argc, argv);
 		if (strcmp(argv[i], "--cold-ttft") == 0)
 			return bench_cold_ttft(argc, argv);
+		if (strcmp(argv[i], "--tier-serve") == 0)
+			return bench_tier_serve(argc, argv);
 	}
 	return run(argc, argv) < 0 ? 1 : 0;
 }
