@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Cold adapter loads against fio on the same files, ratios within each round:
+# Cold adapter loads against fio on the same files, each run paired with a fio run just
+# before it (ratios within the pair):
 #   fio --ioengine=io_uring --direct=1 --bs=1M --iodepth=8 --rw=read   (the reference)
 #   molly-bench --adapter-load --path uring            (read alone; target >= 0.90x fio)
 #   molly-bench --adapter-load --path uring --verify   (read + SHA-256; target >= 0.80x with SHA-NI)
@@ -51,18 +52,18 @@ declare -A ratios
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs; sha_ni: $(grep -qw sha_ni /proc/cpuinfo && echo yes || echo no)"
 echo "# $N files x $MIB MiB on $(df --output=source,fstype "$D" | tail -1), $ROUNDS rounds"
 for ((r = 1; r <= ROUNDS; r++)); do
-	drop
-	ref=$(fio_gbs)
-	echo "round $r  fio io_uring direct bs=1M qd=8        $ref GB/s   (load $(cut -d' ' -f1 /proc/loadavg))"
 	for m in "${modes[@]}"; do
+		# each run right after its own fio run: the pair sees the same host load
+		drop
+		ref=$(fio_gbs)
 		drop
 		read -r g path < <(molly_gbs --path $m)
 		ratio=$(/usr/bin/python3 -c "print('%.3f' % ($g / $ref))")
 		ratios[$m]+="$ratio "
-		printf 'round %d  molly %-28s %s GB/s  %sx fio  (ran: %s, load %s)\n' "$r" "$m" "$g" "$ratio" "$path" "$(cut -d' ' -f1 /proc/loadavg)"
+		printf 'round %d  molly %-20s %s GB/s  fio %s GB/s  %sx fio  (ran: %s, load %s)\n' "$r" "$m" "$g" "$ref" "$ratio" "$path" "$(cut -d' ' -f1 /proc/loadavg)"
 	done
 done
-echo "# median ratio to fio of the same round"
+echo "# median ratio to the fio run just before"
 for m in "${modes[@]}"; do
 	printf '%-20s %s\n' "$m" "$(/usr/bin/python3 -c 'import statistics, sys; print(statistics.median(float(x) for x in sys.argv[1:]))' ${ratios[$m]})"
 done

@@ -122,7 +122,7 @@ int bench_cold_ttft(int argc, char **argv)
 	_cleanup_(model_freep) struct model *m = NULL;
 	char blob[] = "/var/tmp/molly-bench-ttft-XXXXXX";
 	uint8_t sha[32];
-	double cold[64], hot[64], base[64];
+	double cold[64], hot[64], base[64], load[64], build[64];
 	struct errmsg e = { { 0 } };
 	struct stat st;
 	int fd;
@@ -196,8 +196,13 @@ int bench_cold_ttft(int argc, char **argv)
 		if (r >= 0)
 			r = ttft(s, NULL, &base[i]); /* warms the engine's buffers too */
 		if (r >= 0) {
+			struct sched_stats ss;
+
 			uncache(blob);
 			r = ttft(s, "bench", &cold[i]);
+			sched_get_stats(s, &ss);
+			load[i] = (double) ss.tiers.load_ns * 1e-9;
+			build[i] = (double) ss.promote_build_ns * 1e-9;
 		}
 		if (r >= 0)
 			r = ttft(s, "bench", &hot[i]);
@@ -213,15 +218,20 @@ int bench_cold_ttft(int argc, char **argv)
 	qsort(cold, (size_t) reps, sizeof(double), cmp_double);
 	qsort(hot, (size_t) reps, sizeof(double), cmp_double);
 	qsort(base, (size_t) reps, sizeof(double), cmp_double);
+	qsort(load, (size_t) reps, sizeof(double), cmp_double);
+	qsort(build, (size_t) reps, sizeof(double), cmp_double);
 	if (json)
 		printf("{\"adapter_bytes\":%lld,\"reps\":%d,\"cold_ttft_s\":%.6f,\"hot_ttft_s\":%.6f,"
-		       "\"base_ttft_s\":%.6f}\n",
-		       (long long) st.st_size, reps, cold[reps / 2], hot[reps / 2], base[reps / 2]);
+		       "\"base_ttft_s\":%.6f,\"load_s\":%.6f,\"build_s\":%.6f}\n",
+		       (long long) st.st_size, reps, cold[reps / 2], hot[reps / 2], base[reps / 2],
+		       load[reps / 2], build[reps / 2]);
 	else
 		printf("adapter blob %lld bytes, %d reps (medians): first token cold %.3f ms, hot "
-		       "%.3f ms, no adapter %.3f ms; cold - hot = %.3f ms\n",
+		       "%.3f ms, no adapter %.3f ms; cold - hot = %.3f ms, of which the read and "
+		       "hash %.3f ms, the hot build %.3f ms\n",
 		       (long long) st.st_size, reps, cold[reps / 2] * 1e3, hot[reps / 2] * 1e3,
-		       base[reps / 2] * 1e3, (cold[reps / 2] - hot[reps / 2]) * 1e3);
+		       base[reps / 2] * 1e3, (cold[reps / 2] - hot[reps / 2]) * 1e3,
+		       load[reps / 2] * 1e3, build[reps / 2] * 1e3);
 	return 0;
 usage:
 	fputs("usage: molly-bench --cold-ttft --model M --adapter FILE [--reps R] [--threads T] "

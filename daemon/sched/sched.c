@@ -36,6 +36,9 @@
 
 #define MAX_LORAS_PER_REQUEST 8
 #define ADMIT_WINDOW 16 /* how far into the queue admission looks for fairness */
+/* how far it looks when everything in the window waits for the disk: a request on a hot or
+ * warm adapter further back runs meanwhile rather than leave a slot idle */
+#define ADMIT_WINDOW_BLOCKED 256
 #define RECENT_ADMISSIONS 32
 
 struct adapter_entry {
@@ -53,6 +56,15 @@ struct adapter_entry {
 	struct evict_meta hot_meta;   /* the hot tier's policy record while resident */
 	uint64_t hot_hits, hot_misses;
 	uint64_t promote_ns;          /* the last warm → hot build */
+	/* a warm → hot build on the builder thread: its pages are reserved (they count as
+	 * adapter pages) and filled outside the lock, so the batch keeps computing */
+	bool building;
+	bool build_taken;             /* the builder thread is on it */
+	uint32_t *build_pages;        /* owned while building: the reserved page ids */
+	size_t n_build_pages, build_next;
+	const void *build_image;      /* the warm copy, held (tiers_get) while building */
+	size_t build_image_bytes;
+	int build_error;              /* the last failed build, for the requests that wait */
 };
 
 enum seq_state {
@@ -145,6 +157,9 @@ struct sched {
 	struct sched_stats stats;
 
 	struct tiers *tiers;           /* owned: the warm tier and its loader thread */
+	pthread_t builder;             /* warm → hot builds */
+	bool builder_started;
+	pthread_cond_t build_cond;     /* a build queued, or stopping */
 	struct evict_clock hot_clock;
 	uint64_t hot_budget;           /* bytes of adapter pages at most */
 };
@@ -334,6 +349,7 @@ static int adapter_make_resident(struct sched *s, struct adapter_entry *a, const
 	a->res = res;
 	a->promote_ns = now_ns() - t0;
 	s->stats.promotions++;
+	s->stats.promote_build_ns += a->promote_ns;
 	/* what it would cost to bring back: this build, plus the read from disk when the warm
 	 * copy is gone by then (its last measured load) */
 	a->hot_meta.bytes = (uint64_t) res->n_pages * page_bytes;
@@ -346,6 +362,133 @@ static int adapter_make_resident(struct sched *s, struct adapter_entry *a, const
 	}
 	evict_insert(s->p.eviction, &s->hot_clock, &a->hot_meta);
 	return 0;
+}
+
+/* Reserves a's pages (evicting by the policy, never what `keep` needs) and queues its hot
+ * build for the builder thread: -EINPROGRESS. -EAGAIN when its warm copy is gone, -ENOSPC
+ * when it does not fit now, -E2BIG when it never can. Tiered adapters only. */
+static int adapter_start_build(struct sched *s, struct adapter_entry *a, const struct seq *keep)
+{
+	size_t page_bytes = page_pool_page_bytes(s->pool);
+	size_t need = lora_resident_pages_needed(a->adapter, page_bytes);
+	const void *image;
+	size_t image_bytes = 0;
+
+	if (a->res || a->building)
+		return a->res ? 0 : -EINPROGRESS;
+	if (need == (size_t) -1 || (uint64_t) need * page_bytes > s->hot_budget)
+		return -E2BIG;
+	image = tiers_get(s->tiers, a->blob, &image_bytes);
+	if (!image)
+		return -EAGAIN;
+	while (page_pool_n_free(s->pool) < need ||
+	       hot_used(s) + (uint64_t) need * page_bytes > s->hot_budget)
+		if (!evict_one_adapter(s, keep)) {
+			tiers_put(s->tiers, a->blob);
+			return -ENOSPC;
+		}
+	a->build_pages = malloc(MAX(need, (size_t) 1) * sizeof(*a->build_pages));
+	if (!a->build_pages) {
+		tiers_put(s->tiers, a->blob);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < need; i++)
+		a->build_pages[i] = page_pool_alloc(s->pool, PAGE_KIND_ADAPTER, 0);
+	a->n_build_pages = need;
+	a->build_next = 0;
+	a->build_image = image;
+	a->build_image_bytes = image_bytes;
+	a->build_error = 0;
+	a->building = true;
+	a->build_taken = false;
+	pthread_cond_broadcast(&s->build_cond);
+	return -EINPROGRESS;
+}
+
+/* The builder's page provider: the reserved pages, no lock needed. */
+static void *build_page(void *userdata, uint32_t *ret_id)
+{
+	struct adapter_entry *a = ((void **) userdata)[0];
+	struct sched *s = ((void **) userdata)[1];
+
+	if (a->build_next >= a->n_build_pages)
+		return NULL;
+	*ret_id = a->build_pages[a->build_next++];
+	return page_pool_addr(s->pool, *ret_id);
+}
+
+/* Ends a build under the lock: the hot form in place (and the unused reservation back), or
+ * every page back and the error kept for the requests that wait. */
+static void build_finish(struct sched *s, struct adapter_entry *a, struct lora_resident *res,
+			 int r, uint64_t ns)
+{
+	size_t page_bytes = page_pool_page_bytes(s->pool);
+
+	for (size_t i = r < 0 ? 0 : a->build_next; i < a->n_build_pages; i++)
+		page_pool_release_discard(s->pool, a->build_pages[i]);
+	free(a->build_pages);
+	a->build_pages = NULL;
+	a->n_build_pages = a->build_next = 0;
+	tiers_put(s->tiers, a->blob);
+	a->build_image = NULL;
+	a->building = a->build_taken = false;
+	if (r < 0) {
+		lora_resident_free(res); /* its pages were the reservation's, released above */
+		a->build_error = r;
+		return;
+	}
+	a->res = res;
+	a->promote_ns = ns;
+	s->stats.promotions++;
+	s->stats.promote_build_ns += ns;
+	a->hot_meta.bytes = (uint64_t) res->n_pages * page_bytes;
+	a->hot_meta.cost = (double) ns * 1e-9;
+	{
+		struct tier_blob_info wi;
+
+		tiers_blob_info(s->tiers, a->blob, &wi);
+		a->hot_meta.cost += (double) wi.load_ns * 1e-9;
+	}
+	evict_insert(s->p.eviction, &s->hot_clock, &a->hot_meta);
+}
+
+static void *builder_thread(void *arg)
+{
+	struct sched *s = arg;
+
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		struct adapter_entry *a = NULL;
+
+		for (size_t i = 0; !s->stopping && i < s->n_adapters && !a; i++)
+			if (s->adapters[i]->building && !s->adapters[i]->build_taken)
+				a = s->adapters[i];
+		if (s->stopping)
+			break;
+		if (!a) {
+			pthread_cond_wait(&s->build_cond, &s->lock);
+			continue;
+		}
+		a->build_taken = true;
+		pthread_mutex_unlock(&s->lock);
+
+		/* the adapter is only read here while building (sched_remove_adapter refuses) */
+		struct lora_resident *res = NULL;
+		void *ud[2] = { a, s };
+		uint64_t t0 = now_ns();
+		int r;
+
+		(void) lora_adapter_set_image(a->adapter, a->build_image, a->build_image_bytes);
+		r = lora_resident_new(a->adapter, s->m->hp.n_layer, page_pool_page_bytes(s->pool),
+				      build_page, ud, &res, NULL);
+		(void) lora_adapter_set_image(a->adapter, NULL, 0);
+
+		pthread_mutex_lock(&s->lock);
+		build_finish(s, a, res, r, now_ns() - t0);
+		pthread_cond_broadcast(&s->wake);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
 }
 
 /* Whether q's adapters can be made hot now: 1 yes (hot, warm, or not tiered), 0 not yet (a
@@ -370,6 +513,19 @@ static int seq_adapters_ready(struct sched *s, struct seq *q, char *msg, size_t 
 		}
 		if (a->res || !a->blob)
 			continue;
+		if (a->build_error < 0) {
+			int r = a->build_error;
+
+			a->build_error = 0;
+			snprintf(msg, msg_size, "adapter '%.64s' could not be made hot: %s",
+				 a->adapter->meta.name, strerror(-r));
+			q->counted = true;
+			return r;
+		}
+		if (a->building) {
+			ready = 0;
+			continue;
+		}
 		st = tiers_want(s->tiers, a->blob, !q->counted);
 		if (st == TIER_BAD) {
 			struct errmsg e = { { 0 } };
@@ -413,8 +569,12 @@ static void prefetch_promote(struct sched *s)
 			continue;
 		if (a->blob && tiers_want(s->tiers, a->blob, false) == TIER_LOADING)
 			continue;
+		if (a->building)
+			continue;
 		a->prefetch = false;
-		if (adapter_make_resident(s, a, NULL) == 0)
+		if (a->blob)
+			(void) adapter_start_build(s, a, NULL); /* hot when the builder is done */
+		else if (adapter_make_resident(s, a, NULL) == 0)
 			a->last_used = s->stats.steps;
 	}
 }
@@ -579,6 +739,8 @@ static void admit(struct sched *s)
 		 * for the disk waits alone while the rest are admitted and keep decoding. A bad
 		 * adapter's requests end at once. */
 		for (uint32_t i = 0; i < window; i++) {
+			if (i == window - 1 && best == UINT32_MAX)
+				window = MIN(s->n_waiting, (uint32_t) ADMIT_WINDOW_BLOCKED);
 			char msg[320];
 			int r = seq_adapters_ready(s, s->waiting[i], msg, sizeof(msg));
 
@@ -614,9 +776,17 @@ static void admit(struct sched *s)
 			if (page_pool_n_free(s->pool) < (first + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS)
 				break;
 		}
-		for (uint32_t i = 0; ok && i < q->n_loras; i++) { /* q is freed on failure */
-			int r = adapter_make_resident(s, q->loras[i].entry, q);
+		bool started = false;
 
+		for (uint32_t i = 0; ok && i < q->n_loras; i++) { /* q is freed on failure */
+			struct adapter_entry *a = q->loras[i].entry;
+			int r = a->blob ? adapter_start_build(s, a, q) : adapter_make_resident(s, a, q);
+
+			if (r == -EINPROGRESS) {
+				/* built off this thread: q waits for it, the others go on */
+				started = true;
+				continue;
+			}
 			if (r == -ENOSPC || r == -EAGAIN) {
 				ok = false; /* wait for memory (or a warm copy evicted meanwhile) */
 			} else if (r < 0) {
@@ -634,6 +804,8 @@ static void admit(struct sched *s)
 			continue;
 		if (!ok)
 			break;
+		if (started)
+			continue; /* not ready any more (building): the next candidate */
 		waiting_remove_at(s, best);
 		promote_observe(s, q);
 		q->state = SEQ_RUNNING;
@@ -880,7 +1052,7 @@ static bool prefetch_ready(struct sched *s)
 	for (size_t i = 0; i < s->n_adapters; i++) {
 		struct adapter_entry *a = s->adapters[i];
 
-		if (a->prefetch && !a->res &&
+		if (a->prefetch && !a->res && !a->building &&
 		    (!a->blob || tiers_want(s->tiers, a->blob, false) != TIER_LOADING))
 			return true;
 	}
@@ -903,9 +1075,20 @@ static void *sched_thread(void *arg)
 		if (stop)
 			return NULL;
 		if (sched_step(s) == 0) {
-			/* waiting requests that cannot be admitted yet (memory): do not spin hot */
-			struct timespec ts = { 0, 1000000 };
-			nanosleep(&ts, NULL);
+			/* waiting requests that cannot be admitted yet (memory, or a cold adapter
+			 * being read): do not spin hot; a finished load wakes us at once */
+			struct timespec ts;
+
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 1000000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_mutex_lock(&s->lock);
+			if (!s->stopping)
+				(void) pthread_cond_timedwait(&s->wake, &s->lock, &ts);
+			pthread_mutex_unlock(&s->lock);
 		}
 	}
 }
@@ -995,6 +1178,7 @@ int sched_new(const struct model *m, const struct sched_params *params, struct s
 	s->max_blocks = (p.max_context + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->wake, NULL);
+	pthread_cond_init(&s->build_cond, NULL);
 	pthread_cond_init(&s->idle, NULL);
 	s->hot_budget = p.hot_bytes == SCHED_HOT_BYTES_HALF ? (uint64_t) n_pages * page_bytes / 2
 			: p.hot_bytes ? MIN(p.hot_bytes, (uint64_t) n_pages * page_bytes)
@@ -1013,6 +1197,10 @@ int sched_new(const struct model *m, const struct sched_params *params, struct s
 		};
 
 		r = tiers_new(&tp, &s->tiers);
+	}
+	if (r >= 0) {
+		r = -pthread_create(&s->builder, NULL, builder_thread, s);
+		s->builder_started = r == 0;
 	}
 	if (r >= 0)
 		r = threadpool_new(p.n_threads, &s->threads);
@@ -1055,7 +1243,16 @@ struct sched *sched_free(struct sched *s)
 	pthread_mutex_unlock(&s->lock);
 	if (s->thread_started)
 		pthread_join(s->thread, NULL);
-	/* the loader thread calls back into s: it goes first */
+	/* the builder (a build in progress ends first), then the loader thread, which calls back
+	 * into s; builds never started give their reservations back */
+	pthread_mutex_lock(&s->lock);
+	pthread_cond_broadcast(&s->build_cond);
+	pthread_mutex_unlock(&s->lock);
+	if (s->builder_started)
+		pthread_join(s->builder, NULL);
+	for (size_t i = 0; i < s->n_adapters; i++)
+		if (s->adapters[i]->building)
+			build_finish(s, s->adapters[i], NULL, -ECANCELED, 0);
 	s->tiers = tiers_free(s->tiers);
 
 	pthread_mutex_lock(&s->lock);
@@ -1308,7 +1505,7 @@ int sched_remove_adapter(struct sched *s, const char *name)
 		pthread_mutex_unlock(&s->lock);
 		return -ENOENT;
 	}
-	if (a->users > 0) {
+	if (a->users > 0 || a->building) {
 		pthread_mutex_unlock(&s->lock);
 		return -EBUSY;
 	}
@@ -1350,6 +1547,8 @@ int sched_pin_adapter(struct sched *s, const char *name, bool pin)
 		pthread_mutex_lock(&s->lock);
 		a->users--;
 	}
+	while (r >= 0 && pin && a->building)
+		pthread_cond_wait(&s->wake, &s->lock); /* the builder broadcasts when done */
 	if (r < 0)
 		;
 	else if (pin && (r = adapter_make_resident(s, a, NULL)) == 0) {
@@ -1458,7 +1657,8 @@ int sched_check_pool(struct sched *s)
 		if (s->waiting[i]->n_blocks)
 			r = -EUCLEAN; /* waiting sequences hold no memory */
 	for (size_t i = 0; i < s->n_adapters; i++)
-		ad += s->adapters[i]->res ? s->adapters[i]->res->n_pages : 0;
+		ad += (s->adapters[i]->res ? s->adapters[i]->res->n_pages : 0) +
+		      s->adapters[i]->n_build_pages;
 	if (r == 0 && (kv != page_pool_n_kind(s->pool, PAGE_KIND_KV) ||
 		       ad != page_pool_n_kind(s->pool, PAGE_KIND_ADAPTER)))
 		r = -EUCLEAN;

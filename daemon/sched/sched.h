@@ -167,6 +167,7 @@ struct sched_stats {
 	uint64_t hot_bytes;         /* adapter pages × page bytes */
 	uint64_t hot_hits, hot_misses; /* per request and adapter, at admission */
 	uint64_t promotions;        /* warm → hot */
+	uint64_t promote_build_ns;  /* summed time building hot forms (on the scheduler thread) */
 	/* how long requests waited for an adapter that was not hot: counts per bucket
 	 * (upper bounds sched_promote_bounds[], the last +Inf), and the sum */
 	uint64_t promote_hist[SCHED_PROMOTE_BUCKETS];
