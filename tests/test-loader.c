@@ -95,7 +95,9 @@ static int load_and_check(const struct blob_loader_params *p, const char *path,
 	return 0;
 }
 
-static const size_t sizes[] = { 0, 1, 4095, 4096, 4097, (1u << 20) + 123, (5u << 20) + 7 };
+/* the last one is above the size hashed on the hashing thread (8 MiB) */
+static const size_t sizes[] = { 0, 1, 4095, 4096, 4097, (1u << 20) + 123, (5u << 20) + 7,
+				(9u << 20) + 5 };
 
 TEST(every_path_reads_the_file)
 {

@@ -483,8 +483,14 @@ static int working_set(enum evict_policy pol)
 						       .hot_bytes = 3 * hot_pages * page_bytes,
 						       .warm_bytes = warm / 2,
 						       .eviction = pol,
+						       /* GDSF: hot builds on the builder thread,
+							* hashing on the hashing thread; LRU: both
+							* inline (the defaults for blobs this small) */
+						       .build_thread_min_bytes = pol == EVICT_GDSF ? 1 : 0,
 						       .loader = { .chunk_bytes = 16384,
-								   .queue_depth = 4 } },
+								   .queue_depth = 4,
+								   .hash_thread_min_bytes =
+									   pol == EVICT_GDSF ? 1 : 0 } },
 			    &s, NULL));
 	for (int i = 0; i < N_ADAPTERS; i++)
 		ASSERT_OK(add_adapter(s, m, i, true));
@@ -566,7 +572,8 @@ TEST(cold_adapter_waits_alone)
 		return TEST_SKIP;
 	ASSERT_OK(make_blobs(m));
 	ASSERT_OK(sched_new(m, &(struct sched_params){ .max_sequences = 4, .n_threads = 2,
-						       .max_context = 128 },
+						       .max_context = 128,
+						       .build_thread_min_bytes = 1 },
 			    &s, NULL));
 	ASSERT_OK(add_adapter(s, m, 1, true));
 	ASSERT_OK(add_adapter(s, m, 2, true));

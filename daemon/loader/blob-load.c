@@ -27,6 +27,9 @@
 
 #define BLOB_ALIGN 4096u
 #define MAX_QUEUE_DEPTH 64u
+/* Below this a blob is hashed on the reading thread: handing it to the hashing thread costs
+ * wake-ups (milliseconds on a busy machine) for less than a millisecond of hashing. */
+#define HASH_THREAD_MIN_BYTES (8u << 20)
 
 /* The hashing thread: it hashes what the reading thread says has arrived in order, so the
  * SHA-256 (one core's worth of work, about the disk's rate) runs beside the reads rather than
@@ -116,6 +119,8 @@ int blob_loader_new(const struct blob_loader_params *p, struct blob_loader **ret
 		l->p.queue_depth = 8;
 	if (!l->p.chunk_bytes)
 		l->p.chunk_bytes = 1u << 20;
+	if (!l->p.hash_thread_min_bytes)
+		l->p.hash_thread_min_bytes = HASH_THREAD_MIN_BYTES;
 	if (l->p.queue_depth > MAX_QUEUE_DEPTH || l->p.chunk_bytes % BLOB_ALIGN != 0 ||
 	    l->p.path >= _BLOB_PATH_MAX) {
 		free(l);
@@ -216,7 +221,7 @@ static void hash_upto(struct load *ld, uint64_t upto)
 
 	if (!ld->verify || upto <= ld->hashed)
 		return;
-	if (h->started) {
+	if (h->started && ld->size >= ld->l->p.hash_thread_min_bytes) {
 		pthread_mutex_lock(&h->lock);
 		if (!h->ctx) {
 			h->ctx = &ld->sha;

@@ -62,7 +62,8 @@ struct blob_loader_params {
 	uint32_t chunk_bytes;   /* bytes a read (default 1 MiB; a multiple of 4096) */
 	const struct blob_fault *fault; /* tests: NULL */
 	bool hash_inline;       /* hash on the reading thread (default: a hashing thread when
-				 * there is more than one CPU) */
+				 * there is more than one CPU, for blobs of hash_thread_min_bytes) */
+	uint32_t hash_thread_min_bytes; /* 0: 8 MiB (smaller: cheaper inline than a hand-off) */
 	/* Every load goes into the same memory, which outlives the loader: its fixed-buffer
 	 * registration is kept between loads instead of pinned anew (benchmarks). Never when
 	 * destinations are freed: a registration keeps the old pages. */

@@ -75,6 +75,7 @@ enum seq_state {
 struct seq_lora {
 	struct adapter_entry *entry;
 	float scale;
+	bool needs_warm;      /* it told the warm tier it needs this blob (tiers_need) */
 };
 
 struct seq {
@@ -364,6 +365,16 @@ static int adapter_make_resident(struct sched *s, struct adapter_entry *a, const
 	return 0;
 }
 
+/* Adapters smaller than this in the pool are made hot on the scheduler thread. */
+#define BUILD_THREAD_MIN_BYTES (2u << 20)
+
+static uint64_t adapter_hot_bytes(const struct sched *s, const struct adapter_entry *a)
+{
+	size_t page_bytes = page_pool_page_bytes(s->pool);
+
+	return (uint64_t) lora_resident_pages_needed(a->adapter, page_bytes) * page_bytes;
+}
+
 /* Reserves a's pages (evicting by the policy, never what `keep` needs) and queues its hot
  * build for the builder thread: -EINPROGRESS. -EAGAIN when its warm copy is gone, -ENOSPC
  * when it does not fit now, -E2BIG when it never can. Tiered adapters only. */
@@ -527,6 +538,10 @@ static int seq_adapters_ready(struct sched *s, struct seq *q, char *msg, size_t 
 			continue;
 		}
 		st = tiers_want(s->tiers, a->blob, !q->counted);
+		if (!q->loras[i].needs_warm && st != TIER_BAD) {
+			tiers_need(s->tiers, a->blob, true);
+			q->loras[i].needs_warm = true;
+		}
 		if (st == TIER_BAD) {
 			struct errmsg e = { { 0 } };
 			int r = tiers_bad(s->tiers, a->blob, &e);
@@ -572,7 +587,7 @@ static void prefetch_promote(struct sched *s)
 		if (a->building)
 			continue;
 		a->prefetch = false;
-		if (a->blob)
+		if (a->blob && adapter_hot_bytes(s, a) >= s->p.build_thread_min_bytes)
 			(void) adapter_start_build(s, a, NULL); /* hot when the builder is done */
 		else if (adapter_make_resident(s, a, NULL) == 0)
 			a->last_used = s->stats.steps;
@@ -597,6 +612,16 @@ static void seq_release_blocks(struct sched *s, struct seq *q)
 		page_pool_release(s->pool, q->blocks[i]);
 	q->n_blocks = 0;
 	q->n_computed = 0;
+}
+
+/* q no longer waits for its adapters' warm copies (admitted or finished). */
+static void seq_release_warm(struct sched *s, struct seq *q)
+{
+	for (uint32_t i = 0; i < q->n_loras; i++)
+		if (q->loras[i].needs_warm) {
+			tiers_need(s->tiers, q->loras[i].entry->blob, false);
+			q->loras[i].needs_warm = false;
+		}
 }
 
 static void seq_drop_adapter_refs(struct seq *q, bool running)
@@ -636,6 +661,7 @@ static void seq_finish(struct sched *s, struct seq *q, enum sched_finish why, in
 		seq_release_blocks(s, q);
 		running_remove(s, q);
 	}
+	seq_release_warm(s, q);
 	seq_drop_adapter_refs(q, running);
 	pe = event_new(s, q, error < 0 ? SCHED_EVENT_ERROR : SCHED_EVENT_DONE);
 	if (pe) {
@@ -780,15 +806,24 @@ static void admit(struct sched *s)
 
 		for (uint32_t i = 0; ok && i < q->n_loras; i++) { /* q is freed on failure */
 			struct adapter_entry *a = q->loras[i].entry;
-			int r = a->blob ? adapter_start_build(s, a, q) : adapter_make_resident(s, a, q);
+			/* a big adapter is built on the builder thread (the batch goes on); a
+			 * small one here, at once: its build is shorter than a thread hand-off */
+			int r = a->blob && adapter_hot_bytes(s, a) >= s->p.build_thread_min_bytes
+					? adapter_start_build(s, a, q)
+					: adapter_make_resident(s, a, q);
 
 			if (r == -EINPROGRESS) {
 				/* built off this thread: q waits for it, the others go on */
 				started = true;
 				continue;
 			}
-			if (r == -ENOSPC || r == -EAGAIN) {
-				ok = false; /* wait for memory (or a warm copy evicted meanwhile) */
+			if (r == -EAGAIN) {
+				/* its warm copy went meanwhile: asked for again on the next look */
+				started = true;
+				continue;
+			}
+			if (r == -ENOSPC) {
+				ok = false; /* wait for memory */
 			} else if (r < 0) {
 				char msg[160];
 
@@ -807,6 +842,7 @@ static void admit(struct sched *s)
 		if (started)
 			continue; /* not ready any more (building): the next candidate */
 		waiting_remove_at(s, best);
+		seq_release_warm(s, q);
 		promote_observe(s, q);
 		q->state = SEQ_RUNNING;
 		q->admitted = ++s->admit_counter;
@@ -1184,6 +1220,8 @@ int sched_new(const struct model *m, const struct sched_params *params, struct s
 			: p.hot_bytes ? MIN(p.hot_bytes, (uint64_t) n_pages * page_bytes)
 				      : (uint64_t) n_pages * page_bytes;
 	s->p.warm_bytes = p.warm_bytes ? p.warm_bytes : 2ull << 30;
+	if (!s->p.build_thread_min_bytes)
+		s->p.build_thread_min_bytes = BUILD_THREAD_MIN_BYTES;
 	r = page_pool_new(page_bytes, n_pages, &s->pool);
 	if (r >= 0) {
 		struct tiers_params tp = {

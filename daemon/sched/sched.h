@@ -52,6 +52,9 @@ struct sched_params {
 	enum evict_policy eviction;
 	struct blob_loader_params loader;
 	const struct numa_topology *topology; /* tests: NULL = the system's */
+	/* warm → hot builds of adapters at least this big in the pool run on the builder thread
+	 * (the batch goes on meanwhile); smaller ones on the scheduler thread. 0: 2 MiB */
+	uint64_t build_thread_min_bytes;
 	/* An adapter's blob failed to load (corrupt, truncated, unreadable): called on the loader
 	 * thread; the daemon marks the version bad. May be NULL. */
 	void (*on_adapter_bad)(const char *name, int error, const char *message, void *userdata);

@@ -25,6 +25,7 @@ struct tier_blob {
 	bool taken;                 /* the loader thread is reading it */
 	bool removed;               /* tiers_remove() while taken: freed when the load ends */
 	bool pinned;
+	uint32_t needed;            /* waiting requests that need it (tiers_need) */
 	uint32_t readers;           /* tiers_get() without tiers_put() */
 	uint64_t queued_seq;        /* FIFO order of loads */
 	uint64_t size_hint;         /* the file's size when added or last seen */
@@ -87,7 +88,7 @@ static bool evict_one(struct tiers *t)
 	for (size_t i = 0; i < t->n_blobs; i++) {
 		struct tier_blob *b = t->blobs[i];
 
-		if (b->state != TIER_WARM || b->pinned || b->readers > 0)
+		if (b->state != TIER_WARM || b->pinned || b->readers > 0 || b->needed > 0)
 			continue;
 		if (!victim || evict_before(&b->meta, &victim->meta))
 			victim = b;
@@ -432,6 +433,18 @@ void tiers_pin(struct tiers *t, struct tier_blob *b, bool pin)
 	pthread_mutex_lock(&t->lock);
 	b->pinned = pin;
 	pthread_cond_broadcast(&t->cond);
+	pthread_mutex_unlock(&t->lock);
+}
+
+void tiers_need(struct tiers *t, struct tier_blob *b, bool need)
+{
+	pthread_mutex_lock(&t->lock);
+	if (need)
+		b->needed++;
+	else if (b->needed > 0)
+		b->needed--;
+	if (!need)
+		pthread_cond_broadcast(&t->cond); /* room may be made now */
 	pthread_mutex_unlock(&t->lock);
 }
 

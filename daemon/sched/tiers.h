@@ -81,6 +81,10 @@ const void *tiers_get(struct tiers *t, struct tier_blob *b, size_t *ret_bytes);
 void tiers_put(struct tiers *t, struct tier_blob *b);
 /* A pinned blob's warm copy is never evicted. */
 void tiers_pin(struct tiers *t, struct tier_blob *b, bool pin);
+/* A waiting request needs the blob (need true; false when it no longer does): its warm copy
+ * is not evicted while any does, so loads for requests further back cannot evict it before
+ * its request runs. Counted. */
+void tiers_need(struct tiers *t, struct tier_blob *b, bool need);
 /* Why the blob is bad (the error, with the message copied to e). 0 when it is not. */
 int tiers_bad(struct tiers *t, struct tier_blob *b, struct errmsg *e);
 /* Forget a bad mark (the blob was repaired): the next ask loads it again. */
