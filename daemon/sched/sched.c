@@ -39,6 +39,10 @@
 /* how far it looks when everything in the window waits for the disk: a request on a hot or
  * warm adapter further back runs meanwhile rather than leave a slot idle */
 #define ADMIT_WINDOW_BLOCKED 256
+/* how many waiting requests have their cold adapters queued for the loader ahead of
+ * admission, so the disk works while earlier requests compute (at most the blocked window:
+ * a warm copy held for a request admission cannot reach would hold its room forever) */
+#define LOAD_LOOKAHEAD 64
 #define RECENT_ADMISSIONS 32
 
 struct adapter_entry {
@@ -755,7 +759,12 @@ static uint64_t admit_key(const struct sched *s, const struct seq *q)
 
 static void admit(struct sched *s)
 {
+	char ahead_msg[320];
+
 	prefetch_promote(s);
+	/* queue the loads of the requests coming up (errors are dealt with at admission) */
+	for (uint32_t i = 0; i < MIN(s->n_waiting, (uint32_t) LOAD_LOOKAHEAD); i++)
+		(void) seq_adapters_ready(s, s->waiting[i], ahead_msg, sizeof(ahead_msg));
 	while (s->n_running < s->p.max_sequences && s->n_waiting > 0) {
 		uint32_t best = UINT32_MAX, window = MIN(s->n_waiting, (uint32_t) ADMIT_WINDOW);
 		struct seq *q;
