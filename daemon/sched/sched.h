@@ -13,6 +13,10 @@
  * pool has none, unused adapters are evicted first, then a victim sequence is preempted
  * (its blocks freed, its tokens recomputed when it resumes), so progress is guaranteed.
  *
+ * Adapters given a blob (sched_set_adapter_source) are tiered (tiers.h): a cold one is read by
+ * the loader thread while the batch goes on, a big one is made hot on the builder thread; only
+ * the requests that need it wait.
+ *
  * Threading: sched_submit(), sched_cancel(), sched_stats() and the adapter calls are safe from
  * any thread. Events are delivered on the scheduler's own thread (started by sched_start(), or
  * the caller's thread with sched_step() for tests): callbacks must not block and must not call
