@@ -447,6 +447,28 @@ static int print_variant(sd_bus_message *m, const char *key, struct json_object 
 			printf("%u", u);
 		break;
 	}
+	case 'i': {
+		int32_t i;
+		r = sd_bus_message_read_basic(m, 'i', &i);
+		if (r < 0)
+			return r;
+		if (json)
+			json_object_object_add(json, key, json_object_new_int(i));
+		else
+			printf("%d", i);
+		break;
+	}
+	case 'd': {
+		double d;
+		r = sd_bus_message_read_basic(m, 'd', &d);
+		if (r < 0)
+			return r;
+		if (json)
+			json_object_object_add(json, key, json_object_new_double(d));
+		else
+			printf("%.6g", d);
+		break;
+	}
 	case 't': {
 		uint64_t t;
 		r = sd_bus_message_read_basic(m, 't', &t);

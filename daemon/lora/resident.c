@@ -94,13 +94,32 @@ size_t lora_resident_pages_needed(const struct lora_adapter *a, size_t page_byte
 	return pages;
 }
 
-/* dst[k][o] = src[o][k] for B ([n_out][rank] → [rank][n_out]), in the element type. */
+/* dst[k][o] = src[o][k] for B ([n_out][rank] → [rank][n_out]), in the element type. Typed
+ * and blocked by 16 outputs: reads stay within a few cache lines of src, each row of dst is
+ * written 16 elements at a time (an element-wise memcpy of a run-time size made a 23 MB
+ * adapter's build take 100+ ms). */
+#define TRANSPOSE_BLOCK 16
+#define DEFINE_TRANSPOSE(name, type)                                                               \
+	static void name(const type *src, void **dst_rows, uint32_t n_out, uint32_t rank)         \
+	{                                                                                          \
+		for (uint32_t o0 = 0; o0 < n_out; o0 += TRANSPOSE_BLOCK) {                          \
+			uint32_t o1 = MIN(o0 + TRANSPOSE_BLOCK, n_out);                             \
+			for (uint32_t k = 0; k < rank; k++) {                                      \
+				type *d = (type *) dst_rows[k];                                    \
+				for (uint32_t o = o0; o < o1; o++)                                 \
+					d[o] = src[(size_t) o * rank + k];                         \
+			}                                                                          \
+		}                                                                                  \
+	}
+DEFINE_TRANSPOSE(transpose16, uint16_t)
+DEFINE_TRANSPOSE(transpose32, uint32_t)
+
 static void transpose(const void *src, void **dst_rows, uint32_t n_out, uint32_t rank, size_t eb)
 {
-	for (uint32_t o = 0; o < n_out; o++)
-		for (uint32_t k = 0; k < rank; k++)
-			memcpy((char *) dst_rows[k] + (size_t) o * eb,
-			       (const char *) src + ((size_t) o * rank + k) * eb, eb);
+	if (eb == 2)
+		transpose16(src, dst_rows, n_out, rank);
+	else
+		transpose32(src, dst_rows, n_out, rank);
 }
 
 int lora_resident_new(const struct lora_adapter *a, uint32_t n_layer, size_t page_bytes,

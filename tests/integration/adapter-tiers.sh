@@ -38,8 +38,11 @@ pass "prefetch makes an adapter hot without a request"
 out=$("${M[@]}" ask "Once upon a time" --adapter gen1 --max-tokens 8 --temperature 0) ||
 	fail "ask on a cold adapter: $out"
 [ "$(tier_of gen1)" = hot ] || fail "gen1 is $(tier_of gen1) after a request"
-"${M[@]}" adapters list | awk '$1 == "gen1"' | grep -q 'warm_misses=1' ||
-	fail "gen1 warm_misses: $("${M[@]}" adapters list | awk '$1 == "gen1"')"
+line=$("${M[@]}" adapters list | awk '$1 == "gen1"')
+grep -q 'warm_misses=1' <<<"$line" || fail "gen1 warm_misses: $line"
+grep -Eq 'numa_node=(-1|[0-9]+)' <<<"$line" || fail "gen1 numa_node: $line"
+"${M[@]}" status | grep -Eq 'adapter_hash_bytes_per_second[:= ]+[0-9]' ||
+	fail "molly status lacks the hashing rate: $("${M[@]}" status)"
 st=$(status)
 grep -q '"adapter_load_path" s "uring' <<<"$st" || fail "Status adapter_load_path: $st"
 grep -Eq '"adapter_loads" t [2-9]' <<<"$st" || fail "Status adapter_loads: $st"
