@@ -265,13 +265,19 @@ static void *pool_page_for_adapter(void *userdata, uint32_t *ret_id)
 	return page_pool_addr(s->pool, pg);
 }
 
-static void adapter_evict(struct sched *s, struct adapter_entry *a)
+/* discard: the pages' memory goes back to the kernel (an unload: they may stay free long);
+ * an eviction keeps it, since the next promotion or KV block takes the pages soon and would
+ * fault every one of them in again (most of a big adapter's build time). */
+static void adapter_evict(struct sched *s, struct adapter_entry *a, bool discard)
 {
 	if (!a->res)
 		return;
 	evict_removed(s->p.eviction, &s->hot_clock, &a->hot_meta);
 	for (size_t i = 0; i < a->res->n_pages; i++)
-		page_pool_release_discard(s->pool, a->res->pages[i]);
+		if (discard)
+			page_pool_release_discard(s->pool, a->res->pages[i]);
+		else
+			page_pool_release(s->pool, a->res->pages[i]);
 	a->res = lora_resident_free(a->res);
 	s->stats.adapter_evictions++;
 }
@@ -297,7 +303,7 @@ static bool evict_one_adapter(struct sched *s, const struct seq *keep)
 	}
 	if (!victim)
 		return false;
-	adapter_evict(s, victim);
+	adapter_evict(s, victim, false);
 	return true;
 }
 
@@ -1317,7 +1323,7 @@ struct sched *sched_free(struct sched *s)
 	free(evs);
 
 	for (size_t i = 0; i < s->n_adapters; i++) {
-		adapter_evict(s, s->adapters[i]);
+		adapter_evict(s, s->adapters[i], true);
 		lora_adapter_free(s->adapters[i]->adapter);
 		free(s->adapters[i]);
 	}
@@ -1564,7 +1570,7 @@ int sched_remove_adapter(struct sched *s, const char *name)
 			break;
 		}
 	if (a->res) {
-		adapter_evict(s, a);
+		adapter_evict(s, a, true);
 		s->stats.adapter_evictions--; /* an unload is not an eviction */
 	}
 	tiers_remove(s->tiers, a->blob);
