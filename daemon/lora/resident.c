@@ -128,6 +128,7 @@ int lora_resident_new(const struct lora_adapter *a, uint32_t n_layer, size_t pag
 {
 	struct lora_resident *r;
 	struct packer p = { .page_bytes = page_bytes, .alloc = alloc, .userdata = userdata };
+	_cleanup_(scratch_freep) struct scratch buf = { NULL, 0 };
 	size_t need = lora_resident_pages_needed(a, page_bytes);
 	int res = 0;
 
@@ -149,13 +150,24 @@ int lora_resident_new(const struct lora_adapter *a, uint32_t n_layer, size_t pag
 		return -ENOMEM;
 	p.r = r;
 	p.pages_cap = need;
+	/* one scratch for every matrix (the largest): a mapping per matrix cost a page fault per
+	 * 4 KiB of each, most of a small adapter's build */
+	{
+		size_t max_bytes = 0;
+
+		for (size_t i = 0; i < a->n_mats; i++)
+			max_bytes = MAX(max_bytes, MAX(lora_mat_bytes(&a->mats[i], false),
+						       lora_mat_bytes(&a->mats[i], true)));
+		res = scratch_new(&buf, max_bytes);
+		if (res < 0)
+			return res;
+	}
 
 	for (size_t i = 0; i < a->n_mats && res == 0; i++) {
 		const struct lora_mat *m = &a->mats[i];
 		size_t eb = dtype_bytes(m->dtype);
 		size_t a_bytes = lora_mat_bytes(m, false), b_bytes = lora_mat_bytes(m, true);
 		struct lora_resident_mat *rm;
-		_cleanup_(scratch_freep) struct scratch buf = { NULL, 0 };
 
 		if (m->layer >= n_layer || m->target >= LORA_TARGET_COUNT_)
 			return errmsg_set(e, -EINVAL, "adapter '%s': matrix %zu for layer %u out of range",
@@ -172,9 +184,6 @@ int lora_resident_new(const struct lora_adapter *a, uint32_t n_layer, size_t pag
 		rm->a_rows = (const void **) (rm + 1);
 		rm->bt_rows = rm->a_rows + m->rank;
 
-		res = scratch_new(&buf, MAX(a_bytes, b_bytes));
-		if (res < 0)
-			return res;
 		res = lora_adapter_read(a, i, false, buf.p, a_bytes);
 		if (res < 0)
 			return errmsg_set(e, res, "adapter '%s': reading A of matrix %zu: %s", r->name, i,

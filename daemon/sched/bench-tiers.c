@@ -448,6 +448,7 @@ int bench_tier_serve(int argc, char **argv)
 		_cleanup_free_ double *cdf = calloc(n, sizeof(*cdf));
 		size_t sum_pages = 0, max_pages = 0, kv_pages = (size_t) conc * 8 + 64;
 		double total = 0, t_hot = 0, t_run = 0;
+		uint64_t steps_hot = 0;
 		uint64_t rs = seed + n;
 		struct sched_stats st;
 
@@ -505,6 +506,12 @@ int bench_tier_serve(int argc, char **argv)
 				r = sched_start(s);
 			if (r >= 0)
 				r = run_trace(s, trace, n_req, set.names, &t_hot);
+			if (r >= 0) {
+				struct sched_stats hs;
+
+				sched_get_stats(s, &hs);
+				steps_hot = hs.steps;
+			}
 		}
 		/* 2: tiered: room for hot_slots mean adapters hot and as many warm */
 		if (r >= 0) {
@@ -538,22 +545,25 @@ int bench_tier_serve(int argc, char **argv)
 			predicted = t_hot + (bw > 0 ? (double) bytes_read / bw : 0);
 			if (json)
 				printf("{\"adapters\":%u,\"requests\":%u,\"all_hot_s\":%.4f,\"measured_s\":%.4f,"
-				       "\"predicted_s\":%.4f,\"ratio\":%.3f,\"hot_hit_rate\":%.4f,"
+				       "\"predicted_s\":%.4f,\"ratio\":%.3f,\"steps_all_hot\":%llu,\"steps\":%llu,\"hot_hit_rate\":%.4f,"
 				       "\"missed_bytes\":%llu,\"loader_gb_s\":%.4f,\"loads\":%llu,"
 				       "\"path\":\"%s\"}\n",
 				       n, n_req, t_hot, t_run, predicted, t_run / predicted,
+				       (unsigned long long) steps_hot, (unsigned long long) st.steps,
 				       (double) st.hot_hits / (double) MAX(st.hot_hits + st.hot_misses, 1),
 				       (unsigned long long) bytes_read, bw / 1e9,
 				       (unsigned long long) st.tiers.loads,
 				       blob_path_name(st.tiers.last_path));
 			else
-				printf("%5u adapters: all hot %.3f s, tiered %.3f s, predicted %.3f s "
-				       "(ratio %.3f); hot hit rate %.3f, %llu loads, %.1f MB read at %.2f "
-				       "GB/s (%s)\n",
-				       n, t_hot, t_run, predicted, t_run / predicted,
+				printf("%5u adapters: all hot %.3f s (%llu steps), tiered %.3f s (%llu "
+				       "steps), predicted %.3f s (ratio %.3f); hot hit rate %.3f, %llu loads, "
+				       "%.1f MB read at %.2f GB/s (%s); hot builds %.3f s\n",
+				       n, t_hot, (unsigned long long) steps_hot, t_run,
+				       (unsigned long long) st.steps, predicted, t_run / predicted,
 				       (double) st.hot_hits / (double) MAX(st.hot_hits + st.hot_misses, 1),
 				       (unsigned long long) st.tiers.loads, (double) bytes_read / 1e6,
-				       bw / 1e9, blob_path_name(st.tiers.last_path));
+				       bw / 1e9, blob_path_name(st.tiers.last_path),
+				       (double) st.promote_build_ns * 1e-9);
 		}
 	}
 	if (r < 0)
