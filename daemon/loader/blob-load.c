@@ -179,6 +179,7 @@ struct load {
 	uint64_t size;           /* seen at open */
 	uint8_t *dst;
 	bool verify;
+	uint64_t chunk;          /* bytes a read: chunk_bytes, smaller for small blobs */
 	struct sha256_ctx sha;
 	uint64_t hashed;         /* bytes hashed so far: a prefix of the file */
 	uint64_t hash_ns;
@@ -327,7 +328,7 @@ struct chunk_state {
 
 static int submit_chunk(struct load *ld, struct chunk_state *cs, uint64_t i, bool fixed_buf)
 {
-	uint64_t chunk = ld->l->p.chunk_bytes;
+	uint64_t chunk = ld->chunk;
 	uint64_t off = i * chunk + cs[i].got;
 	uint64_t end = MIN((i + 1) * chunk, ld->size);
 	size_t len = (size_t) ALIGN_UP(end - off, BLOB_ALIGN);
@@ -347,7 +348,7 @@ static int submit_chunk(struct load *ld, struct chunk_state *cs, uint64_t i, boo
 static int load_uring(struct load *ld)
 {
 	struct io_uring *ring = &ld->l->ring;
-	uint64_t chunk = ld->l->p.chunk_bytes;
+	uint64_t chunk = ld->chunk;
 	uint64_t n_chunks = (ld->size + chunk - 1) / chunk, next = 0, in_order = 0;
 	uint32_t in_flight = 0;
 	_cleanup_free_ struct chunk_state *cs = NULL;
@@ -521,6 +522,10 @@ int blob_load(struct blob_loader *l, const char *path, bool verify, const uint8_
 	}
 	if (ld.verify)
 		sha256_init(&ld.sha);
+	/* a blob smaller than queue_depth chunks is split so that every slot has a read: one
+	 * 1 MiB read of a 400 KiB blob would leave the queue (and the device) one deep */
+	ld.chunk = MIN((uint64_t) l->p.chunk_bytes,
+		       MAX(ALIGN_UP(ld.size / l->p.queue_depth, (uint64_t) 65536), (uint64_t) 65536));
 	switch (p) {
 	case BLOB_PATH_URING:
 	case BLOB_PATH_URING_BUFFERED:
