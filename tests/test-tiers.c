@@ -736,3 +736,29 @@ TEST(adapter_larger_than_hot_budget_fails_alone)
 	ASSERT_EQ(none.n, 4);
 	return 0;
 }
+
+/* Freeing the scheduler while a request waits for a cold adapter (its load held): the request
+ * ends CANCELLED, nothing is touched after the tiers are gone. */
+TEST(free_while_waiting_for_a_load)
+{
+	_cleanup_(model_freep) struct model *m = load_model();
+	struct sched *s = NULL;
+	struct result r1;
+
+	if (!m)
+		return TEST_SKIP;
+	ASSERT_OK(make_blobs(m));
+	ASSERT_OK(sched_new(m, &(struct sched_params){ .max_sequences = 2, .n_threads = 1,
+						       .max_context = 64 },
+			    &s, NULL));
+	ASSERT_OK(add_adapter(s, m, 6, true));
+	sched_test_hold_loads(s, true);
+	ASSERT_OK(submit(s, m, 6, 4, 1, &r1));
+	ASSERT_TRUE(sched_step(s) >= 0); /* asks for the blob: it now needs it warm */
+	ASSERT_TRUE(!r1.done);
+	sched_free(s);
+	ASSERT_TRUE(r1.done);
+	ASSERT_EQ(r1.error, 0);
+	ASSERT_EQ(r1.n, 0);
+	return 0;
+}

@@ -1306,7 +1306,6 @@ struct sched *sched_free(struct sched *s)
 	for (size_t i = 0; i < s->n_adapters; i++)
 		if (s->adapters[i]->building)
 			build_finish(s, s->adapters[i], NULL, -ECANCELED, 0);
-	s->tiers = tiers_free(s->tiers);
 
 	pthread_mutex_lock(&s->lock);
 	while (s->running && s->n_running)
@@ -1315,12 +1314,14 @@ struct sched *sched_free(struct sched *s)
 		struct seq *q = s->waiting[0];
 
 		waiting_remove_at(s, 0);
-		seq_finish(s, q, SCHED_FINISH_CANCELLED, 0, NULL);
+		seq_finish(s, q, SCHED_FINISH_CANCELLED, 0, NULL); /* lets go of its warm copies */
 	}
 	evs = events_take(s, &n_evs);
 	pthread_mutex_unlock(&s->lock);
 	events_flush(s, evs, n_evs);
 	free(evs);
+	/* last: the requests above still told it what they no longer need */
+	s->tiers = tiers_free(s->tiers);
 
 	for (size_t i = 0; i < s->n_adapters; i++) {
 		adapter_evict(s, s->adapters[i], true);
