@@ -5,9 +5,11 @@
  *   molly ask PROMPT [--adapter A] [--chat] [--max-tokens N] [--temperature T] [--seed S]
  *             [--stop STR]...           streams the answer (D-Bus Stream, one JSON line each)
  *   molly adapters list                 the adapters in the registry (name, version, hash,
- *                                       tier, bytes, pinned...)
+ *                                       tier (hot, warm, loading, cold, bad), hits and
+ *                                       misses per tier, bytes, pinned...)
  *   molly adapters import PATH [--name N] [--load]    a new version of N in the registry
  *   molly adapters load|unload|pin|unpin|remove NAME
+ *   molly adapters prefetch NAME        starts reading a loaded adapter toward the hot tier
  *   molly adapters history NAME         the versions of NAME
  *   molly adapters rollback NAME VERSION    makes an earlier version the active one
  *   molly adapters gc                   prunes old versions, removes unreferenced blobs
@@ -1991,6 +1993,7 @@ static void usage(void)
 	       "  adapters list                       the adapters the daemon knows\n"
 	       "  adapters import PATH [--name N] [--load]\n"
 	       "  adapters load|unload|pin|unpin|remove NAME\n"
+	       "  adapters prefetch NAME              read a loaded adapter toward the hot tier now\n"
 	       "  adapters history NAME               the versions of NAME\n"
 	       "  adapters rollback NAME VERSION      makes an earlier version the active one\n"
 	       "  adapters gc                         prunes old versions, unreferenced blobs\n"

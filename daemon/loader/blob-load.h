@@ -59,7 +59,9 @@ struct blob_fault {
 struct blob_loader_params {
 	enum blob_path path;    /* wanted (default uring); uring falls back as above */
 	uint32_t queue_depth;   /* reads in flight (default 8, at most 64) */
-	uint32_t chunk_bytes;   /* bytes a read (default 1 MiB; a multiple of 4096) */
+	uint32_t chunk_bytes;   /* bytes a read at most (default 1 MiB; a multiple of 4096); a
+				 * blob smaller than queue_depth of them is read in queue_depth
+				 * pieces of at least 64 KiB */
 	const struct blob_fault *fault; /* tests: NULL */
 	bool hash_inline;       /* hash on the reading thread (default: a hashing thread when
 				 * there is more than one CPU, for blobs of hash_thread_min_bytes) */
