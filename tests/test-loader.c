@@ -251,6 +251,13 @@ TEST(odirect_refused_falls_back_to_buffered)
 
 	ASSERT_OK(make_file(tdir(), "blob", (1u << 20) + 5, 11, path, &b));
 	ASSERT_OK(load_and_check(&p, path, b, (1u << 20) + 5, BLOB_PATH_URING_BUFFERED));
+	/* O_DIRECT taken at open, its reads refused: the load starts again buffered */
+	{
+		struct blob_fault g = { .refuse_direct_reads = true };
+		struct blob_loader_params q = { .path = BLOB_PATH_URING, .fault = &g };
+
+		ASSERT_OK(load_and_check(&q, path, b, (1u << 20) + 5, BLOB_PATH_URING_BUFFERED));
+	}
 	/* and a real tmpfs: some kernels refuse O_DIRECT there, 6.x accepts it; either way the
 	 * bytes and the hash must come out right, on the path the file system allows */
 	if (!mkdtemp(shm)) {

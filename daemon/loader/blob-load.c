@@ -179,6 +179,7 @@ struct load {
 	uint64_t size;           /* seen at open */
 	uint8_t *dst;
 	bool verify;
+	bool direct;             /* fd is O_DIRECT */
 	uint64_t chunk;          /* bytes a read: chunk_bytes, smaller for small blobs */
 	struct sha256_ctx sha;
 	uint64_t hashed;         /* bytes hashed so far: a prefix of the file */
@@ -251,6 +252,8 @@ static ssize_t faulted(struct load *ld, uint64_t off, size_t len, ssize_t res)
 		ld->eagain_left--;
 		return -EAGAIN;
 	}
+	if (f->refuse_direct_reads && ld->direct)
+		return -EINVAL;
 	if (f->error_errno && res >= 0 && f->error_at >= off && f->error_at < off + len)
 		return -f->error_errno;
 	if (f->short_bytes && !ld->short_done && f->short_at >= off && f->short_at < off + len &&
@@ -465,6 +468,7 @@ static int open_blob(struct load *ld, enum blob_path *path)
 	if (*path == BLOB_PATH_URING) {
 		ld->fd = f->refuse_direct ? (errno = EINVAL, -1)
 					  : open(ld->path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+		ld->direct = ld->fd >= 0;
 		if (ld->fd >= 0)
 			return 0;
 		if (errno != EINVAL)
@@ -530,6 +534,27 @@ int blob_load(struct blob_loader *l, const char *path, bool verify, const uint8_
 	case BLOB_PATH_URING:
 	case BLOB_PATH_URING_BUFFERED:
 		r = load_uring(&ld);
+		if (r == -EINVAL && ld.direct) {
+			/* the file system took O_DIRECT at open but refuses the reads (some
+			 * FUSE and network file systems): again, through the page cache */
+			struct stat st2;
+
+			hash_wait(&ld);
+			close(ld.fd);
+			ld.fd = open(path, O_RDONLY | O_CLOEXEC);
+			ld.direct = false;
+			if (ld.fd < 0 || fstat(ld.fd, &st2) < 0 || (uint64_t) st2.st_size != ld.size) {
+				r = errmsg_set(e, -EIO, "%s: changed while reopened without O_DIRECT", path);
+				goto out;
+			}
+			snprintf(l->note, sizeof(l->note),
+				 "O_DIRECT reads refused on %s's file system: buffered io_uring", path);
+			p = ret->path = BLOB_PATH_URING_BUFFERED;
+			if (ld.verify)
+				sha256_init(&ld.sha);
+			ld.hashed = 0;
+			r = load_uring(&ld);
+		}
 		break;
 	case BLOB_PATH_MMAP:
 		r = load_mmap(&ld);

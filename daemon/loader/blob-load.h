@@ -6,7 +6,8 @@
  * Paths, best first (the loader falls back by itself and says which one ran):
  *   uring           io_uring, O_DIRECT, the destination registered as a fixed buffer, the
  *                   file as a fixed file, queue_depth reads of chunk_bytes in flight
- *   uring-buffered  the same through the page cache: the file system refused O_DIRECT
+ *   uring-buffered  the same through the page cache: the file system refused O_DIRECT (at
+ *                   open, or in its reads: the load starts again without it)
  *   pread           plain buffered pread(): io_uring was refused (seccomp, io_uring_disabled,
  *                   old kernel) or asked for
  *   mmap            map and copy (benchmarks only: never chosen by fallback)
@@ -51,6 +52,7 @@ struct blob_fault {
 	uint32_t short_bytes;   /* 0: none (multiple of 4096 for O_DIRECT reads) */
 	uint32_t eagain_reads;  /* the first N completions come back -EAGAIN (resubmitted) */
 	bool refuse_direct;     /* open(O_DIRECT) fails with EINVAL, as on file systems without it */
+	bool refuse_direct_reads; /* O_DIRECT opens, its reads fail with EINVAL (FUSE, NFS...) */
 	/* called with the open file after its size was taken (e.g. to truncate it for real) */
 	void (*after_open)(int fd, void *userdata);
 	void *userdata;
