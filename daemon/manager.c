@@ -41,6 +41,7 @@
 #include "manager-remote.h"
 #include "manager.h"
 #include "registry/registry.h"
+#include "loader/blob-load.h"
 #include "sched/sched.h"
 
 #define DEFAULT_MAX_CONTEXT 8192
@@ -505,16 +506,80 @@ void manager_test_hold(struct manager *m, uint64_t after_tokens)
 	sched_test_hold(m->sched, after_tokens);
 }
 
+/* A blob's bad mark, kept in the registry's notes ("bad/HEX") so that it outlives the run:
+ * the reason, NUL-padded (notes are read back at their exact size). */
+#define BAD_NOTE_BYTES 256
+
+static void bad_note_key(const char *hex, char key[8 + SHA256_HEX_SIZE])
+{
+	snprintf(key, 8 + SHA256_HEX_SIZE, "bad/%s", hex);
+}
+
 /* The loader found a blob corrupt, truncated or unreadable (loader thread): its content key
  * is marked bad in the scheduler (every request on it fails at once with the reason) until
- * it is unloaded; `molly adapters fsck` says more. */
+ * it is unloaded, and in the registry, where the next load of the version checks the blob
+ * again before it is used (hot_register); `molly adapters fsck` says more. */
 static void adapter_blob_bad(const char *key, int error, const char *message, void *userdata)
 {
 	struct manager *m = userdata;
+	char note_key[8 + SHA256_HEX_SIZE], note[BAD_NOTE_BYTES] = { 0 };
 
 	atomic_fetch_add(&m->adapters_bad, 1);
 	log_error("adapter %s marked bad: %s (run: molly adapters fsck)", key, message);
+	if (strncmp(key, "sha256:", 7) == 0 && m->registry) {
+		bad_note_key(key + 7, note_key);
+		snprintf(note, sizeof(note), "%.255s", message);
+		(void) registry_note_put(m->registry, note_key, note, sizeof(note));
+	}
 	(void) error;
+}
+
+static void *bad_check_alloc(size_t bytes, void *userdata)
+{
+	void **p = userdata;
+
+	return posix_memalign(p, 4096, bytes) == 0 ? *p : NULL;
+}
+
+/* A version marked bad in an earlier run: its blob is read and checked now (a job thread,
+ * not the scheduler's). Still bad: the scheduler refuses it at once, with both reasons.
+ * Good again (repaired): the mark goes. */
+static void bad_mark_recheck(struct manager *m, const struct registry_version *v, const char *key,
+			     const char *path)
+{
+	_cleanup_(blob_loader_freep) struct blob_loader *l = NULL;
+	char note_key[8 + SHA256_HEX_SIZE], note[BAD_NOTE_BYTES];
+	struct blob_loader_params lp = { .path = BLOB_PATH_PREAD };
+	struct blob_load_result res;
+	struct errmsg e = { { 0 } };
+	void *buf = NULL;
+	int r;
+
+	bad_note_key(v->hash_hex, note_key);
+	if (registry_note_get(m->registry, note_key, note, sizeof(note)) < 0 || !note[0])
+		return;
+	note[sizeof(note) - 1] = 0;
+	r = blob_loader_new(&lp, &l);
+	if (r >= 0)
+		r = blob_load(l, path, true, v->hash, bad_check_alloc, &buf, &res, &e);
+	free(buf);
+	if (r >= 0) {
+		char empty[BAD_NOTE_BYTES] = { 0 };
+
+		(void) registry_note_put(m->registry, note_key, empty, sizeof(empty));
+		log_info("%s@%u: its blob checks out again; the bad mark (%s) is cleared", v->name,
+			 v->version, note);
+		return;
+	}
+	log_error("%s@%u is still bad: %s (marked bad earlier: %s)", v->name, v->version, e.text,
+		  note);
+	{
+		char msg[600];
+
+		/* short first: the request's error message is cut at 256 bytes */
+		snprintf(msg, sizeof(msg), "marked bad earlier, still: %.500s", e.text);
+		(void) sched_mark_adapter_bad(m->sched, key, r, msg);
+	}
 }
 
 int manager_new_with_egress(struct config *config, struct egress_client *egress,
@@ -2210,6 +2275,7 @@ static int hot_register(struct manager *m, const struct registry_version *v,
 	if (r < 0 && r != -EEXIST)
 		return set_err(err, MANAGER_ERR_INTERNAL, r, "%s@%u: %s", v->name, v->version,
 			       strerror(-r));
+	bad_mark_recheck(m, v, key, path);
 	return 0;
 }
 

@@ -1661,6 +1661,23 @@ int sched_set_adapter_source(struct sched *s, const char *name, const char *path
 	return r;
 }
 
+int sched_mark_adapter_bad(struct sched *s, const char *name, int error, const char *message)
+{
+	struct adapter_entry *a;
+	int r = 0;
+
+	pthread_mutex_lock(&s->lock);
+	a = adapter_find(s, name);
+	if (!a)
+		r = -ENOENT;
+	else if (!a->blob)
+		r = -EINVAL;
+	else
+		tiers_mark_bad(s->tiers, a->blob, error, message);
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
 void sched_test_hold_loads(struct sched *s, bool hold)
 {
 	tiers_test_hold_loads(s->tiers, hold);

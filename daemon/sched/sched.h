@@ -199,6 +199,10 @@ int sched_prefetch_adapter(struct sched *s, const char *name);
  * and calls on_adapter_bad. -ENOENT unknown adapter, -EEXIST already set. */
 int sched_set_adapter_source(struct sched *s, const char *name, const char *path,
 			     const uint8_t sha256[32]);
+/* Marks a tiered adapter bad without reading its blob (a mark the daemon kept from an earlier
+ * run and found still true): its requests fail at once with message. -ENOENT, -EINVAL when it
+ * has no blob. */
+int sched_mark_adapter_bad(struct sched *s, const char *name, int error, const char *message);
 /* Tests: while held, no cold adapter starts loading (see tiers_test_hold_loads). */
 void sched_test_hold_loads(struct sched *s, bool hold);
 

@@ -459,6 +459,14 @@ int tiers_bad(struct tiers *t, struct tier_blob *b, struct errmsg *e)
 	return r;
 }
 
+void tiers_mark_bad(struct tiers *t, struct tier_blob *b, int error, const char *message)
+{
+	pthread_mutex_lock(&t->lock);
+	if (b->state == TIER_COLD)
+		mark_bad(b, error, message);
+	pthread_mutex_unlock(&t->lock);
+}
+
 void tiers_clear_bad(struct tiers *t, struct tier_blob *b)
 {
 	pthread_mutex_lock(&t->lock);

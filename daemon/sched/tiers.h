@@ -87,6 +87,9 @@ void tiers_pin(struct tiers *t, struct tier_blob *b, bool pin);
 void tiers_need(struct tiers *t, struct tier_blob *b, bool need);
 /* Why the blob is bad (the error, with the message copied to e). 0 when it is not. */
 int tiers_bad(struct tiers *t, struct tier_blob *b, struct errmsg *e);
+/* Marks the blob bad without reading it (a mark kept from an earlier run, checked again by
+ * the caller): every ask gets TIER_BAD and the message. */
+void tiers_mark_bad(struct tiers *t, struct tier_blob *b, int error, const char *message);
 /* Forget a bad mark (the blob was repaired): the next ask loads it again. */
 void tiers_clear_bad(struct tiers *t, struct tier_blob *b);
 

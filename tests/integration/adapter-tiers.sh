@@ -59,7 +59,9 @@ blob=$("${M[@]}" adapters list | awk '$1 == "gen2"' | grep -o 'path=[^ ]*' | cut
 [ -f "$blob" ] || fail "gen2's blob path: '$blob'"
 size=$(stat -c %s "$blob")
 chmod u+w "$blob"
-printf '\xff' | dd of="$blob" bs=1 seek=$((size - 1)) conv=notrunc status=none
+orig=$(od -An -tx1 -j $((size - 1)) -N1 "$blob" | tr -d ' ')
+flip=$(printf '%02x' $((0x$orig ^ 0xff)))
+printf "\\x$flip" | dd of="$blob" bs=1 seek=$((size - 1)) conv=notrunc status=none
 expect_fail "corrupt" "${M[@]}" ask "Once upon a time" --adapter gen2 --max-tokens 8 --temperature 0
 [ "$(tier_of gen2)" = bad ] || fail "gen2 is $(tier_of gen2), not bad"
 grep -q '"adapters_bad" t 1' <<<"$(status)" || fail "Status adapters_bad: $(status)"
@@ -67,6 +69,24 @@ grep -q "marked bad" "$T/mollyd.log" || fail "no log line for the bad blob"
 out=$("${M[@]}" ask "Once upon a time" --adapter tale --max-tokens 8 --temperature 0) ||
 	fail "tale after gen2 went bad: $out"
 pass "a blob changed on disk is bad alone, with the reason"
+
+# the mark outlives the daemon: at the next start gen2 is checked again and refused at once
+mollyd_stop
+mollyd_start
+wait_until "$MOLLY_TEST_WAIT_S" bash -c "\"$MOLLY\" --bus-address=$BUS_ADDR adapters list | awk '\$1 == \"gen2\"' | grep -q tier=bad" ||
+	fail "gen2 after a restart: $("${M[@]}" adapters list | awk '$1 == "gen2"')"
+expect_fail "marked bad earlier" "${M[@]}" ask "Once upon a time" --adapter gen2 --max-tokens 8 --temperature 0
+pass "the bad mark outlives a restart"
+
+# repaired on disk (the byte back): the next start clears the mark and gen2 answers
+mollyd_stop
+printf "\\x$orig" | dd of="$blob" bs=1 seek=$((size - 1)) conv=notrunc status=none
+last=$(od -An -tx1 -j $((size - 1)) -N1 "$blob" | tr -d ' ')
+mollyd_start
+out=$("${M[@]}" ask "Once upon a time" --adapter gen2 --max-tokens 8 --temperature 0) ||
+	fail "gen2 after its blob was repaired (last byte $last): $out"
+grep -q "bad mark .* is cleared" "$T/mollyd.log" || fail "no log line for the cleared mark"
+pass "a repaired blob clears the mark"
 
 mollyd_stop
 pass "stopped"
