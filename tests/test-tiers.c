@@ -762,3 +762,49 @@ TEST(free_while_waiting_for_a_load)
 	ASSERT_EQ(r1.n, 0);
 	return 0;
 }
+
+static void get_tier_a2(const struct sched_adapter_info *info, void *ud)
+{
+	if (strcmp(info->name, "a2") == 0)
+		*(const char **) ud = info->tier;
+}
+
+/* A warm adapter's hot build runs on the builder thread: with builds held, requests on other
+ * adapters run to the end while the one that needs the build has no token; then it completes
+ * with its solo output. */
+TEST(hot_build_waits_alone)
+{
+	_cleanup_(model_freep) struct model *m = load_model();
+	_cleanup_(sched_freep) struct sched *s = NULL;
+	struct result building, none, alone;
+	const char *tier = NULL;
+
+	if (!m)
+		return TEST_SKIP;
+	ASSERT_OK(make_blobs(m));
+	ASSERT_OK(sched_new(m, &(struct sched_params){ .max_sequences = 4, .n_threads = 2,
+						       .max_context = 128,
+						       .build_thread_min_bytes = 1 },
+			    &s, NULL));
+	ASSERT_OK(add_adapter(s, m, 2, true));
+	sched_test_hold_builds(s, true);
+	ASSERT_OK(submit(s, m, 2, 8, 3, &building));
+	ASSERT_OK(submit(s, m, -1, 16, 4, &none));
+	/* the blob is read (warm), its build waits */
+	ASSERT_TRUE(TEST_WAIT_UNTIL(({
+		sched_step(s);
+		sched_foreach_adapter(s, get_tier_a2, &tier);
+		strcmp(tier, "warm") == 0;
+	})));
+	while (!none.done) {
+		ASSERT_TRUE(sched_step(s) >= 0);
+		ASSERT_EQ(building.n, 0);
+	}
+	ASSERT_EQ(none.n, 16);
+	ASSERT_TRUE(!building.done);
+	ASSERT_OK(sched_check_pool(s)); /* the reserved pages count as adapter pages */
+	sched_test_hold_builds(s, false);
+	ASSERT_TRUE(TEST_WAIT_UNTIL((sched_step(s), building.done)));
+	ASSERT_OK(solo(m, 2, 8, 3, &alone));
+	return same(&building, &alone, 0);
+}

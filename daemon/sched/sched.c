@@ -164,6 +164,7 @@ struct sched {
 	struct tiers *tiers;           /* owned: the warm tier and its loader thread */
 	pthread_t builder;             /* warm → hot builds */
 	bool builder_started;
+	bool hold_builds;              /* tests: sched_test_hold_builds() */
 	pthread_cond_t build_cond;     /* a build queued, or stopping */
 	struct evict_clock hot_clock;
 	uint64_t hot_budget;           /* bytes of adapter pages at most */
@@ -481,7 +482,7 @@ static void *builder_thread(void *arg)
 	for (;;) {
 		struct adapter_entry *a = NULL;
 
-		for (size_t i = 0; !s->stopping && i < s->n_adapters && !a; i++)
+		for (size_t i = 0; !s->stopping && !s->hold_builds && i < s->n_adapters && !a; i++)
 			if (s->adapters[i]->building && !s->adapters[i]->build_taken)
 				a = s->adapters[i];
 		if (s->stopping)
@@ -1676,6 +1677,14 @@ int sched_mark_adapter_bad(struct sched *s, const char *name, int error, const c
 		tiers_mark_bad(s->tiers, a->blob, error, message);
 	pthread_mutex_unlock(&s->lock);
 	return r;
+}
+
+void sched_test_hold_builds(struct sched *s, bool hold)
+{
+	pthread_mutex_lock(&s->lock);
+	s->hold_builds = hold;
+	pthread_cond_broadcast(&s->build_cond);
+	pthread_mutex_unlock(&s->lock);
 }
 
 void sched_test_hold_loads(struct sched *s, bool hold)

@@ -205,6 +205,8 @@ int sched_set_adapter_source(struct sched *s, const char *name, const char *path
 int sched_mark_adapter_bad(struct sched *s, const char *name, int error, const char *message);
 /* Tests: while held, no cold adapter starts loading (see tiers_test_hold_loads). */
 void sched_test_hold_loads(struct sched *s, bool hold);
+/* Tests: while held, the builder thread starts no warm → hot build. */
+void sched_test_hold_builds(struct sched *s, bool hold);
 
 struct sched_adapter_info {
 	const char *name;    /* valid until the adapter is removed */
