@@ -541,7 +541,9 @@ int bench_tier_serve(int argc, char **argv)
 			sched_get_stats(s, &st);
 			for (int p = 0; p < _BLOB_PATH_MAX; p++)
 				bytes_read += st.tiers.bytes_read[p];
-			bw = st.tiers.load_ns ? (double) bytes_read / ((double) st.tiers.load_ns * 1e-9) : 0;
+			/* the loaders' bandwidth: bytes over the wall time any load was reading
+			 * (two loaders overlap: their summed durations would flatter it) */
+			bw = st.tiers.busy_ns ? (double) bytes_read / ((double) st.tiers.busy_ns * 1e-9) : 0;
 			predicted = t_hot + (bw > 0 ? (double) bytes_read / bw : 0);
 			if (json)
 				printf("{\"adapters\":%u,\"requests\":%u,\"all_hot_s\":%.4f,\"measured_s\":%.4f,"

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "../basic/sha256.h"
+#include "../basic/time-util.h"
 #include "../loader/warm.h"
 #include "tiers.h"
 
@@ -42,15 +43,24 @@ struct tiers {
 	bool have_topo;
 	uint32_t *cpus;                    /* owned: the readers when p.cpus is NULL */
 	struct warm *warm;                 /* owned */
-	struct blob_loader *loader;        /* owned; the loader thread's */
+	/* the loader threads, each with its own loader (ring): small blobs are bound by the
+	 * latency of a few reads and the setup around them, so two overlap well */
+	struct loader_slot {
+		struct tiers *t;
+		struct blob_loader *loader; /* owned */
+		pthread_t thread;
+		bool started;
+	} slots[TIERS_MAX_LOADERS];
+	uint32_t n_slots;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;               /* loads queued or finished, room freed, stopping */
-	pthread_t thread;
-	bool thread_started, stopping, hold;
+	bool stopping, hold;
 	struct tier_blob **blobs;          /* owned */
 	size_t n_blobs;
 	uint64_t queue_seq;
 	uint64_t reserved;                 /* bytes of warm copies and loads in progress */
+	uint32_t active;                   /* loads reading now */
+	uint64_t busy_since;               /* when active went from 0 to 1 */
 	struct evict_clock clock;
 	struct tiers_stats stats;
 };
@@ -139,7 +149,7 @@ static void *alloc_warm(size_t bytes, void *userdata)
 }
 
 /* One load, the lock released around the read. Called with the lock held. */
-static void load_one(struct tiers *t, struct tier_blob *b)
+static void load_one(struct tiers *t, struct blob_loader *loader, struct tier_blob *b)
 {
 	struct warm_buf buf = { .node = -1 };
 	struct alloc_ctx ac = { .t = t, .node = -1, .buf = &buf };
@@ -182,11 +192,15 @@ static void load_one(struct tiers *t, struct tier_blob *b)
 
 		ac.node = node >= 0 ? node : -1;
 	}
+	if (t->active++ == 0)
+		t->busy_since = now_ns();
 	pthread_mutex_unlock(&t->lock);
 
-	r = blob_load(t->loader, b->path, true, b->sha256, alloc_warm, &ac, &res, &e);
+	r = blob_load(loader, b->path, true, b->sha256, alloc_warm, &ac, &res, &e);
 
 	pthread_mutex_lock(&t->lock);
+	if (--t->active == 0)
+		t->stats.busy_ns += now_ns() - t->busy_since;
 	t->stats.bytes_read[res.path] += r < 0 ? 0 : res.bytes;
 	t->stats.last_path = res.path;
 	t->stats.load_ns += res.ns;
@@ -214,7 +228,8 @@ static void load_one(struct tiers *t, struct tier_blob *b)
 
 static void *loader_thread(void *arg)
 {
-	struct tiers *t = arg;
+	struct loader_slot *slot = arg;
+	struct tiers *t = slot->t;
 
 	pthread_mutex_lock(&t->lock);
 	for (;;) {
@@ -225,7 +240,7 @@ static void *loader_thread(void *arg)
 		if (t->stopping)
 			break;
 		b->taken = true;
-		load_one(t, b);
+		load_one(t, slot->loader, b);
 		if (b->removed) {
 			if (b->buf.data)
 				drop_copy(t, b);
@@ -281,10 +296,14 @@ int tiers_new(const struct tiers_params *p, struct tiers **ret)
 	}
 	r = warm_new(p->warm_bytes, &t->warm);
 	if (r >= 0)
-		r = blob_loader_new(&p->loader, &t->loader);
-	if (r >= 0) {
-		r = -pthread_create(&t->thread, NULL, loader_thread, t);
-		t->thread_started = r == 0;
+		t->n_slots = p->loaders ? MIN(p->loaders, (uint32_t) TIERS_MAX_LOADERS) : 2;
+	for (uint32_t i = 0; r >= 0 && i < t->n_slots; i++) {
+		t->slots[i].t = t;
+		r = blob_loader_new(&p->loader, &t->slots[i].loader);
+		if (r >= 0) {
+			r = -pthread_create(&t->slots[i].thread, NULL, loader_thread, &t->slots[i]);
+			t->slots[i].started = r == 0;
+		}
 	}
 	if (r < 0) {
 		tiers_free(t);
@@ -303,12 +322,14 @@ struct tiers *tiers_free(struct tiers *t)
 	t->stopping = true;
 	pthread_cond_broadcast(&t->cond);
 	pthread_mutex_unlock(&t->lock);
-	if (t->thread_started)
-		pthread_join(t->thread, NULL);
+	for (uint32_t i = 0; i < t->n_slots; i++)
+		if (t->slots[i].started)
+			pthread_join(t->slots[i].thread, NULL);
 	for (size_t i = 0; i < t->n_blobs; i++)
 		blob_free(t, t->blobs[i]);
 	free(t->blobs);
-	blob_loader_free(t->loader);
+	for (uint32_t i = 0; i < t->n_slots; i++)
+		blob_loader_free(t->slots[i].loader);
 	warm_free(t->warm);
 	free(t->cpus);
 	pthread_cond_destroy(&t->cond);
@@ -507,8 +528,10 @@ void tiers_get_stats(struct tiers *t, struct tiers_stats *ret)
 	for (size_t i = 0; i < t->n_blobs; i++)
 		ret->warm_blobs += t->blobs[i]->state == TIER_WARM;
 	ret->hash_impl = sha256_impl();
-	snprintf(ret->note, sizeof(ret->note), "%s%s%s", blob_loader_note(t->loader),
-		 blob_loader_note(t->loader)[0] && wnote[0] ? "; " : "", wnote);
+	snprintf(ret->note, sizeof(ret->note), "%s%s%s",
+		 t->n_slots ? blob_loader_note(t->slots[0].loader) : "",
+		 t->n_slots && blob_loader_note(t->slots[0].loader)[0] && wnote[0] ? "; " : "",
+		 wnote);
 	pthread_mutex_unlock(&t->lock);
 }
 

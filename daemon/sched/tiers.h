@@ -7,8 +7,9 @@
  *         checked (this module), at most warm_bytes in all
  *   hot   the adapter's rows in the scheduler's page pool (sched.c: built from the warm copy)
  *
- * A blob asked for while cold is queued for the loader thread (blob-load.h: io_uring, hash
- * overlapped), so the caller never waits for the disk; the scheduler keeps computing other
+ * A blob asked for while cold is queued for the loader threads (two by default, one blob
+ * each at a time; blob-load.h: io_uring, hash overlapped), so the caller never waits for the
+ * disk; the scheduler keeps computing other
  * requests and asks again on later steps. Room in the warm tier is made by evict.h's policy
  * among copies nobody is reading and nobody pinned. A blob that fails to load (corrupt,
  * truncated, read error) is marked bad with the reason: every later ask gets TIER_BAD and the
@@ -39,8 +40,11 @@ enum tier_state {
 /* "cold", "loading", "warm", "bad" */
 const char *tier_state_name(enum tier_state s);
 
+#define TIERS_MAX_LOADERS 4
+
 struct tiers_params {
 	uint64_t warm_bytes;           /* the warm tier's size ([Adapters] WarmBytes=) */
+	uint32_t loaders;              /* loader threads, each one blob at a time (0: 2) */
 	enum evict_policy eviction;
 	struct blob_loader_params loader;
 	const uint32_t *cpus;          /* the CPUs that read warm copies (NULL: all) */
@@ -112,6 +116,8 @@ struct tiers_stats {
 	uint64_t loads, load_failures;
 	uint64_t bytes_read[_BLOB_PATH_MAX]; /* per path that really ran */
 	uint64_t load_ns, hash_ns;           /* summed over loads */
+	uint64_t busy_ns;                    /* wall time with at least one load reading: bytes
+					      * read ÷ this is the loaders' bandwidth */
 	enum blob_path last_path;
 	const char *hash_impl;               /* "sha-ni" or "scalar" */
 	char note[320];                      /* loader and warm-memory fallbacks ("" when none) */
