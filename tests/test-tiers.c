@@ -808,3 +808,28 @@ TEST(hot_build_waits_alone)
 	ASSERT_OK(solo(m, 2, 8, 3, &alone));
 	return same(&building, &alone, 0);
 }
+
+/* A blob bigger than the whole warm tier is not refused: the adapter is read from its file
+ * into the pool as before the tiers, and its output is the solo one. */
+TEST(blob_larger_than_warm_tier_is_read_directly)
+{
+	_cleanup_(model_freep) struct model *m = load_model();
+	_cleanup_(sched_freep) struct sched *s = NULL;
+	struct result big, alone;
+	const char *tier = NULL;
+
+	if (!m)
+		return TEST_SKIP;
+	ASSERT_OK(make_blobs(m));
+	ASSERT_OK(sched_new(m, &(struct sched_params){ .max_sequences = 2, .n_threads = 1,
+						       .max_context = 64, .warm_bytes = 4096 },
+			    &s, NULL));
+	ASSERT_OK(add_adapter(s, m, 2, true));
+	ASSERT_OK(submit(s, m, 2, 6, 9, &big));
+	ASSERT_TRUE(TEST_WAIT_UNTIL((sched_step(s), big.done)));
+	ASSERT_EQ(big.error, 0);
+	sched_foreach_adapter(s, get_tier_a2, &tier);
+	ASSERT_STREQ(tier, "hot");
+	ASSERT_OK(solo(m, 2, 6, 9, &alone));
+	return same(&big, &alone, 0);
+}

@@ -513,6 +513,22 @@ static void *builder_thread(void *arg)
 	return NULL;
 }
 
+/* The adapter leaves the tiers (its blob does not fit the warm tier): from now on it is read
+ * from its file when made hot. Requests that said they need the blob forget it. */
+static void adapter_untier(struct sched *s, struct adapter_entry *a)
+{
+	struct seq **lists[2] = { s->waiting, s->running };
+	uint32_t counts[2] = { s->n_waiting, s->n_running };
+
+	for (int l = 0; l < 2; l++)
+		for (uint32_t i = 0; i < counts[l]; i++)
+			for (uint32_t k = 0; k < lists[l][i]->n_loras; k++)
+				if (lists[l][i]->loras[k].entry == a)
+					lists[l][i]->loras[k].needs_warm = false;
+	tiers_remove(s->tiers, a->blob);
+	a->blob = NULL;
+}
+
 /* Whether q's adapters can be made hot now: 1 yes (hot, warm, or not tiered), 0 not yet (a
  * cold one is being read: the loader thread was asked), -errno when one is bad (message in
  * msg). Counts hits and misses once per request. */
@@ -557,6 +573,12 @@ static int seq_adapters_ready(struct sched *s, struct seq *q, char *msg, size_t 
 			struct errmsg e = { { 0 } };
 			int r = tiers_bad(s->tiers, a->blob, &e);
 
+			if (r == -E2BIG) {
+				/* bigger than the whole warm tier: served as before the tiers,
+				 * read from its file (per-matrix hashes checked) into the pool */
+				adapter_untier(s, a);
+				continue;
+			}
 			snprintf(msg, msg_size, "adapter '%.64s' is unusable: %.220s",
 				 a->adapter->meta.name, e.text);
 			q->counted = true;
@@ -1601,6 +1623,10 @@ int sched_pin_adapter(struct sched *s, const char *name, bool pin)
 		r = tiers_wait(s->tiers, a->blob, NULL);
 		pthread_mutex_lock(&s->lock);
 		a->users--;
+		if (r == -E2BIG && a->blob) {
+			adapter_untier(s, a); /* read from its file below */
+			r = 0;
+		}
 	}
 	while (r >= 0 && pin && a->building)
 		pthread_cond_wait(&s->wake, &s->lock); /* the builder broadcasts when done */
