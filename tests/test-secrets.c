@@ -294,7 +294,14 @@ TEST(context_pass)
 	       "secret=[413622-078914-552301-667890-201134-998765-114422-350019]");
 	EXPECT("the activation code from the letter, 7KQ2-PM9X-44TB, is used",
 	       "access_code=[7KQ2-PM9X-44TB]");
+	EXPECT("login on the fridge (jake.m.2011 / Maple.Owl.47) and", "secret=[Maple.Owl.47]");
+	EXPECT("passphrase della chiave gpg: tre camion rossi sotto la pioggia di agosto. ok?",
+	       "secret=[tre camion rossi sotto la pioggia di agosto]");
+	EXPECT("cancello del condominio 1478#, grazie", "access_code=[1478#]");
+	EXPECT("The Xbox parental passkey is 8265 and", "access_code=[8265]");
 	/* and what stays public */
+	EXPECT("forwarded netflix.com to 1.1.1.1 and 8.8.8.8", "");
+	EXPECT("the passphrase: what should it be? I need ideas", "");
 	EXPECT("see python3.11 / Python3.12 notes; input / Output2", "");
 	EXPECT("¿cómo genero una clave SSH ed25519? ¿y fail2ban?", "");
 	EXPECT("passare la password con -p è insicuro", "");

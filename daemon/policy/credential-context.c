@@ -50,7 +50,7 @@ static const struct role_word role_words[] = {
 	{ "segreto", ROLE_PIN }, { "antifurto", ROLE_LOCK }, { "antirrobo", ROLE_LOCK },
 	{ "wpa", ROLE_PASSWORD }, { "wpa2", ROLE_PASSWORD }, { "wpa3", ROLE_PASSWORD },
 	{ "pin", ROLE_PIN }, { "pins", ROLE_PIN }, { "puk", ROLE_PIN }, { "pincode", ROLE_PIN },
-	{ "passcode", ROLE_PIN }, { "code", ROLE_CODE }, { "codice", ROLE_CODE },
+	{ "passcode", ROLE_PIN }, { "passkey", ROLE_PIN }, { "code", ROLE_CODE }, { "codice", ROLE_CODE },
 	{ "c\xc3\xb3" "digo", ROLE_CODE }, { "codigo", ROLE_CODE }, { "combination", ROLE_CODE },
 	{ "combinazione", ROLE_CODE }, { "combinaci\xc3\xb3n", ROLE_CODE }, { "combo", ROLE_CODE },
 	{ "codes", ROLE_CODES }, { "codici", ROLE_CODES }, { "c\xc3\xb3" "digos", ROLE_CODES },
@@ -622,7 +622,8 @@ static bool passphrase_token(const char *s, size_t n)
 	if (n < 14 || n > 64 || credential_is_placeholder(s, n))
 		return false;
 	for (size_t k = 0; k < n; k++) {
-		if (is_lower(s[k]) || is_digit(s[k])) {
+		/* "olivo-barricada", "Olivo-Centenario-58": a capital may start a part */
+		if (is_lower(s[k]) || is_digit(s[k]) || (is_upper(s[k]) && run == 0)) {
 			run++;
 		} else if (s[k] == '-' && run >= 2) {
 			parts++;
@@ -888,6 +889,47 @@ bool credential_is_tech_word(const char *s, size_t n)
 	return n < sizeof(w) && credential_fold(s, n, w, sizeof(w)) && in_list(w, n, tech_words);
 }
 
+/* "passphrase della chiave gpg: tre camion rossi sotto la pioggia di agosto.": after a
+ * passphrase's name and a ':' on its line, four to twelve plain words to the end of the
+ * sentence. Returns 1 when it added one, 0 when none, or a negative errno. */
+static int rule_phrase_after(struct context *c, size_t he)
+{
+	const char *t = c->t;
+	size_t len = c->len, p = he, s, last = 0;
+	unsigned words = 0;
+	char w[32];
+	int r;
+
+	while (p < len && p - he < 100 && t[p] != ':' && t[p] != '\n' && t[p] != '.' &&
+	       t[p] != '?')
+		p++;
+	if (AT(p) != ':' || AT(p + 1) != ' ')
+		return 0;
+	s = p + 2;
+	for (p = s; p < len;) {
+		size_t e = p;
+		while (e < len && (is_alpha(t[e]) || (unsigned char) t[e] >= 0x80 || t[e] == '\''))
+			e++;
+		if (e == p)
+			return 0;
+		if (words == 0 && e - p < sizeof(w) && credential_fold(t + p, e - p, w, sizeof(w)) &&
+		    (credential_is_not_value(w, e - p) || credential_is_placeholder(t + p, e - p)))
+			return 0;
+		words++;
+		last = e;
+		if (e >= len || t[e] != ' ')
+			break;
+		p = e + 1;
+		if (words > 12)
+			return 0;
+	}
+	if (words < 4 || words > 12 || (last < len && !strchr(".\n!", t[last])) ||
+	    overlaps_any(c, s, last))
+		return 0;
+	r = add_match(c, DETECT_SECRET, s, last);
+	return r < 0 ? r : 1;
+}
+
 /* ---- spelled values ---- */
 
 /* A password read out letter by letter: "Kilo-Echo-Romeo-Nine", "Ancona, Bologna, sette",
@@ -1098,6 +1140,10 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 				    !date_like(t + k.cs, de - k.cs))
 					return add_match(c, DETECT_ACCESS_CODE, k.cs, de);
 			}
+			/* "cancello del condominio 1478#": digits typed on a keypad, '#' to end */
+			if (role == ROLE_LOCK && tokens < 4 && vn >= 5 && vn <= 9 &&
+			    (v[vn - 1] == '#' || v[vn - 1] == '*') && count_digits(v, vn) == vn - 1)
+				return add_match(c, DETECT_ACCESS_CODE, k.cs, k.ce);
 			if (role != ROLE_PASSWORD && vn > 1 && (v[0] == '#' || v[0] == '*') &&
 			    is_digit(v[1])) {
 				k.cs++;
@@ -1754,6 +1800,14 @@ static void token_around(const char *t, size_t len, size_t i, struct token *k)
 	token_core(t, len, k);
 }
 
+static bool dot_between_digits(const char *s, size_t n)
+{
+	for (size_t k = 1; k + 1 < n; k++)
+		if (s[k] == '.' && is_digit(s[k - 1]) && is_digit(s[k + 1]))
+			return true;
+	return false;
+}
+
 /* "ella.ward09 / Unicorn77", "tommi.c2014 / Dinosauro14": a login and a password written as
  * a pair, with no key word. The login is one lower-case token (letters, digits, '.', '_',
  * '-'; a letter first; not a version), the password a strong value with a capital and a digit
@@ -1768,6 +1822,8 @@ static int rule_login_pair(struct context *c, size_t i)
 	le = ls;
 	while (ls > 0 && !is_space(t[ls - 1]))
 		ls--;
+	while (ls < le && strchr("([\"'", t[ls]))
+		ls++; /* "(jake.m.2011 / Maple.Owl.47)" */
 	if (le - ls < 4 || le - ls > 32 || !is_lower(t[ls]))
 		return 0;
 	for (size_t k = ls; k < le; k++) {
@@ -1784,7 +1840,8 @@ static int rule_login_pair(struct context *c, size_t i)
 		re--;
 	h = credential_shape_of(t + rs, re - rs);
 	if (!h.upper || !h.digit || !h.lower || !strong_value(t + rs, re - rs) ||
-	    memchr(t + rs, '.', re - rs) /* "Python3.12": a version */ || overlaps_any(c, rs, re))
+	    dot_between_digits(t + rs, re - rs) /* "Python3.12": a version */ ||
+	    overlaps_any(c, rs, re))
 		return 0;
 	return add_match(c, DETECT_SECRET, rs, re);
 }
@@ -1838,7 +1895,9 @@ static int rule_tokens(struct context *c)
 			if (next_token_q(t, len, k.e, len, &mark, &nl, false) &&
 			    mark.e - mark.s == 1 && (t[mark.s] == '/' || t[mark.s] == ':') &&
 			    next_token(t, len, mark.e, len, &x, &nl) && x.ce > x.cs &&
-			    strong_value(t + x.cs, x.ce - x.cs)) {
+			    (strong_value(t + x.cs, x.ce - x.cs) ||
+			     (credential_shape_of(t + x.cs, x.ce - x.cs).digit &&
+			      strong_value_shape(t + x.cs, x.ce - x.cs)))) {
 				r = add_match(c, DETECT_SECRET, x.cs, x.ce);
 				k.e = x.e;
 			}
@@ -2150,6 +2209,12 @@ int credential_scan_context(const char *t, size_t len, struct detect_matches *m,
 			}
 			switch (role) {
 			case ROLE_PASSWORD:
+				if (n == 10 && memcmp(w, "passphrase", 10) == 0 &&
+				    (r = rule_phrase_after(&c, e)) != 0) {
+					if (r < 0)
+						return r;
+					break;
+				}
 				if ((r = rule_after(&c, i, e, role,
 						    in_list(w, n, weak_heads) &&
 							    !access_near(t, len, i, e, NULL))) >= 0)

@@ -151,7 +151,7 @@ static const char *const access_words[] = {
 	"cupboard", "cabinet", "drawer", "armadio", "armario", "cassetto", "caj\xc3\xb3n", "barrier",
 	"barriera", "sbarra", "barrera", "turnstile", "tornello", "torniquete", "activation",
 	"attivazione", "activaci\xc3\xb3n", "activacion", "disarm", "disinserimento",
-	"desactivaci\xc3\xb3n", "override", NULL,
+	"desactivaci\xc3\xb3n", "override", "cassetta", "keybox", "keysafe", NULL,
 };
 
 /* Words that make a code something other than a way in ("error code 404", "codice

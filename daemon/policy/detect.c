@@ -855,6 +855,19 @@ static size_t scan_ipv4(const char *t, size_t len, size_t i)
 	 * (255.x): every machine has them, so they point at no one */
 	if (octet[0] == 127 || octet[0] == 0 || octet[0] == 255)
 		return 0;
+	/* nor the public resolvers every home network forwards to (1.1.1.1, 8.8.8.8, 9.9.9.9,
+	 * OpenDNS): a service's address, no one's */
+	{
+		static const uint8_t resolvers[][4] = {
+			{ 1, 1, 1, 1 },	      { 1, 0, 0, 1 },	    { 8, 8, 8, 8 },
+			{ 8, 8, 4, 4 },	      { 9, 9, 9, 9 },	    { 149, 112, 112, 112 },
+			{ 208, 67, 222, 222 }, { 208, 67, 220, 220 },
+		};
+		for (size_t k = 0; k < ELEMENTSOF(resolvers); k++)
+			if (octet[0] == resolvers[k][0] && octet[1] == resolvers[k][1] &&
+			    octet[2] == resolvers[k][2] && octet[3] == resolvers[k][3])
+				return 0;
+	}
 	return p;
 }
 
