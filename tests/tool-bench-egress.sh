@@ -14,13 +14,13 @@ rc=$?
 [ $rc -eq 0 ] || fail "molly-bench-egress exited $rc: $out"
 echo "$out"
 for k in filtered_p50_ns filtered_p99_ns unfiltered_p50_ns unfiltered_p99_ns overhead_p50_ns overhead_p50_paired_ns; do
-	echo "$out" | grep -q "\"$k\":-\?[0-9]" || fail "no $k in $out"
+	grep -q "\"$k\":-\?[0-9]" <<<"$out" || fail "no $k in $out"
 done
 # the statistics pass connects 2000 times from the filtered cgroup: connect4 ran each time
-echo "$out" | grep -q '"prog_connect4_runs":2000,' || fail "connect4 did not run for every connect: $out"
+grep -q '"prog_connect4_runs":2000,' <<<"$out" || fail "connect4 did not run for every connect: $out"
 after=$(cat /proc/sys/kernel/bpf_stats_enabled 2>/dev/null || echo none)
 [ "$before" = "$after" ] || fail "bpf_stats_enabled was $before, is $after"
 # bad arguments are refused with a reason
-"$bin/molly-bench-egress" --connects 150 --round 100 2>&1 | grep -q "multiple of" ||
+"$bin/molly-bench-egress" --connects 150 --round 100 2>&1 | grep >/dev/null "multiple of" ||
 	fail "--connects not a multiple of --round accepted"
 echo "ok"

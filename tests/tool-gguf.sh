@@ -36,7 +36,7 @@ cmp -s "$tmp/m.gguf" "$tmp/other.gguf" && fail "seeds 5 and 6 gave the same file
 # Every supported type; qwen2 biases; a tied output.
 for t in f32 f16 bf16 q4_0 q4_k q6_k; do
 	mk --type "$t" --out "$tmp/$t.gguf" >/dev/null || fail "mkmodel --type $t"
-	"$bin/molly-gguf" "$tmp/$t.gguf" | grep -q "blk.0.attn_q.weight  *$t " ||
+	"$bin/molly-gguf" "$tmp/$t.gguf" | grep >/dev/null "blk.0.attn_q.weight  *$t " ||
 		fail "--type $t not applied"
 done
 mk --arch qwen2 --tied --out "$tmp/q.gguf" >/dev/null || fail "mkmodel qwen2"

@@ -41,7 +41,7 @@ out=$("${M[@]}" ask "Once upon a time" --adapter gen1 --max-tokens 8 --temperatu
 line=$("${M[@]}" adapters list | awk '$1 == "gen1"')
 grep -q 'warm_misses=1' <<<"$line" || fail "gen1 warm_misses: $line"
 grep -Eq 'numa_node=(-1|[0-9]+)' <<<"$line" || fail "gen1 numa_node: $line"
-"${M[@]}" status | grep -Eq 'adapter_hash_bytes_per_second[:= ]+[0-9]' ||
+"${M[@]}" status | grep -E >/dev/null 'adapter_hash_bytes_per_second[:= ]+[0-9]' ||
 	fail "molly status lacks the hashing rate: $("${M[@]}" status)"
 st=$(status)
 grep -q '"adapter_load_path" s "uring' <<<"$st" || fail "Status adapter_load_path: $st"
@@ -51,7 +51,7 @@ prop=$(busctl --address="$BUS_ADDR" get-property org.molly.Daemon1 /org/molly/Da
 	org.molly.Daemon1 AdapterLoadPath) || fail "AdapterLoadPath"
 grep -q '^s "uring' <<<"$prop" || fail "AdapterLoadPath is $prop"
 busctl --address="$BUS_ADDR" get-property org.molly.Daemon1 /org/molly/Daemon1 \
-	org.molly.Daemon1 AdapterBytesRead | grep -q '"uring"' || fail "AdapterBytesRead"
+	org.molly.Daemon1 AdapterBytesRead | grep >/dev/null '"uring"' || fail "AdapterBytesRead"
 pass "a cold adapter is read on demand; Status and properties say how"
 
 # gen2's blob changes on disk while it is cold
@@ -73,7 +73,7 @@ pass "a blob changed on disk is bad alone, with the reason"
 # the mark outlives the daemon: at the next start gen2 is checked again and refused at once
 mollyd_stop
 mollyd_start
-wait_until "$MOLLY_TEST_WAIT_S" bash -c "\"$MOLLY\" --bus-address=$BUS_ADDR adapters list | awk '\$1 == \"gen2\"' | grep -q tier=bad" ||
+wait_until "$MOLLY_TEST_WAIT_S" bash -c "\"$MOLLY\" --bus-address=$BUS_ADDR adapters list | awk '\$1 == \"gen2\"' | grep >/dev/null tier=bad" ||
 	fail "gen2 after a restart: $("${M[@]}" adapters list | awk '$1 == "gen2"')"
 expect_fail "marked bad earlier" "${M[@]}" ask "Once upon a time" --adapter gen2 --max-tokens 8 --temperature 0
 pass "the bad mark outlives a restart"

@@ -51,7 +51,7 @@ call Inference1 Generate 'a{sv}' 3 prompt s "to $EMAIL2" max_tokens u 3 class s 
 	fail "class bogus must be refused"
 out=$(curl -sS "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' \
 	-d "{\"model\": \"stories260K\", \"prompt\": \"Contact $EMAIL2 or $EMAIL\", \"max_tokens\": 3}")
-echo "$out" | grep -q '"choices"' || fail "HTTP completion: $out"
+grep -q '"choices"' <<<"$out" || fail "HTTP completion: $out"
 # A credential that is only a value after a key word: the record counts it, never holds it.
 call Inference1 Generate 'a{sv}' 2 prompt s "the wifi password is $PASSWORD, and mail $EMAIL" max_tokens u 3 >/dev/null ||
 	fail "password"
@@ -59,21 +59,21 @@ pass "8 requests sent (D-Bus, gdbus, HTTP)"
 
 # --- Policy1.Explain: the decision without generating, and no record ---
 out=$(call Policy1 Explain 'a{sv}' 1 prompt s "write to $EMAIL")
-echo "$out" | grep -q '"class" s "personal"' || fail "Explain class: $out"
-echo "$out" | grep -q '"kind" s "email"' || fail "Explain findings: $out"
-echo "$out" | grep -q '"layer" s "detector"' || fail "Explain findings without their layer: $out"
-echo "$out" | grep -q '"score" d 1' || fail "Explain findings without their score: $out"
-echo "$out" | grep -q '"special_score" d 0' || fail "Explain without special_score: $out"
-echo "$out" | grep -q '"permitted_tiers" as 2 "T0" "T1"' || fail "Explain tiers: $out"
-echo "$out" | grep -q "$EMAIL" && fail "Explain must not echo the value: $out"
+grep -q '"class" s "personal"' <<<"$out" || fail "Explain class: $out"
+grep -q '"kind" s "email"' <<<"$out" || fail "Explain findings: $out"
+grep -q '"layer" s "detector"' <<<"$out" || fail "Explain findings without their layer: $out"
+grep -q '"score" d 1' <<<"$out" || fail "Explain findings without their score: $out"
+grep -q '"special_score" d 0' <<<"$out" || fail "Explain without special_score: $out"
+grep -q '"permitted_tiers" as 2 "T0" "T1"' <<<"$out" || fail "Explain tiers: $out"
+grep -q "$EMAIL" <<<"$out" && fail "Explain must not echo the value: $out"
 out=$("$MOLLY" --bus-address="$BUS_ADDR" explain --daemon "write to $EMAIL") || fail "molly explain --daemon: $out"
-echo "$out" | grep -Eq '^  email +\[9, 32\) +personal +detector +1\.00$' || fail "molly explain --daemon findings: $out"
+grep -Eq '^  email +\[9, 32\) +personal +detector +1\.00$' <<<"$out" || fail "molly explain --daemon findings: $out"
 out=$(gdbus call --address "$BUS_ADDR" --dest org.molly.Daemon1 --object-path /org/molly/Daemon1 \
 	--method org.molly.Policy1.Explain "{'prompt': <'key $KEY'>, 'max_tokens': <uint32 5>}")
-echo "$out" | grep -q "'class': <'secret'>" || fail "gdbus Explain secret: $out"
-echo "$out" | grep -q "'permitted_tiers': <\['T0'\]>" || fail "gdbus Explain tiers: $out"
+grep -q "'class': <'secret'>" <<<"$out" || fail "gdbus Explain secret: $out"
+grep -q "'permitted_tiers': <\['T0'\]>" <<<"$out" || fail "gdbus Explain tiers: $out"
 out=$(call Policy1 Explain 'a{sv}' 2 prompt s "hello" class s public)
-echo "$out" | grep -q '"class" s "public"' || fail "Explain public: $out"
+grep -q '"class" s "public"' <<<"$out" || fail "Explain public: $out"
 call Policy1 Explain 'a{sv}' 1 max_tokens u 3 >/dev/null 2>&1 && fail "Explain without a prompt must fail"
 pass "Policy1.Explain over busctl and gdbus"
 mollyd_stop
@@ -141,9 +141,9 @@ pass "molly audit --since/--class/--tier"
 
 # --- errors say what to do ---
 out=$("$MOLLY" audit --state-dir "$T/state" --since 30 2>&1) && fail "bad duration accepted"
-echo "$out" | grep -q "30d, 12h, 15m, 3600s" || fail "bad duration message: $out"
+grep -q "30d, 12h, 15m, 3600s" <<<"$out" || fail "bad duration message: $out"
 out=$("$MOLLY" audit --state-dir "$T/state" --tier T9 2>&1) && fail "bad tier accepted"
-echo "$out" | grep -q "T0, T1, T2, T3" || fail "bad tier message: $out"
+grep -q "T0, T1, T2, T3" <<<"$out" || fail "bad tier message: $out"
 out=$("$MOLLY" audit --state-dir "$T/nowhere" 2>&1) && fail "missing store accepted"
-echo "$out" | grep -q -- "--state-dir" || fail "missing store message: $out"
+grep -q -- "--state-dir" <<<"$out" || fail "missing store message: $out"
 pass "errors"

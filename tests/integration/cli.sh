@@ -34,7 +34,7 @@ key=$(echo "$out" | grep -Eo 'molly-[A-Za-z0-9_-]+' | head -1)
 hash=$(echo "$out" | sed -n 's/^KeyHash=sha256://p')
 [ -n "$key" ] && [ -n "$hash" ] || fail "key new output: $out"
 [ "$(printf %s "$key" | sha256sum | cut -d' ' -f1)" = "$hash" ] || fail "KeyHash is not the SHA-256 of the key"
-echo "$out" | grep -q '^\[Member alice\]$' || fail "no [Member alice] line: $out"
+grep -q '^\[Member alice\]$' <<<"$out" || fail "no [Member alice] line: $out"
 echo "$out" | sed -n '/^\[Member alice\]$/,$p' > "$T/mollyd.conf.d/70-alice.conf"
 expect_out "^OK: 1 member" "$MOLLY" config check "$T/mollyd.conf"
 json=$("$MOLLY" key new bob --json)

@@ -12,10 +12,10 @@ mollyd_start
 
 # --- Generate with each client ---
 out=$(call Inference1 Generate 'a{sv}' 3 prompt s "Once upon a time" max_tokens u 24 temperature d 0)
-echo "$out" | grep -q '"finish_reason" s "length"' || fail "busctl Generate: $out"
-echo "$out" | grep -q '"completion_tokens" u 24' || fail "busctl Generate usage: $out"
-echo "$out" | grep -q '"prompt_tokens" u 5' || fail "busctl Generate prompt tokens: $out"
-echo "$out" | grep -q '"model" s "stories260K"' || fail "busctl Generate model: $out"
+grep -q '"finish_reason" s "length"' <<<"$out" || fail "busctl Generate: $out"
+grep -q '"completion_tokens" u 24' <<<"$out" || fail "busctl Generate usage: $out"
+grep -q '"prompt_tokens" u 5' <<<"$out" || fail "busctl Generate prompt tokens: $out"
+grep -q '"model" s "stories260K"' <<<"$out" || fail "busctl Generate model: $out"
 busctl_text=$(echo "$out" | sed -E 's/^sa\{sv\} "((\\.|[^"\\])*)".*/\1/')
 pass "busctl Generate"
 
@@ -33,34 +33,34 @@ fi
 out=$(gdbus call --address "$BUS_ADDR" --dest org.molly.Daemon1 --object-path /org/molly/Daemon1 \
 	--method org.molly.Inference1.Generate \
 	"{'prompt': <'Once upon a time'>, 'max_tokens': <byte 8>, 'temperature': <0>, 'seed': <int64 -3>}")
-echo "$out" | grep -q "'finish_reason': <'length'>" || fail "gdbus Generate: $out"
-echo "$out" | grep -q "'completion_tokens': <uint32 8>" || fail "gdbus Generate usage: $out"
+grep -q "'finish_reason': <'length'>" <<<"$out" || fail "gdbus Generate: $out"
+grep -q "'completion_tokens': <uint32 8>" <<<"$out" || fail "gdbus Generate usage: $out"
 pass "gdbus Generate (byte max_tokens, int temperature, negative seed)"
 
 out=$(gdbus call --address "$BUS_ADDR" --dest org.molly.Daemon1 --object-path /org/molly/Daemon1 \
 	--method org.molly.Inference1.Generate \
 	"{'messages': <[{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hi'}]>, 'max_tokens': <uint16 6>, 'stop': <['zzzz']>}")
-echo "$out" | grep -q "'finish_reason'" || fail "gdbus chat Generate: $out"
+grep -q "'finish_reason'" <<<"$out" || fail "gdbus chat Generate: $out"
 pass "gdbus Generate with messages aa{ss}"
 
 # dbus-send cannot build a{sv} (no variants in containers): it reads the state instead.
 out=$(dbus-send --bus="$BUS_ADDR" --print-reply --dest=org.molly.Daemon1 /org/molly/Daemon1 \
 	org.molly.Daemon1.Status)
-echo "$out" | grep -q '"requests_total"' || fail "dbus-send Status: $out"
+grep -q '"requests_total"' <<<"$out" || fail "dbus-send Status: $out"
 out=$(dbus-send --bus="$BUS_ADDR" --print-reply=literal --dest=org.molly.Daemon1 /org/molly/Daemon1 \
 	org.freedesktop.DBus.Properties.Get string:org.molly.Daemon1 string:Model)
-echo "$out" | grep -q 'stories260K' || fail "dbus-send Get Model: $out"
+grep -q 'stories260K' <<<"$out" || fail "dbus-send Get Model: $out"
 pass "dbus-send Status and Properties.Get"
 
 # --- stop strings: the text ends before the stop string, finish_reason stop ---
 full=$(call Inference1 Generate 'a{sv}' 3 prompt s "Once upon a time" max_tokens u 40 temperature d 0)
 out=$(call Inference1 Generate 'a{sv}' 4 prompt s "Once upon a time" max_tokens u 40 temperature d 0 stop as 2 "Lily" "zebra")
-echo "$full" | grep -q "Lily" || fail "the greedy text should mention Lily: $full"
-echo "$out" | grep -q '"finish_reason" s "stop"' || fail "stop string: $out"
-echo "$out" | grep -q "Lily" && fail "the stop string must not be in the text: $out"
-echo "$out" | grep -q '^sa{sv} ", there was a little girl named "' || fail "text before the stop string: $out"
+grep -q "Lily" <<<"$full" || fail "the greedy text should mention Lily: $full"
+grep -q '"finish_reason" s "stop"' <<<"$out" || fail "stop string: $out"
+grep -q "Lily" <<<"$out" && fail "the stop string must not be in the text: $out"
+grep -q '^sa{sv} ", there was a little girl named "' <<<"$out" || fail "text before the stop string: $out"
 out=$(call Inference1 Generate 'a{sv}' 4 prompt s "Once upon a time" max_tokens u 40 temperature d 0 stop s "girl named")
-echo "$out" | grep -q '^sa{sv} ", there was a little " ' || fail "single stop string: $out"
+grep -q '^sa{sv} ", there was a little " ' <<<"$out" || fail "single stop string: $out"
 pass "stop strings"
 
 # --- properties and Status ---

@@ -86,7 +86,7 @@ if command -v busctl >/dev/null && command -v dbus-daemon >/dev/null; then
 	sed -i 's/^Bus=none$/Bus=session/' "$HT_TMP/mollyd.conf"
 	MOLLY_EGRESS_TEST=1 MOLLY_EGRESS_TEST_FAIL_START=1 DBUS_SESSION_BUS_ADDRESS=$ADDR ht_start
 	st=$(busctl --address="$ADDR" call org.molly.Daemon1 /org/molly/Daemon1 org.molly.Daemon1 Status)
-	echo "$st" | grep -q '"egress" s "disabled: TEST: MOLLY_EGRESS_TEST_FAIL_START is set"' ||
+	grep -q '"egress" s "disabled: TEST: MOLLY_EGRESS_TEST_FAIL_START is set"' <<<"$st" ||
 		ht_fail "Status: $st"
 	ht_stop
 	ht_ok "Daemon1.Status says egress is disabled, and why"

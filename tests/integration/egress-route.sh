@@ -93,7 +93,7 @@ if command -v busctl >/dev/null && command -v dbus-daemon >/dev/null; then
 	DBUS_SESSION_BUS_ADDRESS=$ADDR ht_start
 	eg_require_enforced
 	st=$(busctl --address="$ADDR" call org.molly.Daemon1 /org/molly/Daemon1 org.molly.Daemon1 Status)
-	echo "$st" | grep -q '"egress" s "enforced"' || ht_fail "Status: $st"
+	grep -q '"egress" s "enforced"' <<<"$st" || ht_fail "Status: $st"
 	ht_stop
 	ht_ok "Daemon1.Status says egress enforced"
 fi

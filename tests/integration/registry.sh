@@ -36,7 +36,7 @@ fsck_clean() {
 	out=$("${M[@]}" adapters fsck --state-dir "$T/state" --repair 2>&1) ||
 		fail "$what: fsck --repair: $out"
 	out=$("${M[@]}" adapters fsck --state-dir "$T/state" 2>&1) || fail "$what: fsck: $out"
-	echo "$out" | grep -q "^0 errors, 0 warnings" || fail "$what: not clean after --repair: $out"
+	grep -q "^0 errors, 0 warnings" <<<"$out" || fail "$what: not clean after --repair: $out"
 }
 
 answer() {

@@ -14,7 +14,7 @@ cp "$LORA" "$T/state/adapters/tale.gguf"
 # held after 8 tokens (test-only switch) until SIGUSR1 lifts the hold after the reload.
 MOLLY_TEST=1 MOLLY_TEST_HOLD_AFTER_TOKENS=8 mollyd_start
 
-loaded() { call Adapters1 List | grep -q "\"tale\" \"[0-9a-f]\{64\}\" [0-9]* \"loaded\" b true"; }
+loaded() { call Adapters1 List | grep >/dev/null "\"tale\" \"[0-9a-f]\{64\}\" [0-9]* \"loaded\" b true"; }
 loaded && fail "tale is loaded before it is listed in Load="
 expect_out '"tale" "[0-9a-f]{64}" [0-9]+ "loaded" b false' call Adapters1 List
 pass "an adapter in Directory= is imported into the registry and listed, not loaded"

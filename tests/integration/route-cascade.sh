@@ -143,7 +143,7 @@ curl -s -o "$HT_TMP/fb.json" -w '%{http_code}' --max-time "$MOLLY_TEST_WAIT_S" "
 CURL_PID=$!
 # Wait until mollyd's connection to T1 is established, then kill T1.
 port=${lan2_URL##*:}
-connected_to_t1() { ss -Htn state established "( dport = :$port )" 2>/dev/null | grep -q 127.0.0.2; }
+connected_to_t1() { ss -Htn state established "( dport = :$port )" 2>/dev/null | grep >/dev/null 127.0.0.2; }
 wait_until "$MOLLY_TEST_WAIT_S" connected_to_t1 || ht_fail "mollyd never connected to T1"
 kill -KILL "$lan2_PID"
 wait "$CURL_PID" || ht_fail "curl failed"

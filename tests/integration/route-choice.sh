@@ -83,10 +83,10 @@ pass "labelled set through the daemon: the domain's adapter chosen in >= 90%"
 
 out=$("$MOLLY" --bus-address="$BUS_ADDR" explain --daemon "How do I appeal a court judgment about my lease?") ||
 	fail "molly explain --daemon: $out"
-echo "$out" | grep -Eq '^Domain: law' || fail "explain: no domain: $out"
-echo "$out" | grep -Eq 'local:stories260K:law +T0 .* chosen' || fail "explain: law adapter not chosen: $out"
-echo "$out" | grep -Eq 'far +T3 .*excluded: tier not permitted by the policy' || fail "explain: T3 not excluded with its reason: $out"
-echo "$out" | grep -Eq 'local:stories260K:cooking +T0 +[0-9.]+ +0\.0000 +0\.000s +[0-9.]+' || fail "explain: no scores: $out"
+grep -Eq '^Domain: law' <<<"$out" || fail "explain: no domain: $out"
+grep -Eq 'local:stories260K:law +T0 .* chosen' <<<"$out" || fail "explain: law adapter not chosen: $out"
+grep -Eq 'far +T3 .*excluded: tier not permitted by the policy' <<<"$out" || fail "explain: T3 not excluded with its reason: $out"
+grep -Eq 'local:stories260K:cooking +T0 +[0-9.]+ +0\.0000 +0\.000s +[0-9.]+' <<<"$out" || fail "explain: no scores: $out"
 json=$("$MOLLY" --bus-address="$BUS_ADDR" --json explain --daemon "How do I appeal a court judgment about my lease?")
 python3 -c 'import json, sys; j = json.loads(sys.argv[1]); c = j["route"]["candidates"]; assert len(c) == 7 and sum(x["chosen"] for x in c) == 1, c' "$json" ||
 	fail "explain --json: $json"
@@ -100,7 +100,7 @@ python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); assert j["molly"
 pass "a request naming the base runs on the base"
 out=$(call Inference1 Generate 'a{sv}' 2 prompt s "How do I appeal a court judgment about my lease?" max_tokens u 1) ||
 	fail "Generate: $out"
-echo "$out" | grep -q '"target" s "local:stories260K:law"' || fail "Generate's info lacks the target: $out"
+grep -q '"target" s "local:stories260K:law"' <<<"$out" || fail "Generate's info lacks the target: $out"
 pass "D-Bus Generate names the routed target"
 mollyd_stop
 

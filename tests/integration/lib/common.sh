@@ -157,7 +157,7 @@ expect_fail() {
 	shift
 	out=$("$@" 2>&1) || rc=$?
 	[ $rc -ne 0 ] || fail "expected failure matching '$pattern' from: $* (got success: $out)"
-	echo "$out" | grep -Eq -- "$pattern" || fail "expected '$pattern' from: $*; got: $out"
+	grep -Eq -- "$pattern" <<<"$out" || fail "expected '$pattern' from: $*; got: $out"
 }
 
 # expect_out PATTERN COMMAND...: the command must succeed and print PATTERN.
@@ -166,5 +166,5 @@ expect_out() {
 	shift
 	out=$("$@" 2>&1) || rc=$?
 	[ $rc -eq 0 ] || fail "command failed ($rc): $*: $out"
-	echo "$out" | grep -Eq -- "$pattern" || fail "expected '$pattern' from: $*; got: $out"
+	grep -Eq -- "$pattern" <<<"$out" || fail "expected '$pattern' from: $*; got: $out"
 }
