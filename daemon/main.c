@@ -44,6 +44,7 @@
 #include "egress/client.h"
 #include "egress/egress.h"
 #include "front/dbus.h"
+#include "front/dev.h"
 #include "front/http.h"
 #include "manager.h"
 
@@ -68,6 +69,7 @@ struct daemon {
 	sd_event *event;
 	struct dbus_front *dbus;
 	struct http_front *http;
+	struct dev_front *dev;
 
 	bool stopping;
 	bool drained;
@@ -824,6 +826,12 @@ static int run(int argc, char **argv)
 		log_error_errno(r, "HTTP: %s", e.text);
 		goto out;
 	}
+	/* /dev/molly: never fatal; without kmod-shim the device is off (Status says why). */
+	r = dev_front_new(d.event, d.manager, &d.dev, &e);
+	if (r < 0) {
+		log_error_errno(r, "/dev/molly: %s", e.text);
+		goto out;
+	}
 
 	if (sd_watchdog_enabled(false, &d.watchdog_usec) > 0 && d.watchdog_usec > 0) {
 		uint64_t now = 0;
@@ -849,6 +857,7 @@ out:
 		dbus_front_stop_accepting(d.dbus);
 	/* The fronts go first: they cancel and wait (bounded) for what they still hold, while
 	 * the scheduler is still there to deliver the final events. */
+	d.dev = dev_front_free(d.dev);
 	d.http = http_front_free(d.http);
 	d.dbus = dbus_front_free(d.dbus);
 	if (d.drain_started)

@@ -371,23 +371,21 @@ static long molly_ioc_submit(struct molly_client *client, unsigned int cmd, unsi
 	size_t size;
 	long ret;
 
-	ret = molly_copy_in(&s, sizeof(s), cmd, arg);
-	if (ret)
-		return ret;
-	ret = molly_submit_check(&s);
-	if (ret)
-		return ret;
-
+	/* Every SUBMIT consumes the staged text, whatever its result: one simple rule. */
 	mutex_lock(&client->stage_lock);
-	if (s.text_len != client->staged_len) {
-		/* A mismatch means the caller lost track: start it over from nothing. */
-		molly_stage_clear(client);
+	ret = molly_copy_in(&s, sizeof(s), cmd, arg);
+	if (!ret)
+		ret = molly_submit_check(&s);
+	if (!ret && s.text_len != client->staged_len)
 		ret = -EINVAL;
+	if (ret) {
+		molly_stage_clear(client);
 		goto out_unlock_stage;
 	}
 	req = kzalloc(sizeof(*req), GFP_KERNEL_ACCOUNT);
 	if (!req) {
 		ret = -ENOMEM;
+		molly_stage_clear(client);
 		goto out_unlock_stage;
 	}
 	req->final = kzalloc(sizeof(*req->final) + MOLLY_FINAL_SIZE, GFP_KERNEL_ACCOUNT);
@@ -452,6 +450,7 @@ out_free:
 	kvfree(msg);
 	kfree(req->final);
 	kfree(req);
+	molly_stage_clear(client);
 out_unlock_stage:
 	mutex_unlock(&client->stage_lock);
 	return ret;

@@ -51,6 +51,8 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
+#include <molly/molly.h>
+
 #include "audit/audit.h"
 #include "registry/registry.h"
 #include "egress/worker.h"
@@ -239,6 +241,110 @@ static int ask_line(const char *line, bool *ended_with_newline)
 	return ret;
 }
 
+/* molly ask --transport dev|dbus: through libmolly, printed as it comes. With --json, one
+ * JSON object per event (type, id, text / finish_reason, usage / error). */
+static int ask_via_libmolly(const char *prompt, const struct ask_opts *o,
+			    enum molly_transport transport)
+{
+	struct molly *h = NULL;
+	struct molly_params p;
+	struct molly_output out;
+	_cleanup_free_ char *messages = NULL;
+	bool nl = true;
+	uint64_t id;
+	int r;
+
+	if (o->n_stop > 0) {
+		fprintf(stderr, "molly ask: --stop is not part of the /dev/molly ABI v1; "
+				"use --transport dbus\n");
+		return 2;
+	}
+	r = molly_open(transport, &h);
+	if (r < 0) {
+		fprintf(stderr, "molly: cannot open the %s transport: %s\n",
+			transport == MOLLY_TRANSPORT_DEV ? "/dev/molly" : "D-Bus", strerror(-r));
+		return 1;
+	}
+	molly_params_init(&p);
+	if (o->chat) {
+		struct json_object *a = json_object_new_array(), *m = json_object_new_object();
+		json_object_object_add(m, "role", json_object_new_string("user"));
+		json_object_object_add(m, "content", json_object_new_string(prompt));
+		json_object_array_add(a, m);
+		messages = strdup(json_object_to_json_string_ext(a, JSON_C_TO_STRING_PLAIN));
+		json_object_put(a);
+		p.messages_json = messages;
+	} else {
+		p.prompt = prompt;
+	}
+	p.model = o->adapter;
+	if (o->max_tokens >= 0)
+		p.max_tokens = (uint32_t) o->max_tokens;
+	if (!isnan(o->temperature))
+		p.temperature = o->temperature;
+	p.has_seed = o->has_seed;
+	p.seed = (uint64_t) o->seed;
+	r = molly_submit(h, &p, &id);
+	if (r < 0) {
+		fprintf(stderr, "molly: ask: %s\n", molly_last_error(h)[0] ? molly_last_error(h)
+									   : strerror(-r));
+		molly_close(h);
+		return 1;
+	}
+	for (;;) {
+		r = molly_next_event(h, &out, -1);
+		if (r <= 0) {
+			fprintf(stderr, "molly: reading events: %s\n", strerror(-r));
+			molly_close(h);
+			return 1;
+		}
+		if (arg_json) {
+			struct json_object *j = json_object_new_object();
+			json_object_object_add(j, "transport",
+					       json_object_new_string(molly_transport_name(h)));
+			json_object_object_add(j, "id", json_object_new_int64((int64_t) out.id));
+			if (out.type == MOLLY_OUTPUT_TEXT) {
+				json_object_object_add(j, "type", json_object_new_string("token"));
+				json_object_object_add(j, "text", json_object_new_string_len(
+								  out.text, (int) out.text_len));
+			} else if (out.type == MOLLY_OUTPUT_DONE) {
+				json_object_object_add(j, "type", json_object_new_string("done"));
+				json_object_object_add(j, "finish_reason",
+						       json_object_new_string(out.finish_reason));
+				json_object_object_add(j, "model", json_object_new_string(out.model));
+				json_object_object_add(j, "prompt_tokens",
+						       json_object_new_int64(out.prompt_tokens));
+				json_object_object_add(j, "completion_tokens",
+						       json_object_new_int64(out.completion_tokens));
+			} else {
+				json_object_object_add(j, "type", json_object_new_string("error"));
+				json_object_object_add(j, "code",
+						       json_object_new_string(out.error_name));
+				json_object_object_add(j, "message",
+						       json_object_new_string(out.error_message));
+			}
+			printf("%s\n", json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN));
+			fflush(stdout);
+			json_object_put(j);
+		}
+		if (out.type == MOLLY_OUTPUT_TEXT) {
+			if (!arg_json) {
+				fwrite(out.text, 1, out.text_len, stdout);
+				fflush(stdout);
+				if (out.text_len)
+					nl = out.text[out.text_len - 1] == '\n';
+			}
+			continue;
+		}
+		if (!arg_json && !nl)
+			putchar('\n');
+		if (out.type == MOLLY_OUTPUT_ERROR && !arg_json)
+			fprintf(stderr, "molly: %s: %s\n", out.error_name, out.error_message);
+		molly_close(h);
+		return out.type == MOLLY_OUTPUT_DONE ? 0 : 1;
+	}
+}
+
 static int cmd_ask(int argc, char **argv)
 {
 	static const struct option options[] = {
@@ -248,9 +354,11 @@ static int cmd_ask(int argc, char **argv)
 		{ "temperature", required_argument, NULL, 't' },
 		{ "seed", required_argument, NULL, 's' },
 		{ "stop", required_argument, NULL, 'S' },
+		{ "transport", required_argument, NULL, 'T' },
 		{},
 	};
 	struct ask_opts o = { .max_tokens = -1, .temperature = NAN };
+	const char *transport = NULL;
 	_cleanup_free_ const char **stops = calloc((size_t) argc + 1, sizeof(char *));
 	_cleanup_free_ char *stdin_prompt = NULL;
 	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
@@ -303,6 +411,14 @@ static int cmd_ask(int argc, char **argv)
 		case 'S':
 			stops[o.n_stop++] = optarg;
 			break;
+		case 'T':
+			if (strcmp(optarg, "dev") != 0 && strcmp(optarg, "dbus") != 0 &&
+			    strcmp(optarg, "auto") != 0) {
+				fprintf(stderr, "molly ask: --transport is dev, dbus or auto\n");
+				return 2;
+			}
+			transport = optarg;
+			break;
 		default:
 			return 2;
 		}
@@ -311,6 +427,7 @@ static int cmd_ask(int argc, char **argv)
 	if (optind + 1 != argc) {
 		fprintf(stderr, "Usage: molly ask \"PROMPT\" [--adapter NAME] [--chat] "
 				"[--max-tokens N] [--temperature T] [--seed S] [--stop STR]...\n"
+				"  [--transport dev|dbus|auto]\n"
 				"  (PROMPT '-' reads it from standard input)\n");
 		return 2;
 	}
@@ -332,6 +449,15 @@ static int cmd_ask(int argc, char **argv)
 		prompt = stdin_prompt;
 	}
 
+	if (transport) {
+		/* libmolly reads DBUS_SYSTEM_BUS_ADDRESS for its D-Bus transport */
+		if (arg_bus_address)
+			setenv("DBUS_SYSTEM_BUS_ADDRESS", arg_bus_address, 1);
+		return ask_via_libmolly(prompt, &o,
+					strcmp(transport, "dev") == 0	? MOLLY_TRANSPORT_DEV
+					: strcmp(transport, "dbus") == 0 ? MOLLY_TRANSPORT_DBUS
+									 : MOLLY_TRANSPORT_AUTO);
+	}
 	r = bus_open(&bus);
 	if (r < 0)
 		return 1;

@@ -1036,13 +1036,16 @@ static int method_status(sd_bus_message *m, void *userdata, sd_bus_error *error)
 	struct manager_stats st;
 	int k;
 
+	char device[256];
+
 	manager_get_stats(f->manager, &st);
+	manager_device_status(f->manager, device, sizeof(device));
 	k = sd_bus_message_new_method_return(m, &reply);
 	if (k < 0)
 		return k;
 	k = sd_bus_message_append(
-		reply, "a{sv}", 21, "version", "s", MOLLY_VERSION, "egress", "s",
-		manager_egress_status(f->manager), "model", "s",
+		reply, "a{sv}", 22, "version", "s", MOLLY_VERSION, "egress", "s",
+		manager_egress_status(f->manager), "device", "s", device, "model", "s",
 		manager_model_name(f->manager), "state", "s",
 		manager_is_stopping(f->manager) ? "stopping" : "running", "context_length", "u",
 		manager_context_length(f->manager), "queue_depth", "u", st.waiting,
