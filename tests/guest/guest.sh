@@ -1,0 +1,299 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# Runs inside the qemu guest (tests/guest/run.sh), chrooted into the host's tree (9p, read-only)
+# with tmpfs on /tmp and /run. Prints one line per test on the serial console:
+#   GUEST-RESULT PASS|FAIL|SKIP NAME [why]
+# and GUEST-DONE at the end. Every wait is for an event (a log line, a process's exit, a FIFO
+# line) with one generous deadline, never a sleep standing for "long enough".
+#
+# Arguments: SRC (the source tree) BUILD (its release build) T (run.sh's work directory).
+set -u
+SRC=$1
+BUILD=$2
+T=$3
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/tmp
+MOLLYD=$BUILD/bin/mollyd
+MOLLY=$BUILD/bin/molly
+export LD_LIBRARY_PATH=$BUILD/lib
+CLIENT=$T/bin/dev-client
+CLIENT32=$T/bin/dev-client32
+MODEL=${MOLLY_TEST_MODEL:-$SRC/../shared/models/stories260K.gguf}
+FUZZ_SECONDS=${MOLLY_GUEST_FUZZ_SECONDS:-60}
+WAIT_S=300 # one deadline for every wait: TCG on a busy 2-core host is slow, never wrong
+G=$(mktemp -d /tmp/molly-guest.XXXXXX)
+chmod 755 "$G"
+MOLLYD_PID=
+BUS_PID=
+
+result() { echo "GUEST-RESULT $1 $2${3:+ $3}"; }
+pass() { result PASS "$1" "${2:-}"; }
+fail() { result FAIL "$1" "$2"; echo "--- mollyd.log tail ---"; tail -n 15 "$G/mollyd.log" 2>/dev/null; }
+skip() { result SKIP "$1" "$2"; }
+
+# log_mark: the log's current length; wait_log_after MARK PATTERN: a new line since MARK.
+log_mark() { wc -l <"$G/mollyd.log"; }
+wait_log_after() {
+	timeout "$WAIT_S" grep -m1 -qE -- "$2" <(tail -n +$(($1 + 1)) -F ${MOLLYD_PID:+--pid="$MOLLYD_PID"} "$G/mollyd.log" 2>/dev/null)
+}
+# hold: the scheduler stops after one more generated token (MOLLY_TEST=1 hooks: a certain
+# "mid-request" state instead of a race); unhold lifts it.
+hold() {
+	local m
+	m=$(log_mark)
+	kill -USR2 "$MOLLYD_PID" && wait_log_after "$m" 'SIGUSR2'
+}
+unhold() {
+	local m
+	m=$(log_mark)
+	kill -USR1 "$MOLLYD_PID" && wait_log_after "$m" 'SIGUSR1'
+}
+
+# wait_log FILE PATTERN: until FILE has a line matching PATTERN (tail follows it by inotify),
+# or mollyd exits (tail --pid ends then).
+wait_log() {
+	timeout "$WAIT_S" grep -m1 -qE -- "$2" <(tail -n +1 -F ${MOLLYD_PID:+--pid="$MOLLYD_PID"} "$1" 2>/dev/null)
+}
+
+bus_start() {
+	mkdir -p "$G/system.d"
+	sed -e 's/user="molly"/user="daemon"/g' -e 's/group="molly"/group="nogroup"/g' \
+		"$SRC/packaging/dbus/org.molly.Daemon1.conf" >"$G/system.d/org.molly.Daemon1.conf"
+	sed -e "s|@SOCKET@|$G/system.sock|" -e "s|@POLICYDIR@|$G/system.d|" \
+		"$SRC/tests/integration/lib/private-system.conf.in" >"$G/system.conf"
+	local out
+	out=$(dbus-daemon --config-file="$G/system.conf" --fork --nopidfile --print-address=1 --print-pid=1) || return 1
+	BUS_ADDR=$(echo "$out" | sed -n 1p)
+	BUS_PID=$(echo "$out" | sed -n 2p)
+	chmod 666 "$G/system.sock"
+	export DBUS_SYSTEM_BUS_ADDRESS=$BUS_ADDR
+}
+
+write_config() {
+	mkdir -p "$G/state" "$G/run"
+	cat >"$G/mollyd.conf" <<CONF
+[Model]
+Path=$MODEL
+Threads=1
+[Engine]
+MaxSequences=16
+QueueLength=256
+[DBus]
+Bus=system
+[Paths]
+StateDirectory=$G/state
+RuntimeDirectory=$G/run
+[Daemon]
+StopTimeoutSec=5
+LogLevel=debug
+[Member asker]
+UIDs=65534
+Models=*
+[Rule nobody-is-personal]
+Match=uid:65534
+Class=personal
+CONF
+}
+
+# mollyd_start: starts mollyd and waits for its "serving" line.
+mollyd_start() {
+	: >"$G/mollyd.log"
+	MOLLY_TEST=1 "$MOLLYD" --config "$G/mollyd.conf" --log-target=stderr >>"$G/mollyd.log" 2>&1 &
+	MOLLYD_PID=$!
+	wait_log "$G/mollyd.log" '(serving .*D-Bus|exited|error)'
+	grep -q 'serving' "$G/mollyd.log"
+}
+
+mollyd_kill() {
+	[ -n "$MOLLYD_PID" ] || return 0
+	kill -"${1:-TERM}" "$MOLLYD_PID" 2>/dev/null
+	wait "$MOLLYD_PID" 2>/dev/null
+	MOLLYD_PID=
+}
+
+device_status() {
+	busctl --address="$BUS_ADDR" call org.molly.Daemon1 /org/molly/Daemon1 org.molly.Daemon1 Status 2>&1 |
+		grep -o '"device" s "[^"]*"'
+}
+
+echo "guest: kernel $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ {print $2 " kB"}' /proc/meminfo)"
+[ -x "$MOLLYD" ] && [ -r "$MODEL" ] || {
+	skip all "mollyd or the model is missing"
+	echo GUEST-DONE
+	exit 0
+}
+bus_start || { fail bus "dbus-daemon did not start"; echo GUEST-DONE; exit 0; }
+write_config
+
+# 1. The daemon starts with no module: the device is off and says why; the module loaded
+#    later is picked up (inotify on /dev).
+if ! mollyd_start; then
+	fail daemon-start "mollyd did not start"
+	dmesg | grep -iE 'trap|invalid opcode' | tail -n 3
+	grep -m1 '^flags' /proc/cpuinfo
+	echo GUEST-DONE
+	exit 0
+fi
+st=$(device_status)
+case "$st" in
+*absent*) ;;
+*) fail module-after-daemon "before insmod the device status is: $st" ;;
+esac
+if insmod "$T/kmod/molly_shim.ko"; then
+	# the udev rule's job in a system: clients in the asking group ("nogroup" here)
+	chgrp nogroup /dev/molly
+	if wait_log "$G/mollyd.log" 'dev: serving /dev/molly' && device_status | grep -q kernel; then
+		pass module-after-daemon
+	else
+		fail module-after-daemon "the daemon did not open /dev/molly-control: $(device_status)"
+	fi
+else
+	fail module-after-daemon "insmod failed"
+fi
+
+# 2. 64-bit client: the ABI version
+if out=$("$CLIENT" version 2>&1) && echo "$out" | grep -q 'abi 1 .*64-bit'; then
+	pass version-64 "$out"
+else
+	fail version-64 "$out"
+fi
+
+# 3. A native client's tokens equal the same greedy request over D-Bus.
+dev_out=$("$CLIENT" stream "Once upon a time" 24 2>&1)
+bus_out=$("$MOLLY" ask "Once upon a time" --max-tokens 24 --temperature 0 2>&1)
+lib_out=$("$MOLLY" ask --transport dev "Once upon a time" --max-tokens 24 --temperature 0 2>&1)
+if [ -n "$dev_out" ] && [ "$dev_out" = "$(printf '%s' "$bus_out")" ] && [ "$lib_out" = "$bus_out" ]; then
+	pass tokens-equal-dbus
+else
+	fail tokens-equal-dbus "dev='$dev_out' dbus='$bus_out' libmolly-dev='$lib_out'"
+fi
+
+# 4-5. The audit record carries the kernel-stamped uid; the member rule by uid decides the class.
+if setpriv --reuid=65534 --regid=65534 --clear-groups -- "$CLIENT" stream "Hello from nobody" 4 >/dev/null 2>&1; then
+	found=
+	deadline=$(($(date +%s) + WAIT_S))
+	while [ "$(date +%s)" -lt "$deadline" ]; do
+		"$MOLLY" audit --state-dir "$G/state" --json >"$G/audit.jsonl" 2>/dev/null
+		if grep '"front":"dev"' "$G/audit.jsonl" | grep -q '"uid":65534'; then
+			found=1
+			break
+		fi
+		# the audit writer commits on its own thread: look again (one deadline, as wait_until)
+		sleep 0.2
+	done
+	rec=$(grep '"front":"dev"' "$G/audit.jsonl" | grep '"uid":65534' | tail -n 1)
+	if [ -n "$found" ]; then
+		pass audit-kernel-uid "$rec"
+	else
+		fail audit-kernel-uid "no dev record with uid 65534: $(tail -n 3 "$G/audit.jsonl")"
+	fi
+	if echo "$rec" | grep -q '"member":"asker"' && echo "$rec" | grep -q '"class":"personal"'; then
+		pass member-rule-by-uid
+	else
+		fail member-rule-by-uid "record: $rec"
+	fi
+else
+	fail audit-kernel-uid "the client as uid 65534 failed"
+	fail member-rule-by-uid "the client as uid 65534 failed"
+fi
+
+# 6. Hostile calls, 64-bit
+if "$CLIENT" hostile >"$G/hostile64.log" 2>&1; then
+	pass hostile-64 "$(grep -c '^ok' "$G/hostile64.log") checks"
+else
+	fail hostile-64 "$(grep '^not ok' "$G/hostile64.log" | head -5 | tr '\n' ';')"
+fi
+
+# 7. The same from a 32-bit client
+if [ -x "$CLIENT32" ]; then
+	if "$CLIENT32" version | grep -q '32-bit' && "$CLIENT32" hostile >"$G/hostile32.log" 2>&1; then
+		pass client-32bit "$(grep -c '^ok' "$G/hostile32.log") checks"
+	else
+		fail client-32bit "$(grep '^not ok' "$G/hostile32.log" | head -5 | tr '\n' ';')"
+	fi
+else
+	skip client-32bit "no 32-bit client was built (gcc-multilib missing)"
+fi
+
+# 8. A client closing mid-request (held after its first token); the daemon keeps serving.
+if hold && "$CLIENT" close-mid >"$G/close.log" 2>&1 && unhold &&
+	"$CLIENT" stream "Once upon a time" 4 >/dev/null 2>&1 && kill -0 "$MOLLYD_PID" 2>/dev/null; then
+	pass client-close-mid
+else
+	unhold
+	fail client-close-mid "$(tr '\n' ';' <"$G/close.log")"
+fi
+
+# 9. 64 clients at once
+if out=$("$CLIENT" many 64 2>&1); then
+	pass clients-64 "$out"
+else
+	fail clients-64 "$out"
+fi
+
+# 10. libmolly without the device falls back to D-Bus
+out=$(MOLLY_DEVICE=/dev/molly-absent "$MOLLY" ask --json --transport auto "Once upon a time" --max-tokens 4 --temperature 0 2>&1)
+if echo "$out" | grep -q '"transport":"dbus"' && echo "$out" | grep -q '"type":"done"'; then
+	pass libmolly-dbus-fallback
+else
+	fail libmolly-dbus-fallback "$out"
+fi
+
+# 11. Random ioctls, writes, reads, cancels and closes
+if out=$("$CLIENT" fuzz "$FUZZ_SECONDS" 0x5eed 2>&1) && kill -0 "$MOLLYD_PID" 2>/dev/null &&
+	"$CLIENT" stream "Once upon a time" 2 >/dev/null 2>&1; then
+	pass random-ioctls "$out"
+else
+	fail random-ioctls "$out"
+fi
+
+# 12. The daemon killed mid-request (held after its first token): the client gets ERROR
+#     Unavailable, not a hang; a SUBMIT with no daemon fails at once.
+mkfifo "$G/death.fifo"
+hold
+"$CLIENT" wait-death >"$G/death.fifo" 2>&1 &
+cpid=$!
+exec 7<"$G/death.fifo"
+if timeout "$WAIT_S" grep -m1 -q STARTED <&7; then
+	mollyd_kill KILL
+	timeout "$WAIT_S" cat <&7 >"$G/death.log"
+	timeout "$WAIT_S" tail --pid="$cpid" -f /dev/null
+	kill -KILL "$cpid" 2>/dev/null && echo "the client hung" >>"$G/death.log"
+	if wait "$cpid"; then
+		pass daemon-killed-mid-request "$(tr '\n' ';' <"$G/death.log")"
+	else
+		fail daemon-killed-mid-request "$(tr '\n' ';' <"$G/death.log")"
+	fi
+else
+	kill -KILL "$cpid" 2>/dev/null
+	wait "$cpid" 2>/dev/null
+	mollyd_kill KILL
+	fail daemon-killed-mid-request "the request never started"
+fi
+exec 7<&-
+
+# 13. A new daemon takes the control node again.
+if mollyd_start && wait_log "$G/mollyd.log" 'dev: serving /dev/molly' &&
+	"$CLIENT" stream "Once upon a time" 4 >/dev/null 2>&1; then
+	pass daemon-restart
+else
+	fail daemon-restart "the restarted daemon does not serve /dev/molly"
+fi
+mollyd_kill TERM
+
+# 14. The module unloads once nobody holds it (no leaked references).
+if rmmod molly_shim; then
+	pass rmmod
+else
+	fail rmmod "$(lsmod | grep molly)"
+fi
+
+# 15. The guest kernel's log has no oops, BUG or WARN.
+if dmesg | grep -E 'Oops|BUG:|WARNING:|general protection|Call Trace|UBSAN|KASAN' >"$G/dmesg.bad"; then
+	fail kernel-log "$(head -5 "$G/dmesg.bad" | tr '\n' ';')"
+else
+	pass kernel-log
+fi
+
+kill "$BUS_PID" 2>/dev/null
+echo GUEST-DONE
