@@ -27,6 +27,7 @@
 #include "../core/log.h"
 #include "../engine/chat.h"
 #include "../manager.h"
+#include "dev-internal.h"
 #include "dev.h"
 
 #define DEV_READ_BYTES (sizeof(struct molly_ctl_msg) + MOLLY_TEXT_MAX + 8)
@@ -37,7 +38,9 @@
 struct devreq {
 	struct devreq *prev, *next;     /* f->reqs, under f->lock */
 	struct dev_front *front;
-	uint64_t kid;                   /* the kernel's id: what clients see */
+	dev_post_fn post;               /* where its events go: the control node, or a CUSE file */
+	void *post_ud;
+	uint64_t kid;                   /* the id clients see (the kernel's, or the CUSE server's) */
 	uint64_t mid;                   /* the manager's id (valid once submitted) */
 	bool submitted;
 	int n_ref;                      /* under f->lock */
@@ -51,6 +54,7 @@ struct dev_front {
 	sd_event_source *watch;         /* inotify on /dev while the node is missing */
 	char path[256];
 	char *buf;                      /* DEV_READ_BYTES */
+	struct dev_cuse *cuse;          /* the CUSE server when the module is absent, or NULL */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct devreq *reqs;
@@ -72,8 +76,9 @@ static void set_status(struct dev_front *f, const char *fmt, ...)
 
 /* ---- writing events (any thread) ---- */
 
-static void ctl_write(struct dev_front *f, const struct molly_event *ev)
+static void ctl_post(void *userdata, const struct molly_event *ev)
 {
+	struct dev_front *f = userdata;
 	ssize_t n = write(f->fd, ev, ev->size);
 
 	/* -ENOENT: the kernel ended it already (its daemon side was reset); nothing to do. */
@@ -95,8 +100,8 @@ static uint32_t err_kind_to_molly(enum manager_err k)
 	}
 }
 
-static void send_error(struct dev_front *f, uint64_t kid, enum manager_err kind, int error,
-		       const char *message)
+static void send_error(dev_post_fn post, void *ud, uint64_t kid, enum manager_err kind,
+		       int error, const char *message)
 {
 	struct {
 		struct molly_event ev;
@@ -110,12 +115,13 @@ static void send_error(struct dev_front *f, uint64_t kid, enum manager_err kind,
 	rec.e.error = error;
 	rec.e.kind = err_kind_to_molly(kind);
 	snprintf(rec.e.name, sizeof(rec.e.name), "%s", manager_err_dbus_name(kind));
-	snprintf(rec.e.message, sizeof(rec.e.message), "%s", message);
-	ctl_write(f, &rec.ev);
+	snprintf(rec.e.message, sizeof(rec.e.message), "%.*s", (int) sizeof(rec.e.message) - 1,
+		 message);
+	post(ud, &rec.ev);
 }
 
 /* TEXT records of at most MOLLY_EVENT_MAX bytes, cut between UTF-8 characters. */
-static void send_text(struct dev_front *f, uint64_t kid, const char *text, size_t len)
+static void send_text(dev_post_fn post, void *ud, uint64_t kid, const char *text, size_t len)
 {
 	union {
 		struct molly_event ev;
@@ -135,13 +141,13 @@ static void send_text(struct dev_front *f, uint64_t kid, const char *text, size_
 		rec.ev.size = (uint32_t) ((sizeof(rec.ev) + n + 7) & ~(size_t) 7);
 		memcpy(rec.bytes + sizeof(rec.ev), text, n);
 		memset(rec.bytes + sizeof(rec.ev) + n, 0, rec.ev.size - sizeof(rec.ev) - n);
-		ctl_write(f, &rec.ev);
+		post(ud, &rec.ev);
 		text += n;
 		len -= n;
 	}
 }
 
-static void send_done(struct dev_front *f, uint64_t kid, const struct manager_event *mev)
+static void send_done(dev_post_fn post, void *ud, uint64_t kid, const struct manager_event *mev)
 {
 	struct {
 		struct molly_event ev;
@@ -162,7 +168,7 @@ static void send_done(struct dev_front *f, uint64_t kid, const struct manager_ev
 		 mev->finish_reason ? mev->finish_reason : "");
 	snprintf(rec.d.model, sizeof(rec.d.model), "%s", mev->model ? mev->model : "");
 	snprintf(rec.d.target, sizeof(rec.d.target), "%s", mev->target ? mev->target : "");
-	ctl_write(f, &rec.ev);
+	post(ud, &rec.ev);
 }
 
 /* ---- the request table ---- */
@@ -196,13 +202,14 @@ static void dev_event(const struct manager_event *ev, void *userdata)
 
 	switch (ev->type) {
 	case MANAGER_EVENT_TEXT:
-		send_text(r->front, r->kid, ev->text, ev->text_len);
+		send_text(r->post, r->post_ud, r->kid, ev->text, ev->text_len);
 		return;
 	case MANAGER_EVENT_DONE:
-		send_done(r->front, r->kid, ev);
+		send_done(r->post, r->post_ud, r->kid, ev);
 		break;
 	case MANAGER_EVENT_ERROR:
-		send_error(r->front, r->kid, ev->error ? ev->error->kind : MANAGER_ERR_INTERNAL,
+		send_error(r->post, r->post_ud, r->kid,
+			   ev->error ? ev->error->kind : MANAGER_ERR_INTERNAL,
 			   ev->error ? ev->error->error : -EIO,
 			   ev->error ? ev->error->message : "the request failed");
 		break;
@@ -259,12 +266,12 @@ static int parse_messages(json_object *root, struct chat_message **ret, size_t *
 	return 0;
 }
 
-static void handle_submit(struct dev_front *f, const struct molly_ctl_msg *msg, size_t len)
+void dev_front_submit(struct dev_front *f, const struct molly_submit *s, const char *text,
+		      size_t text_len, const struct dev_origin *o, uint64_t kid, dev_post_fn post,
+		      void *post_ud)
 {
 	_cleanup_(config_unrefp) struct config *cfg = manager_get_config(f->manager);
-	const struct molly_submit *s = &msg->submit;
-	const char *text = (const char *) (msg + 1);
-	struct manager_caller caller = { .uid = msg->uid, .front = "dev" };
+	struct manager_caller caller = { .uid = o->uid, .front = "dev" };
 	struct manager_error err = { 0 };
 	struct manager_request req;
 	const struct config_member *mem;
@@ -275,22 +282,22 @@ static void handle_submit(struct dev_front *f, const struct molly_ctl_msg *msg, 
 	char why[200];
 	int k;
 
-	/* The kernel checked the fixed part; what it cannot know is checked here. */
-	if (len < sizeof(*msg) + s->text_len || s->text_len == 0 ||
+	/* The server checked the fixed part; what it cannot know is checked here. */
+	if (text_len != s->text_len || s->text_len == 0 ||
 	    memchr(s->model, 0, sizeof(s->model)) == NULL) {
-		send_error(f, msg->id, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+		send_error(post, post_ud, kid, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
 			   "malformed request record");
 		return;
 	}
 	manager_request_init(&req);
 	if (memchr(text, 0, s->text_len)) {
-		send_error(f, msg->id, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+		send_error(post, post_ud, kid, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
 			   "the text holds a NUL byte");
 		return;
 	}
 	prompt = strndup(text, s->text_len);
 	if (!prompt) {
-		send_error(f, msg->id, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
+		send_error(post, post_ud, kid, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
 		return;
 	}
 	if (s->flags & MOLLY_SUBMIT_CHAT) {
@@ -300,12 +307,12 @@ static void handle_submit(struct dev_front *f, const struct molly_ctl_msg *msg, 
 		if (!root) {
 			snprintf(why, sizeof(why), "messages: not JSON (%s)",
 				 json_tokener_error_desc(jerr));
-			send_error(f, msg->id, MANAGER_ERR_INVALID_REQUEST, -EINVAL, why);
+			send_error(post, post_ud, kid, MANAGER_ERR_INVALID_REQUEST, -EINVAL, why);
 			return;
 		}
 		k = parse_messages(root, &msgs, &req.n_messages, why, sizeof(why));
 		if (k < 0) {
-			send_error(f, msg->id, k == -ENOMEM ? MANAGER_ERR_INTERNAL
+			send_error(post, post_ud, kid, k == -ENOMEM ? MANAGER_ERR_INTERNAL
 							    : MANAGER_ERR_INVALID_REQUEST,
 				   k, k == -ENOMEM ? "out of memory" : why);
 			json_object_put(root);
@@ -326,16 +333,18 @@ static void handle_submit(struct dev_front *f, const struct molly_ctl_msg *msg, 
 				     ? class_names[s->declared_class]
 				     : NULL;
 	/* The uid is the kernel's: a local user listed in a member's UIDs= gets its scopes. */
-	mem = config_find_member_by_uid(cfg, msg->uid);
+	mem = config_find_member_by_uid(cfg, o->uid);
 	caller.member = mem ? mem->name : NULL;
 
 	r = calloc(1, sizeof(*r));
 	if (!r) {
-		send_error(f, msg->id, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
+		send_error(post, post_ud, kid, MANAGER_ERR_INTERNAL, -ENOMEM, "out of memory");
 		goto out;
 	}
 	r->front = f;
-	r->kid = msg->id;
+	r->kid = kid;
+	r->post = post;
+	r->post_ud = post_ud;
 	r->n_ref = 2; /* this function, and the manager until the final event */
 	pthread_mutex_lock(&f->lock);
 	r->next = f->reqs;
@@ -345,11 +354,11 @@ static void handle_submit(struct dev_front *f, const struct molly_ctl_msg *msg, 
 	f->n_reqs++;
 	pthread_mutex_unlock(&f->lock);
 
-	log_debug("dev: request %" PRIu64 " from uid %u pid %u (%s), cgroup %" PRIu64,
-		  (uint64_t) msg->id, msg->uid, msg->pid, msg->comm, (uint64_t) msg->cgroup_id);
+	log_debug("dev: request %" PRIu64 " from uid %u pid %u (%s), cgroup %" PRIu64, kid,
+		  o->uid, o->pid, o->comm, o->cgroup_id);
 	k = manager_submit(f->manager, &req, &caller, dev_event, r, &r->mid, &err);
 	if (k < 0) {
-		send_error(f, msg->id, err.kind, k, err.message);
+		send_error(post, post_ud, kid, err.kind, k, err.message);
 		pthread_mutex_lock(&f->lock);
 		r->n_ref--; /* the manager never took its reference */
 		pthread_mutex_unlock(&f->lock);
@@ -365,7 +374,7 @@ out:
 		json_object_put(root);
 }
 
-static void handle_cancel(struct dev_front *f, uint64_t kid)
+void dev_front_cancel(struct dev_front *f, uint64_t kid)
 {
 	uint64_t mid = 0;
 
@@ -387,6 +396,7 @@ static int watch_dev(struct dev_front *f);
 static int on_ctl_io(sd_event_source *s, int fd, uint32_t revents, void *userdata)
 {
 	struct dev_front *f = userdata;
+	char comm[sizeof(((struct molly_ctl_msg *) 0)->comm) + 1];
 	ssize_t n;
 
 	if (revents & (EPOLLERR | EPOLLHUP)) {
@@ -408,10 +418,21 @@ static int on_ctl_io(sd_event_source *s, int fd, uint32_t revents, void *userdat
 
 		if (msg->size < 16 || msg->size > (size_t) n - off)
 			break; /* the kernel writes whole records; stop at anything else */
-		if (msg->type == MOLLY_CTL_SUBMIT && msg->size >= sizeof(*msg))
-			handle_submit(f, msg, msg->size);
-		else if (msg->type == MOLLY_CTL_CANCEL)
-			handle_cancel(f, msg->id);
+		if (msg->type == MOLLY_CTL_SUBMIT && msg->size >= sizeof(*msg)) {
+			struct dev_origin o = { .uid = msg->uid, .gid = msg->gid, .pid = msg->pid,
+						.cgroup_id = msg->cgroup_id, .comm = comm };
+			size_t text_len = msg->size - sizeof(*msg);
+
+			memcpy(comm, msg->comm, sizeof(msg->comm));
+			comm[sizeof(msg->comm)] = 0;
+			/* the record is padded to 8 bytes: the text is what submit says */
+			if (msg->submit.text_len <= text_len)
+				text_len = msg->submit.text_len;
+			dev_front_submit(f, &msg->submit, (const char *) (msg + 1), text_len, &o,
+					 msg->id, ctl_post, f);
+		} else if (msg->type == MOLLY_CTL_CANCEL) {
+			dev_front_cancel(f, msg->id);
+		}
 		off += msg->size;
 	}
 	return 0;
@@ -496,7 +517,13 @@ static int watch_dev(struct dev_front *f)
 	return 0;
 }
 
-int dev_front_new(sd_event *event, struct manager *m, struct dev_front **ret, struct errmsg *e)
+struct manager *dev_front_manager(struct dev_front *f)
+{
+	return f->manager;
+}
+
+int dev_front_new(sd_event *event, struct manager *m, int cuse_fd, struct dev_front **ret,
+		  struct errmsg *e)
 {
 	struct dev_front *f;
 	const char *path = getenv("MOLLY_DEV_CONTROL");
@@ -518,7 +545,16 @@ int dev_front_new(sd_event *event, struct manager *m, struct dev_front **ret, st
 	snprintf(f->path, sizeof(f->path), "%s", path && *path ? path : MOLLY_CONTROL_PATH);
 
 	k = open_node(f);
-	if (k == -ENOENT) {
+	if (k == -ENOENT && cuse_fd >= 0) {
+		set_status(f, "cuse: starting (%s is absent)", f->path);
+		k = dev_cuse_start(f, TAKE_FD(cuse_fd), "molly", &f->cuse);
+		if (k < 0) {
+			set_status(f, "off: %s is absent and CUSE failed: %s", f->path,
+				    strerror(-k));
+			log_warning("dev: %s is absent and CUSE failed: %s; the device is off",
+				    f->path, strerror(-k));
+		}
+	} else if (k == -ENOENT) {
 		set_status(f, "off: %s is absent (kmod-shim not loaded); watching for it", f->path);
 		log_info("dev: %s is absent (kmod-shim not loaded); watching for it", f->path);
 		k = watch_dev(f);
@@ -528,6 +564,8 @@ int dev_front_new(sd_event *event, struct manager *m, struct dev_front **ret, st
 		set_status(f, "off: %s: %s", f->path, strerror(-k));
 		log_warning("dev: %s: %s; the device is off", f->path, strerror(-k));
 	}
+	if (cuse_fd >= 0)
+		close(cuse_fd); /* the module is there (or its node is busy): CUSE is not needed */
 	*ret = f;
 	return 0;
 }
@@ -543,6 +581,7 @@ struct dev_front *dev_front_free(struct dev_front *f)
 		return NULL;
 	f->watch = sd_event_source_disable_unref(f->watch);
 	f->io = sd_event_source_disable_unref(f->io);
+	(void) dev_cuse_stop(f->cuse); /* no new calls; events still reach the files */
 	/* Cancel what is in flight (outside our lock: the events take it) and wait for the final
 	 * events, which still go to the node. */
 	pthread_mutex_lock(&f->lock);
@@ -565,6 +604,7 @@ struct dev_front *dev_front_free(struct dev_front *f)
 		log_warning("dev: %zu requests did not finish; leaving them", f->n_reqs);
 		return NULL;
 	}
+	f->cuse = dev_cuse_free(f->cuse);
 	if (f->fd >= 0)
 		close(f->fd);
 	sd_event_unref(f->event);

@@ -8,9 +8,10 @@
  * records (include/uapi/linux/molly.h, docs/uapi.md).
  *
  * When the control node is absent at start, the front watches /dev (inotify) and opens it
- * when the module is loaded later. When the module is absent, dev-cuse.c may serve the same
- * ABI through CUSE (not yet: see docs/uapi.md). With neither, the device is off and its
- * status says why; nothing else changes.
+ * when the module is loaded later. When the module is absent at start and /dev/cuse could be
+ * opened, dev-cuse.c serves the same ABI through CUSE instead (then a module loaded later is
+ * not picked up: its /dev/molly would clash). With neither, the device is off and its status
+ * says why; nothing else changes.
  *
  * Threading: reads and submits on the sd-event loop (main thread); the manager's events are
  * written to the control node from the scheduler thread (a write there never blocks: the
@@ -26,10 +27,13 @@
 struct manager;
 struct dev_front;
 
-/* Opens /dev/molly-control (or $MOLLY_DEV_CONTROL), or starts watching for it. Never fails
- * the daemon for a missing or busy node: *ret is a front whose status says why it is off.
- * -errno only for allocation failures. The manager must outlive the front. */
-int dev_front_new(sd_event *event, struct manager *m, struct dev_front **ret, struct errmsg *e);
+/* Opens /dev/molly-control (or $MOLLY_DEV_CONTROL), or starts watching for it. When it is
+ * absent and cuse_fd is an open /dev/cuse (opened as root before the privileges were dropped;
+ * taken over, -EBADF: none), serves /dev/molly through CUSE instead. Never fails the daemon
+ * for a missing or busy node: *ret is a front whose status says why it is off. -errno only for
+ * allocation failures. The manager must outlive the front. */
+int dev_front_new(sd_event *event, struct manager *m, int cuse_fd, struct dev_front **ret,
+		  struct errmsg *e);
 /* Cancels what is in flight, waits (bounded) for the final events, closes the node: clients
  * of requests still pending get ERROR Unavailable from the kernel. NULL-safe. */
 struct dev_front *dev_front_free(struct dev_front *f);

@@ -6,7 +6,8 @@
 # and GUEST-DONE at the end. Every wait is for an event (a log line, a process's exit, a FIFO
 # line) with one generous deadline, never a sleep standing for "long enough".
 #
-# Arguments: SRC (the source tree) BUILD (its release build) T (run.sh's work directory).
+# Arguments: SRC (the source tree) BUILD (its release build) T (run.sh's work directory)
+# [FUZZ_SECONDS].
 set -u
 SRC=$1
 BUILD=$2
@@ -19,7 +20,7 @@ export LD_LIBRARY_PATH=$BUILD/lib
 CLIENT=$T/bin/dev-client
 CLIENT32=$T/bin/dev-client32
 MODEL=${MOLLY_TEST_MODEL:-$SRC/../shared/models/stories260K.gguf}
-FUZZ_SECONDS=${MOLLY_GUEST_FUZZ_SECONDS:-60}
+FUZZ_SECONDS=${4:-60}
 WAIT_S=300 # one deadline for every wait: TCG on a busy 2-core host is slow, never wrong
 G=$(mktemp -d /tmp/molly-guest.XXXXXX)
 chmod 755 "$G"
@@ -111,6 +112,17 @@ mollyd_kill() {
 	MOLLYD_PID=
 }
 
+# wait_node: /dev/molly exists (devtmpfs makes it as the module or CUSE registers it).
+wait_node() {
+	local deadline=$(($(date +%s) + WAIT_S))
+	until [ -c /dev/molly ]; do
+		[ "$(date +%s)" -lt "$deadline" ] || return 1
+		sleep 0.05
+	done
+	# the udev rule's job in a system (packaging/udev/70-molly.rules)
+	chgrp nogroup /dev/molly && chmod 0660 /dev/molly
+}
+
 device_status() {
 	busctl --address="$BUS_ADDR" call org.molly.Daemon1 /org/molly/Daemon1 org.molly.Daemon1 Status 2>&1 |
 		grep -o '"device" s "[^"]*"'
@@ -151,134 +163,146 @@ else
 	fail module-after-daemon "insmod failed"
 fi
 
-# 2. 64-bit client: the ABI version
-if out=$("$CLIENT" version 2>&1) && echo "$out" | grep -q 'abi 1 .*64-bit'; then
-	pass version-64 "$out"
-else
-	fail version-64 "$out"
-fi
+# client_suite: every client test against whatever serves /dev/molly now. Test names get
+# the prefix $P; $FEATURE is the expected struct molly_version.features, $SERVING the log line
+# of a daemon that serves it, $DEATH_MODE what a client sees when the daemon is killed.
+client_suite() {
+	# 2. 64-bit client: the ABI version
+	if out=$("$CLIENT" version 2>&1) && echo "$out" | grep -q "abi 1 features $FEATURE .*64-bit"; then
+		pass "$P"version-64 "$out"
+	else
+		fail "$P"version-64 "$out"
+	fi
 
-# 3. A native client's tokens equal the same greedy request over D-Bus.
-dev_out=$("$CLIENT" stream "Once upon a time" 24 2>&1)
-bus_out=$("$MOLLY" ask "Once upon a time" --max-tokens 24 --temperature 0 2>&1)
-lib_out=$("$MOLLY" ask --transport dev "Once upon a time" --max-tokens 24 --temperature 0 2>&1)
-if [ -n "$dev_out" ] && [ "$dev_out" = "$(printf '%s' "$bus_out")" ] && [ "$lib_out" = "$bus_out" ]; then
-	pass tokens-equal-dbus
-else
-	fail tokens-equal-dbus "dev='$dev_out' dbus='$bus_out' libmolly-dev='$lib_out'"
-fi
+	# 3. A native client's tokens equal the same greedy request over D-Bus.
+	dev_out=$("$CLIENT" stream "Once upon a time" 24 2>&1)
+	bus_out=$("$MOLLY" ask "Once upon a time" --max-tokens 24 --temperature 0 2>&1)
+	lib_out=$("$MOLLY" ask --transport dev "Once upon a time" --max-tokens 24 --temperature 0 2>&1)
+	if [ -n "$dev_out" ] && [ "$dev_out" = "$(printf '%s' "$bus_out")" ] && [ "$lib_out" = "$bus_out" ]; then
+		pass "$P"tokens-equal-dbus
+	else
+		fail "$P"tokens-equal-dbus "dev='$dev_out' dbus='$bus_out' libmolly-dev='$lib_out'"
+	fi
 
-# 4-5. The audit record carries the kernel-stamped uid; the member rule by uid decides the class.
-if setpriv --reuid=65534 --regid=65534 --clear-groups -- "$CLIENT" stream "Hello from nobody" 4 >/dev/null 2>&1; then
-	found=
-	deadline=$(($(date +%s) + WAIT_S))
-	while [ "$(date +%s)" -lt "$deadline" ]; do
-		"$MOLLY" audit --state-dir "$G/state" --json >"$G/audit.jsonl" 2>/dev/null
-		if grep '"front":"dev"' "$G/audit.jsonl" | grep -q '"uid":65534'; then
-			found=1
-			break
+	# 4-5. The audit record carries the kernel-stamped uid; the member rule by uid decides the class.
+	"$MOLLY" audit --state-dir "$G/state" --json >"$G/audit.jsonl" 2>/dev/null
+	n_before=$(grep '"front":"dev"' "$G/audit.jsonl" | grep -c '"uid":65534')
+	if setpriv --reuid=65534 --regid=65534 --clear-groups -- "$CLIENT" stream "Hello from nobody" 4 >/dev/null 2>&1; then
+		found=
+		deadline=$(($(date +%s) + WAIT_S))
+		while [ "$(date +%s)" -lt "$deadline" ]; do
+			"$MOLLY" audit --state-dir "$G/state" --json >"$G/audit.jsonl" 2>/dev/null
+			if [ "$(grep '"front":"dev"' "$G/audit.jsonl" | grep -c '"uid":65534')" -gt "$n_before" ]; then
+				found=1
+				break
+			fi
+			# the audit writer commits on its own thread: look again (one deadline, as wait_until)
+			sleep 0.2
+		done
+		rec=$(grep '"front":"dev"' "$G/audit.jsonl" | grep '"uid":65534' | tail -n 1)
+		if [ -n "$found" ]; then
+			pass "$P"audit-kernel-uid "$rec"
+		else
+			fail "$P"audit-kernel-uid "no dev record with uid 65534: $(tail -n 3 "$G/audit.jsonl")"
 		fi
-		# the audit writer commits on its own thread: look again (one deadline, as wait_until)
-		sleep 0.2
-	done
-	rec=$(grep '"front":"dev"' "$G/audit.jsonl" | grep '"uid":65534' | tail -n 1)
-	if [ -n "$found" ]; then
-		pass audit-kernel-uid "$rec"
+		if echo "$rec" | grep -q '"member":"asker"' && echo "$rec" | grep -q '"class":"personal"'; then
+			pass "$P"member-rule-by-uid
+		else
+			fail "$P"member-rule-by-uid "record: $rec"
+		fi
 	else
-		fail audit-kernel-uid "no dev record with uid 65534: $(tail -n 3 "$G/audit.jsonl")"
+		fail "$P"audit-kernel-uid "the client as uid 65534 failed"
+		fail "$P"member-rule-by-uid "the client as uid 65534 failed"
 	fi
-	if echo "$rec" | grep -q '"member":"asker"' && echo "$rec" | grep -q '"class":"personal"'; then
-		pass member-rule-by-uid
+
+	# 6. Hostile calls, 64-bit
+	if "$CLIENT" hostile >"$G/hostile64.log" 2>&1; then
+		pass "$P"hostile-64 "$(grep -c '^ok' "$G/hostile64.log") checks"
 	else
-		fail member-rule-by-uid "record: $rec"
+		fail "$P"hostile-64 "$(grep '^not ok' "$G/hostile64.log" | head -5 | tr '\n' ';')"
 	fi
-else
-	fail audit-kernel-uid "the client as uid 65534 failed"
-	fail member-rule-by-uid "the client as uid 65534 failed"
-fi
 
-# 6. Hostile calls, 64-bit
-if "$CLIENT" hostile >"$G/hostile64.log" 2>&1; then
-	pass hostile-64 "$(grep -c '^ok' "$G/hostile64.log") checks"
-else
-	fail hostile-64 "$(grep '^not ok' "$G/hostile64.log" | head -5 | tr '\n' ';')"
-fi
-
-# 7. The same from a 32-bit client
-if [ -x "$CLIENT32" ]; then
-	if "$CLIENT32" version | grep -q '32-bit' && "$CLIENT32" hostile >"$G/hostile32.log" 2>&1; then
-		pass client-32bit "$(grep -c '^ok' "$G/hostile32.log") checks"
+	# 7. The same from a 32-bit client
+	if [ -x "$CLIENT32" ]; then
+		if "$CLIENT32" version | grep -q '32-bit' && "$CLIENT32" hostile >"$G/hostile32.log" 2>&1; then
+			pass "$P"client-32bit "$(grep -c '^ok' "$G/hostile32.log") checks"
+		else
+			fail "$P"client-32bit "$(grep '^not ok' "$G/hostile32.log" | head -5 | tr '\n' ';')"
+		fi
 	else
-		fail client-32bit "$(grep '^not ok' "$G/hostile32.log" | head -5 | tr '\n' ';')"
+		skip "$P"client-32bit "no 32-bit client was built (gcc-multilib missing)"
 	fi
-else
-	skip client-32bit "no 32-bit client was built (gcc-multilib missing)"
-fi
 
-# 8. A client closing mid-request (held after its first token); the daemon keeps serving.
-if hold && "$CLIENT" close-mid >"$G/close.log" 2>&1 && unhold &&
-	"$CLIENT" stream "Once upon a time" 4 >/dev/null 2>&1 && kill -0 "$MOLLYD_PID" 2>/dev/null; then
-	pass client-close-mid
-else
-	unhold
-	fail client-close-mid "$(tr '\n' ';' <"$G/close.log")"
-fi
-
-# 9. 64 clients at once
-if out=$("$CLIENT" many 64 2>&1); then
-	pass clients-64 "$out"
-else
-	fail clients-64 "$out"
-fi
-
-# 10. libmolly without the device falls back to D-Bus
-out=$(MOLLY_DEVICE=/dev/molly-absent "$MOLLY" ask --json --transport auto "Once upon a time" --max-tokens 4 --temperature 0 2>&1)
-if echo "$out" | grep -q '"transport":"dbus"' && echo "$out" | grep -q '"type":"done"'; then
-	pass libmolly-dbus-fallback
-else
-	fail libmolly-dbus-fallback "$out"
-fi
-
-# 11. Random ioctls, writes, reads, cancels and closes
-if out=$("$CLIENT" fuzz "$FUZZ_SECONDS" 0x5eed 2>&1) && kill -0 "$MOLLYD_PID" 2>/dev/null &&
-	"$CLIENT" stream "Once upon a time" 2 >/dev/null 2>&1; then
-	pass random-ioctls "$out"
-else
-	fail random-ioctls "$out"
-fi
-
-# 12. The daemon killed mid-request (held after its first token): the client gets ERROR
-#     Unavailable, not a hang; a SUBMIT with no daemon fails at once.
-mkfifo "$G/death.fifo"
-hold
-"$CLIENT" wait-death >"$G/death.fifo" 2>&1 &
-cpid=$!
-exec 7<"$G/death.fifo"
-if timeout "$WAIT_S" grep -m1 -q STARTED <&7; then
-	mollyd_kill KILL
-	timeout "$WAIT_S" cat <&7 >"$G/death.log"
-	timeout "$WAIT_S" tail --pid="$cpid" -f /dev/null
-	kill -KILL "$cpid" 2>/dev/null && echo "the client hung" >>"$G/death.log"
-	if wait "$cpid"; then
-		pass daemon-killed-mid-request "$(tr '\n' ';' <"$G/death.log")"
+	# 8. A client closing mid-request (held after its first token); the daemon keeps serving.
+	if hold && "$CLIENT" close-mid >"$G/close.log" 2>&1 && unhold &&
+		"$CLIENT" stream "Once upon a time" 4 >/dev/null 2>&1 && kill -0 "$MOLLYD_PID" 2>/dev/null; then
+		pass "$P"client-close-mid
 	else
-		fail daemon-killed-mid-request "$(tr '\n' ';' <"$G/death.log")"
+		unhold
+		fail "$P"client-close-mid "$(tr '\n' ';' <"$G/close.log")"
 	fi
-else
-	kill -KILL "$cpid" 2>/dev/null
-	wait "$cpid" 2>/dev/null
-	mollyd_kill KILL
-	fail daemon-killed-mid-request "the request never started"
-fi
-exec 7<&-
 
-# 13. A new daemon takes the control node again.
-if mollyd_start && wait_log "$G/mollyd.log" 'dev: serving /dev/molly' &&
-	"$CLIENT" stream "Once upon a time" 4 >/dev/null 2>&1; then
-	pass daemon-restart
-else
-	fail daemon-restart "the restarted daemon does not serve /dev/molly"
-fi
+	# 9. 64 clients at once
+	if out=$("$CLIENT" many 64 2>&1); then
+		pass "$P"clients-64 "$out"
+	else
+		fail "$P"clients-64 "$out"
+	fi
+
+	# 10. libmolly without the device falls back to D-Bus
+	out=$(MOLLY_DEVICE=/dev/molly-absent "$MOLLY" ask --json --transport auto "Once upon a time" --max-tokens 4 --temperature 0 2>&1)
+	if echo "$out" | grep -q '"transport":"dbus"' && echo "$out" | grep -q '"type":"done"'; then
+		pass "$P"libmolly-dbus-fallback
+	else
+		fail "$P"libmolly-dbus-fallback "$out"
+	fi
+
+	# 11. Random ioctls, writes, reads, cancels and closes
+	if out=$("$CLIENT" fuzz "$FUZZ_SECONDS" 0x5eed 2>&1) && kill -0 "$MOLLYD_PID" 2>/dev/null &&
+		"$CLIENT" stream "Once upon a time" 2 >/dev/null 2>&1; then
+		pass "$P"random-ioctls "$out"
+	else
+		fail "$P"random-ioctls "$out"
+	fi
+
+	# 12. The daemon killed mid-request (held after its first token): the client gets ERROR
+	#     Unavailable, not a hang; a SUBMIT with no daemon fails at once.
+	rm -f "$G/death.fifo"
+	mkfifo "$G/death.fifo"
+	hold
+	"$CLIENT" wait-death $DEATH_MODE >"$G/death.fifo" 2>&1 &
+	cpid=$!
+	exec 7<"$G/death.fifo"
+	if timeout "$WAIT_S" grep -m1 -q STARTED <&7; then
+		mollyd_kill KILL
+		timeout "$WAIT_S" cat <&7 >"$G/death.log"
+		timeout "$WAIT_S" tail --pid="$cpid" -f /dev/null
+		kill -KILL "$cpid" 2>/dev/null && echo "the client hung" >>"$G/death.log"
+		if wait "$cpid"; then
+			pass "$P"daemon-killed-mid-request "$(tr '\n' ';' <"$G/death.log")"
+		else
+			fail "$P"daemon-killed-mid-request "$(tr '\n' ';' <"$G/death.log")"
+		fi
+	else
+		kill -KILL "$cpid" 2>/dev/null
+		wait "$cpid" 2>/dev/null
+		mollyd_kill KILL
+		fail "$P"daemon-killed-mid-request "the request never started"
+	fi
+	exec 7<&-
+
+	# 13. A new daemon takes the control node again.
+	if mollyd_start && wait_log "$G/mollyd.log" "$SERVING" && wait_node &&
+		"$CLIENT" stream "Once upon a time" 4 >/dev/null 2>&1; then
+		pass "$P"daemon-restart
+	else
+		fail "$P"daemon-restart "the restarted daemon does not serve /dev/molly"
+	fi
+	mollyd_kill TERM
+}
+
+P= FEATURE=0x1 SERVING='dev: serving /dev/molly through' DEATH_MODE=kernel
+client_suite
 mollyd_kill TERM
 
 # 14. The module unloads once nobody holds it (no leaked references).
@@ -286,6 +310,24 @@ if rmmod molly_shim; then
 	pass rmmod
 else
 	fail rmmod "$(lsmod | grep molly)"
+fi
+
+# 16-. The same client tests through the CUSE server (no module: mollyd serves /dev/molly).
+if modprobe cuse 2>/dev/null && [ -e /dev/cuse ]; then
+	if mollyd_start && wait_log "$G/mollyd.log" 'through CUSE' && wait_node; then
+		st=$(device_status)
+		case "$st" in
+		*cuse*) pass cuse-status "$st" ;;
+		*) fail cuse-status "$st" ;;
+		esac
+		P=cuse- FEATURE=0x2 SERVING='through CUSE' DEATH_MODE=cuse
+		client_suite
+		mollyd_kill TERM
+	else
+		fail cuse-start "mollyd did not serve /dev/molly through CUSE"
+	fi
+else
+	skip cuse "this kernel has no CUSE (modprobe cuse failed)"
 fi
 
 # 15. The guest kernel's log has no oops, BUG or WARN.

@@ -123,7 +123,7 @@ mount -t tmpfs tmp /host/tmp
 mount -t tmpfs run /host/run
 mount -t tmpfs vartmp /host/var/tmp
 echo "GUEST-INIT up at \$(cut -d' ' -f1 /proc/uptime) s"
-chroot /host /bin/bash "$src/tests/guest/guest.sh" "$src" "$build" "$T"
+chroot /host /bin/bash "$src/tests/guest/guest.sh" "$src" "$build" "$T" "${MOLLY_GUEST_FUZZ_SECONDS:-60}"
 echo "GUEST-EXIT \$?"
 poweroff -f
 EOF
