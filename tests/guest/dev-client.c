@@ -266,7 +266,7 @@ static int cmd_hostile(void)
 		 * those that fit are taken (a short count), the one past the limit fails. */
 		ssize_t n = write(fd, huge, MOLLY_TEXT_MAX + 1);
 		if (cuse)
-			CHECK((n < 0 && errno == EFBIG) || (n >= 0 && n <= MOLLY_TEXT_MAX),
+			CHECK((n < 0 && errno == EFBIG) || (n >= 0 && (size_t) n <= MOLLY_TEXT_MAX),
 			      "write of TEXT_MAX+1: EFBIG or a short count (%zd)", n);
 		else
 			CHECK(n < 0 && errno == EFBIG, "write of TEXT_MAX+1: EFBIG");
