@@ -4,6 +4,7 @@
  *
  *   molly ask PROMPT [--adapter A] [--chat] [--max-tokens N] [--temperature T] [--seed S]
  *             [--stop STR]...           streams the answer (D-Bus Stream, one JSON line each)
+ *             [--transport dev|dbus|auto] the same through libmolly: /dev/molly or D-Bus
  *   molly adapters list                 the adapters in the registry (name, version, hash,
  *                                       tier, bytes, pinned...)
  *   molly adapters import PATH [--name N] [--load]    a new version of N in the registry
@@ -2089,6 +2090,7 @@ static void usage(void)
 	       "\n"
 	       "Commands:\n"
 	       "  ask \"PROMPT\" [--adapter NAME] [--chat] [--max-tokens N] [--temperature T]\n"
+	       "      [--transport dev|dbus|auto]\n"
 	       "      [--seed S] [--stop STR]...     stream an answer\n"
 	       "  adapters list                       the adapters the daemon knows\n"
 	       "  adapters import PATH [--name N] [--load]\n"

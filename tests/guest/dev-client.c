@@ -205,7 +205,7 @@ static int cmd_hostile(void)
 	struct molly_cancel c;
 	struct molly_status st;
 	struct ev_result res;
-	unsigned char big[512];
+	unsigned char big[4096]; /* room for every size the checks claim */
 	uint64_t id, ids[80];
 	int fd = dev_open(), e, n_ok;
 	bool cuse;
