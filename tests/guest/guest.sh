@@ -81,6 +81,8 @@ MaxSequences=16
 QueueLength=256
 [DBus]
 Bus=system
+[HTTP]
+Listen=unix:$G/http.sock
 [Paths]
 StateDirectory=$G/state
 RuntimeDirectory=$G/run
@@ -162,6 +164,56 @@ if insmod "$T/kmod/molly_shim.ko"; then
 else
 	fail module-after-daemon "insmod failed"
 fi
+
+# ---- benchmark: /dev/molly against D-Bus and HTTP on a unix socket, same guest, same run ----
+# TCG distorts times, not counts: the gate is on system-wide syscalls and context switches
+# (perf stat -a around the client: daemon, client and kernel threads together) and on bytes
+# copied through read()/write() (/proc/PID/io rchar+wchar of the daemon and the client), per
+# token, as the marginal cost between a 16- and an 80-token request (the same greedy request
+# with ignore_eos), so that connection set-up does not count as per-token work. Times are
+# reported as measured.
+daemon_io() { awk '/^(rchar|wchar):/ {s += $2} END {print s}' "/proc/$MOLLYD_PID/io"; }
+bench_run() { # TRANSPORT N: prints "syscalls ctxsw bytes timing..."
+	local tr=$1 n=$2 io0 io1 cio out
+	io0=$(daemon_io)
+	if [ "$tr" = http ]; then
+		perf stat -a -x, -o "$G/perf.txt" -e raw_syscalls:sys_enter,context-switches -- \
+			sh -c 'curl -sN --unix-socket "$1" http://localhost/v1/completions -H "Content-Type: application/json" -d "{\"prompt\":\"Once upon a time\",\"max_tokens\":$2,\"temperature\":0,\"ignore_eos\":true,\"stream\":true}" -o "$3.body" -w "first_byte_us=%{time_starttransfer} total_s=%{time_total}" >"$3.out"; cat /proc/$$/io >"$3.io"' \
+			sh "$G/http.sock" "$n" "$G/bench" 2>/dev/null
+	else
+		perf stat -a -x, -o "$G/perf.txt" -e raw_syscalls:sys_enter,context-switches -- \
+			sh -c '"$1" "$2" "$3" >"$4.out"; cat /proc/$$/io >"$4.io"' \
+			sh "$T/bin/bench-client" "$tr" "$n" "$G/bench" 2>/dev/null
+	fi
+	io1=$(daemon_io)
+	cio=$(awk '/^(rchar|wchar):/ {s += $2} END {print s}' "$G/bench.io")
+	echo "$(grep raw_syscalls "$G/perf.txt" | cut -d, -f1) $(grep context-switches "$G/perf.txt" | cut -d, -f1) $((io1 - io0 + cio)) $(cat "$G/bench.out")"
+}
+bench() {
+	local tr r1 r2 s1 c1 b1 s2 c2 b2 line
+	declare -gA B_SYS B_CS B_BYTES
+	if ! perf stat -a -e raw_syscalls:sys_enter -- true >/dev/null 2>&1; then
+		skip bench "perf cannot count raw_syscalls here"
+		return
+	fi
+	for tr in dev dbus http; do
+		r1=$(bench_run "$tr" 16)
+		r2=$(bench_run "$tr" 80)
+		read -r s1 c1 b1 _ <<<"$r1"
+		read -r s2 c2 b2 t2 <<<"$r2"
+		B_SYS[$tr]=$(awk -v a="$s1" -v b="$s2" 'BEGIN {printf "%.1f", (b - a) / 64}')
+		B_CS[$tr]=$(awk -v a="$c1" -v b="$c2" 'BEGIN {printf "%.1f", (b - a) / 64}')
+		B_BYTES[$tr]=$(awk -v a="$b1" -v b="$b2" 'BEGIN {printf "%.0f", (b - a) / 64}')
+		line="$tr: per token ${B_SYS[$tr]} syscalls, ${B_CS[$tr]} context switches, ${B_BYTES[$tr]} bytes read/written; 80-token request: $s2 syscalls, $c2 switches; $t2"
+		echo "BENCH $line"
+	done
+	if awk -v d="${B_SYS[dev]}" -v b="${B_SYS[dbus]}" -v dc="${B_CS[dev]}" -v bc="${B_CS[dbus]}" \
+		-v dy="${B_BYTES[dev]}" -v by="${B_BYTES[dbus]}" 'BEGIN {exit !(d <= b && dc <= bc && dy <= by)}'; then
+		pass "${P}bench-dev-le-dbus" "syscalls ${B_SYS[dev]} <= ${B_SYS[dbus]}, switches ${B_CS[dev]} <= ${B_CS[dbus]}, bytes ${B_BYTES[dev]} <= ${B_BYTES[dbus]} per token"
+	else
+		fail "${P}bench-dev-le-dbus" "syscalls ${B_SYS[dev]} vs ${B_SYS[dbus]}, switches ${B_CS[dev]} vs ${B_CS[dbus]}, bytes ${B_BYTES[dev]} vs ${B_BYTES[dbus]} per token"
+	fi
+}
 
 # client_suite: every client test against whatever serves /dev/molly now. Test names get
 # the prefix $P; $FEATURE is the expected struct molly_version.features, $SERVING the log line
@@ -298,11 +350,11 @@ client_suite() {
 	else
 		fail "$P"daemon-restart "the restarted daemon does not serve /dev/molly"
 	fi
-	mollyd_kill TERM
 }
 
 P= FEATURE=0x1 SERVING='dev: serving /dev/molly through' DEATH_MODE=kernel
 client_suite
+bench
 mollyd_kill TERM
 
 # 14. The module unloads once nobody holds it (no leaked references).
@@ -322,6 +374,7 @@ if modprobe cuse 2>/dev/null && [ -e /dev/cuse ]; then
 		esac
 		P=cuse- FEATURE=0x2 SERVING='through CUSE' DEATH_MODE=cuse
 		client_suite
+		bench
 		mollyd_kill TERM
 	else
 		fail cuse-start "mollyd did not serve /dev/molly through CUSE"

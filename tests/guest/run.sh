@@ -86,6 +86,8 @@ if echo 'int main(void){return 0;}' | gcc -m32 -static -x c -o "$T/m32-probe" - 
 else
 	echo "note: no 32-bit toolchain (gcc-multilib): the 32-bit client tests will skip"
 fi
+gcc -std=gnu17 -O2 -Wall -Wextra -Werror -I"$src/include" -o "$T/bin/bench-client" \
+	"$src/tests/guest/bench-client.c" -L"$build/lib" -lmolly || { failed=1; finish; }
 
 stage "initramfs: busybox and the 9p modules"
 root=$T/root
@@ -124,6 +126,7 @@ mount -t devpts devpts /host/dev/pts
 mount -t tmpfs shm /host/dev/shm
 ls /host/proc | head -3
 mount -t cgroup2 cgroup2 /host/sys/fs/cgroup 2>/dev/null
+mount -t tracefs tracefs /host/sys/kernel/tracing 2>/dev/null
 mount -t tmpfs tmp /host/tmp
 mount -t tmpfs run /host/run
 mount -t tmpfs vartmp /host/var/tmp
