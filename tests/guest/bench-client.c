@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include <molly/molly.h>
@@ -66,7 +67,10 @@ int main(int argc, char **argv)
 	molly_close(h);
 	if (r <= 0 || tokens < 2)
 		return 1;
-	printf("transport=%s tokens=%u first_byte_us=%.0f per_token_us=%.0f\n", argv[1], tokens,
-	       t_first - t0, (t_end - t_first) / (tokens - 1));
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	printf("transport=%s tokens=%u first_byte_us=%.0f per_token_us=%.0f client_cs=%ld\n",
+	       argv[1], tokens, t_first - t0, (t_end - t_first) / (tokens - 1),
+	       ru.ru_nvcsw + ru.ru_nivcsw);
 	return 0;
 }

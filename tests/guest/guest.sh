@@ -167,33 +167,42 @@ else
 fi
 
 # ---- benchmark: /dev/molly against D-Bus and HTTP on a unix socket, same guest, same run ----
-# TCG distorts times, not counts: the gate is on system-wide syscalls and context switches
-# (perf stat -a around the client: daemon, client and kernel threads together) and on bytes
-# copied through read()/write() (/proc/PID/io rchar+wchar of the daemon and the client), per
-# token, as the marginal cost between a 16- and an 80-token request (the same greedy request
-# with ignore_eos), so that connection set-up does not count as per-token work. Times are
-# reported as measured.
-daemon_io() { awk '/^(rchar|wchar):/ {s += $2} END {print s}' "/proc/$MOLLYD_PID/io"; }
-bench_run() { # TRANSPORT N: prints "syscalls ctxsw bytes timing..."
-	local tr=$1 n=$2 io0 io1 cio out
-	io0=$(daemon_io)
+# TCG distorts times, not counts: the gate is on counts per token: syscalls and copies system-
+# wide (perf stat -a around the client: daemon, client and kernel threads together), context
+# switches of the daemon's threads (/proc) and the client (getrusage); copies are
+# the syscalls that copy data between user and kernel (read, write, readv, writev, recvmsg,
+# sendmsg). Per token, as the marginal cost between a 16- and a 208-token request (the same
+# greedy request with ignore_eos), so that connection set-up is not counted as per-token work.
+# Times are reported as measured.
+# the daemon's context switches, all its threads (exact: no other process counts)
+daemon_cs() { cat /proc/"$MOLLYD_PID"/task/*/status 2>/dev/null | awk '/ctxt_switches:/ {s += $2} END {print s}'; }
+bench_run() { # TRANSPORT N: prints "syscalls ctxsw copies timing..."
+	local tr=$1 n=$2 cs0 cs1 ccs
+	cs0=$(daemon_cs)
 	if [ "$tr" = http ]; then
-		perf stat -a -x, -o "$G/perf.txt" -e raw_syscalls:sys_enter,context-switches -- \
+		perf stat -a -x, -o "$G/perf.txt" -e raw_syscalls:sys_enter,context-switches,syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_readv,syscalls:sys_enter_writev,syscalls:sys_enter_recvmsg,syscalls:sys_enter_sendmsg -- \
 			setpriv --reuid=65534 --regid=65534 --clear-groups -- \
 			sh -c 'curl -sN --unix-socket "$1" http://localhost/v1/completions -H "Content-Type: application/json" -d "{\"prompt\":\"Once upon a time\",\"max_tokens\":$2,\"temperature\":0,\"ignore_eos\":true,\"stream\":true}" -o "$3.body" -w "first_byte_us=%{time_starttransfer} total_s=%{time_total}" >"$3.out"; cat /proc/$$/io >"$3.io"' \
-			sh "$G/http.sock" "$n" "$G/bench" 2>/dev/null
+			sh "$G/http.sock" "$n" "$G/b/bench" 2>/dev/null
 	else
-		perf stat -a -x, -o "$G/perf.txt" -e raw_syscalls:sys_enter,context-switches -- \
+		perf stat -a -x, -o "$G/perf.txt" -e raw_syscalls:sys_enter,context-switches,syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_readv,syscalls:sys_enter_writev,syscalls:sys_enter_recvmsg,syscalls:sys_enter_sendmsg -- \
 			setpriv --reuid=65534 --regid=65534 --clear-groups -- \
 			sh -c '"$1" "$2" "$3" >"$4.out"; cat /proc/$$/io >"$4.io"' \
-			sh "$T/bin/bench-client" "$tr" "$n" "$G/bench" 2>/dev/null
+			sh "$T/bin/bench-client" "$tr" "$n" "$G/b/bench" 2>/dev/null
 	fi
-	io1=$(daemon_io)
-	if [ "$tr" = http ] && ! grep -q '\[DONE\]' "$G/bench.body"; then
-		echo "BENCH http failed: $(head -c 300 "$G/bench.body")" >&2
+	if [ "$tr" = http ] && ! grep -q '\[DONE\]' "$G/b/bench.body"; then
+		echo "BENCH_FAILED http: $(head -c 300 "$G/b/bench.body" 2>&1)"
+		return 1
 	fi
-	cio=$(awk '/^(rchar|wchar):/ {s += $2} END {print s}' "$G/bench.io")
-	echo "$(grep raw_syscalls "$G/perf.txt" | cut -d, -f1) $(grep context-switches "$G/perf.txt" | cut -d, -f1) $((io1 - io0 + cio)) $(cat "$G/bench.out")"
+	if [ "$tr" != http ] && ! grep -q "tokens=$n " "$G/b/bench.out"; then
+		echo "BENCH_FAILED $tr: $(head -c 300 "$G/b/bench.out" 2>&1)"
+		return 1
+	fi
+	cs1=$(daemon_cs)
+	# context switches: the daemon's threads plus the client's own (getrusage); curl does not
+	# report its own, so HTTP counts the daemon only
+	ccs=$(sed -n 's/.*client_cs=\([0-9]*\).*/\1/p' "$G/b/bench.out")
+	echo "$(grep raw_syscalls "$G/perf.txt" | cut -d, -f1) $((cs1 - cs0 + ${ccs:-0})) $(awk -F, '/sys_enter_(read|write|readv|writev|recvmsg|sendmsg),/ {s += $1} END {print s}' "$G/perf.txt") $(cat "$G/b/bench.out")"
 }
 bench() {
 	local tr r1 r2 s1 c1 b1 s2 c2 b2 line
@@ -202,15 +211,19 @@ bench() {
 		skip bench "perf cannot count raw_syscalls here"
 		return
 	fi
+	mkdir -p "$G/b"
+	chown 65534:65534 "$G/b"
 	for tr in dev dbus http; do
-		r1=$(bench_run "$tr" 16)
-		r2=$(bench_run "$tr" 80)
+		if ! r1=$(bench_run "$tr" 16) || ! r2=$(bench_run "$tr" 208); then
+			fail "${P}bench-$tr" "$r1 $r2"
+			return
+		fi
 		read -r s1 c1 b1 _ <<<"$r1"
 		read -r s2 c2 b2 t2 <<<"$r2"
-		B_SYS[$tr]=$(awk -v a="$s1" -v b="$s2" 'BEGIN {printf "%.1f", (b - a) / 64}')
-		B_CS[$tr]=$(awk -v a="$c1" -v b="$c2" 'BEGIN {printf "%.1f", (b - a) / 64}')
-		B_BYTES[$tr]=$(awk -v a="$b1" -v b="$b2" 'BEGIN {printf "%.0f", (b - a) / 64}')
-		line="$tr: per token ${B_SYS[$tr]} syscalls, ${B_CS[$tr]} context switches, ${B_BYTES[$tr]} bytes read/written; 80-token request: $s2 syscalls, $c2 switches; $t2"
+		B_SYS[$tr]=$(awk -v a="$s1" -v b="$s2" 'BEGIN {printf "%.1f", (b - a) / 192}')
+		B_CS[$tr]=$(awk -v a="$c1" -v b="$c2" 'BEGIN {printf "%.1f", (b - a) / 192}')
+		B_BYTES[$tr]=$(awk -v a="$b1" -v b="$b2" 'BEGIN {printf "%.1f", (b - a) / 192}')
+		line="$tr: per token ${B_SYS[$tr]} syscalls, ${B_CS[$tr]} context switches, ${B_BYTES[$tr]} copying syscalls (read/write/readv/writev/recvmsg/sendmsg); 208-token request: $s2 syscalls, $c2 switches; $t2"
 		echo "BENCH $line"
 	done
 	if [ -n "$P" ]; then
@@ -220,9 +233,9 @@ bench() {
 	fi
 	if awk -v d="${B_SYS[dev]}" -v b="${B_SYS[dbus]}" -v dc="${B_CS[dev]}" -v bc="${B_CS[dbus]}" \
 		-v dy="${B_BYTES[dev]}" -v by="${B_BYTES[dbus]}" 'BEGIN {exit !(d <= b && dc <= bc && dy <= by)}'; then
-		pass "${P}bench-dev-le-dbus" "syscalls ${B_SYS[dev]} <= ${B_SYS[dbus]}, switches ${B_CS[dev]} <= ${B_CS[dbus]}, bytes ${B_BYTES[dev]} <= ${B_BYTES[dbus]} per token"
+		pass "${P}bench-dev-le-dbus" "syscalls ${B_SYS[dev]} <= ${B_SYS[dbus]}, switches ${B_CS[dev]} <= ${B_CS[dbus]}, copies ${B_BYTES[dev]} <= ${B_BYTES[dbus]} per token"
 	else
-		fail "${P}bench-dev-le-dbus" "syscalls ${B_SYS[dev]} vs ${B_SYS[dbus]}, switches ${B_CS[dev]} vs ${B_CS[dbus]}, bytes ${B_BYTES[dev]} vs ${B_BYTES[dbus]} per token"
+		fail "${P}bench-dev-le-dbus" "syscalls ${B_SYS[dev]} vs ${B_SYS[dbus]}, switches ${B_CS[dev]} vs ${B_CS[dbus]}, copies ${B_BYTES[dev]} vs ${B_BYTES[dbus]} per token"
 	fi
 }
 
