@@ -57,7 +57,8 @@ stage "build: mollyd, molly, libmolly (build/release)"
 if [ ! -f "$build/build.ninja" ]; then
 	cmake --preset release >"$T/cmake.log" 2>&1 || { cat "$T/cmake.log"; failed=1; finish; }
 fi
-if ! cmake --build "$build" --target mollyd molly molly-client >"$T/build.log" 2>&1; then
+# test-registry runs again in the two-node guest (its NUMA cases skip on one-node machines)
+if ! cmake --build "$build" --target mollyd molly molly-client test-registry >"$T/build.log" 2>&1; then
 	tail -n 30 "$T/build.log"
 	failed=1
 	finish
@@ -101,7 +102,8 @@ for m in fs/9p net/9p fs/netfs fs/fscache drivers/virtio; do
 		cp -r "/lib/modules/$kver/kernel/$m/." "$mods/kernel/$m/"
 	fi
 done
-cp "/lib/modules/$kver/modules.order" "/lib/modules/$kver/modules.builtin" "$mods/" 2>/dev/null
+cp "/lib/modules/$kver/modules.order" "/lib/modules/$kver/modules.builtin" \
+	"/lib/modules/$kver/modules.builtin.modinfo" "$mods/" 2>/dev/null
 depmod -b "$root" "$kver" || { echo "FAIL: depmod"; failed=1; finish; }
 cat >"$root/init" <<EOF
 #!/bin/busybox sh
@@ -139,10 +141,14 @@ chmod +x "$root/init"
 (cd "$root" && find . -print0 | cpio --null -o -H newc --quiet | gzip -1) >"$T/initramfs.cpio.gz"
 
 accel=tcg
-stage "boot: qemu -accel $accel, 2 CPUs, timeout ${boot_timeout}s"
+stage "boot: qemu -accel $accel, 2 CPUs on 2 NUMA nodes, timeout ${boot_timeout}s"
 log=$T/serial.log
 start=$SECONDS
-timeout "$boot_timeout" qemu-system-x86_64 -accel "$accel" -cpu max -m 2048 -smp 2 -nographic -no-reboot \
+# Two NUMA nodes of one CPU (one socket each: a node split inside a package WARNs) and 1 GiB each: the machines here have one, the guest shows the
+# registry's placement across two.
+timeout "$boot_timeout" qemu-system-x86_64 -accel "$accel" -cpu max -m 2048 -smp 2,sockets=2,cores=1,threads=1 -nographic -no-reboot \
+	-object memory-backend-ram,id=mem0,size=1024M -object memory-backend-ram,id=mem1,size=1024M \
+	-numa node,nodeid=0,cpus=0,memdev=mem0 -numa node,nodeid=1,cpus=1,memdev=mem1 \
 	-kernel "$kernel" -initrd "$T/initramfs.cpio.gz" \
 	-append "console=ttyS0 panic=-1 loglevel=4 rdinit=/init" \
 	-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
@@ -164,7 +170,7 @@ if ! grep -aq '^GUEST-DONE' "$log"; then
 	tail -n 40 "$log"
 fi
 # The host's reading of the same log: no oops, BUG or WARN anywhere in the guest's kernel.
-if grep -aE '(Oops|BUG:|WARNING:|general protection fault|Call Trace)' "$log" >"$T/oops.txt"; then
+if grep -av '^GUEST-' "$log" | grep -aE '(Oops|BUG:|WARNING:|general protection fault|Call Trace)' >"$T/oops.txt"; then
 	failed=$((failed + 1))
 	echo "FAIL: serial-log: $(head -n 5 "$T/oops.txt")"
 else
