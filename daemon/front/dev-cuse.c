@@ -58,6 +58,7 @@ struct parked_read {
 struct creq {
 	struct creq *next;          /* file->reqs */
 	struct cfile *file;
+	struct qev *final;          /* owned: the final record's slot, allocated at submit */
 	uint64_t kid;
 	bool overflow;              /* the client did not read: text dropped, then an error */
 };
@@ -144,12 +145,14 @@ static void wake_locked(struct cfile *f)
 	}
 }
 
-static void enqueue_locked(struct cfile *f, const struct molly_event *ev, bool final)
+/* q: a preallocated slot (final records), or NULL to allocate one (text). */
+static void enqueue_locked(struct cfile *f, const struct molly_event *ev, bool final,
+			   struct qev *q)
 {
-	struct qev *q = malloc(sizeof(*q) + ev->size);
-
 	if (!q)
-		return; /* text lost to ENOMEM; a final record is never lost: see cuse_post */
+		q = malloc(sizeof(*q) + ev->size);
+	if (!q)
+		return; /* text lost to ENOMEM; final records have their slot from submit */
 	q->next = NULL;
 	q->final = final;
 	q->size = ev->size;
@@ -178,7 +181,7 @@ static void cuse_post(void *userdata, const struct molly_event *ev)
 				r->overflow = true;
 				cancel = true;
 			} else {
-				enqueue_locked(f, ev, false);
+				enqueue_locked(f, ev, false, NULL);
 			}
 		}
 		pthread_mutex_unlock(&c->lock);
@@ -207,10 +210,13 @@ static void cuse_post(void *userdata, const struct molly_event *ev)
 		rec.e.kind = MOLLY_ERR_CLIENT_SLOW;
 		snprintf(rec.e.name, sizeof(rec.e.name), "org.molly.Error.Cancelled");
 		snprintf(rec.e.message, sizeof(rec.e.message), "the client did not read its events");
-		enqueue_locked(f, &rec.ev, true);
+		enqueue_locked(f, &rec.ev, true, TAKE_PTR(r->final));
+	} else if (ev->size <= CUSE_FINAL_SIZE) {
+		enqueue_locked(f, ev, true, TAKE_PTR(r->final));
 	} else {
-		enqueue_locked(f, ev, true);
+		log_warning("dev: a final record of %u bytes does not fit its slot", ev->size);
 	}
+	free(r->final);
 	free(r);
 	cfile_unref_locked(f);
 	pthread_mutex_unlock(&c->lock);
@@ -455,13 +461,17 @@ static void ioc_submit(fuse_req_t req, struct cfile *f, unsigned cmd, const void
 		return;
 	}
 	r = calloc(1, sizeof(*r));
-	if (!r) {
+	if (r)
+		r->final = malloc(sizeof(struct qev) + CUSE_FINAL_SIZE);
+	if (!r || !r->final) {
+		free(r);
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
 	pthread_mutex_lock(&c->lock);
 	if (f->inflight >= CUSE_MAX_INFLIGHT_FILE || c->inflight_total >= CUSE_MAX_INFLIGHT_TOTAL) {
 		pthread_mutex_unlock(&c->lock);
+		free(r->final);
 		free(r);
 		fuse_reply_err(req, EAGAIN);
 		return;
