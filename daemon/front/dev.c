@@ -446,12 +446,17 @@ static int open_node(struct dev_front *f)
 	fd = open(f->path, O_RDWR | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return -errno;
-	if (ioctl(fd, MOLLY_IOC_VERSION, &v) < 0 || v.abi_version != MOLLY_ABI_VERSION) {
-		k = errno ? -errno : -EPROTO;
+	if (ioctl(fd, MOLLY_IOC_VERSION, &v) < 0) {
+		k = -errno;
+		close(fd);
+		set_status(f, "off: %s is not a molly control node (%s)", f->path, strerror(-k));
+		return k;
+	}
+	if (v.abi_version != MOLLY_ABI_VERSION) {
 		close(fd);
 		set_status(f, "off: %s speaks ABI %u, this daemon %u", f->path, v.abi_version,
 			   MOLLY_ABI_VERSION);
-		return k;
+		return -EPROTO;
 	}
 	k = sd_event_add_io(f->event, &f->io, fd, EPOLLIN, on_ctl_io, f);
 	if (k < 0) {
