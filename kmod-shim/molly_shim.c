@@ -36,7 +36,6 @@
 
 #define MOLLY_MAX_INFLIGHT_FILE   64
 #define MOLLY_MAX_INFLIGHT_TOTAL  1024
-#define MOLLY_CLIENT_QUEUE_MAX    (256 * 1024)   /* event bytes queued per open file */
 #define MOLLY_TEXT_BYTES_MAX      (64UL << 20)   /* staged + undelivered text, all clients */
 
 #define MOLLY_FINAL_SIZE \
@@ -81,6 +80,12 @@ struct molly_client {
 	size_t staged_len;
 	size_t staged_cap;
 };
+
+/* Event bytes queued per open file before its request is cancelled (tests lower it). */
+static unsigned int client_queue_bytes = 256 * 1024;
+module_param(client_queue_bytes, uint, 0644);
+MODULE_PARM_DESC(client_queue_bytes,
+		 "event bytes queued for one open file before the request that overflows it is cancelled (default 262144; at least 4096)");
 
 static DEFINE_MUTEX(molly_lock);
 static DEFINE_HASHTABLE(molly_reqs, 8);
@@ -844,7 +849,8 @@ static ssize_t molly_ctl_write(struct file *file, const char __user *buf, size_t
 	if (!kev->final) {
 		if (!client || req->overflow)
 			goto out_free; /* nobody to read it */
-		if (client->queued_bytes + len > MOLLY_CLIENT_QUEUE_MAX) {
+		if (client->queued_bytes + len >
+		    max_t(unsigned int, READ_ONCE(client_queue_bytes), MOLLY_EVENT_MAX)) {
 			/* The client does not read: stop generating for it. */
 			req->overflow = true;
 			if (!req->cancel) {

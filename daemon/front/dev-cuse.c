@@ -38,7 +38,6 @@
 
 #define CUSE_MAX_INFLIGHT_FILE 64
 #define CUSE_MAX_INFLIGHT_TOTAL 1024
-#define CUSE_QUEUE_MAX (256u * 1024u)
 #define CUSE_FINAL_SIZE (sizeof(struct molly_event) + sizeof(struct molly_error))
 
 struct qev {
@@ -86,6 +85,7 @@ struct dev_cuse {
 	pthread_mutex_t lock;
 	uint64_t next_id;
 	uint32_t inflight_total;
+	uint32_t queue_max;         /* event bytes per file (256 KiB; MOLLY_TEST=1 may lower it) */
 	char name[64];
 };
 
@@ -177,7 +177,7 @@ static void cuse_post(void *userdata, const struct molly_event *ev)
 	pthread_mutex_lock(&c->lock);
 	if (!final) {
 		if (!f->released && !r->overflow) {
-			if (f->queued_bytes + ev->size > CUSE_QUEUE_MAX) {
+			if (f->queued_bytes + ev->size > c->queue_max) {
 				r->overflow = true;
 				cancel = true;
 			} else {
@@ -628,6 +628,13 @@ int dev_cuse_start(struct dev_front *f, int cuse_fd, const char *name, struct de
 	}
 	c->front = f;
 	c->stop_fd = -EBADF;
+	c->queue_max = 256u * 1024u;
+	{
+		/* TEST ONLY: a small bound lets a test overflow it with a small model */
+		const char *t = getenv("MOLLY_TEST"), *q = getenv("MOLLY_TEST_DEV_QUEUE_BYTES");
+		if (t && strcmp(t, "1") == 0 && q && atoi(q) >= MOLLY_EVENT_MAX)
+			c->queue_max = (uint32_t) atoi(q);
+	}
 	pthread_mutex_init(&c->lock, NULL);
 	snprintf(c->name, sizeof(c->name), "%s", name);
 	snprintf(devname, sizeof(devname), "DEVNAME=%s", name);

@@ -11,6 +11,7 @@
  *   dev-client close-mid                closes the file after the first text of a long request
  *   dev-client wait-death [kernel|cuse] prints STARTED after the first text, then expects the
  *                                       request to end with ERROR Unavailable (daemon killed)
+ *   dev-client slow                     a client that does not read: ERROR CLIENT_SLOW at last
  *   dev-client many N                   N clients at once (threads, one open file each)
  *   dev-client fuzz SECONDS SEED        random ioctls, writes, reads, cancels and closes
  *
@@ -444,6 +445,32 @@ static int cmd_wait_death(bool cuse)
 	return failures ? 1 : 0;
 }
 
+/*
+ * A client that does not read: submits a request that fills the context, says SUBMITTED, waits
+ * for a line on stdin (the script sends it once the request has ended), then reads: some text,
+ * then ERROR MOLLY_ERR_CLIENT_SLOW (its queue bound was passed, the request was cancelled).
+ */
+static int cmd_slow(void)
+{
+	struct ev_result res;
+	char line[16];
+	uint64_t id;
+	int fd = dev_open();
+
+	CHECK(submit_text(fd, "Once upon a time", 0, MOLLY_SUBMIT_IGNORE_EOS, &id) == 0,
+	      "a long request, and no reading");
+	printf("SUBMITTED %llu\n", (unsigned long long) id);
+	fflush(stdout);
+	if (!fgets(line, sizeof(line), stdin))
+		return 1;
+	CHECK(read_until_final(fd, id, NULL, false, &res) == 0 && res.type == MOLLY_EVENT_ERROR &&
+		      res.error_kind == MOLLY_ERR_CLIENT_SLOW,
+	      "after %zu text events it ended with ERROR %s (kind %u)", res.n_text_events,
+	      res.error_name, res.error_kind);
+	close(fd);
+	return failures ? 1 : 0;
+}
+
 struct many_arg {
 	int index;
 	int ok;
@@ -597,6 +624,8 @@ int main(int argc, char **argv)
 		return cmd_close_mid();
 	if (argc >= 2 && strcmp(argv[1], "wait-death") == 0)
 		return cmd_wait_death(argc == 3 && strcmp(argv[2], "cuse") == 0);
+	if (argc == 2 && strcmp(argv[1], "slow") == 0)
+		return cmd_slow();
 	if (argc == 3 && strcmp(argv[1], "many") == 0)
 		return cmd_many(atoi(argv[2]));
 	if (argc == 4 && strcmp(argv[1], "fuzz") == 0)

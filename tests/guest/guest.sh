@@ -102,7 +102,7 @@ CONF
 # mollyd_start: starts mollyd and waits for its "serving" line.
 mollyd_start() {
 	: >"$G/mollyd.log"
-	MOLLY_TEST=1 "$MOLLYD" --config "$G/mollyd.conf" --log-target=stderr >>"$G/mollyd.log" 2>&1 &
+	MOLLY_TEST=1 MOLLY_TEST_DEV_QUEUE_BYTES=8192 "$MOLLYD" --config "$G/mollyd.conf" --log-target=stderr >>"$G/mollyd.log" 2>&1 &
 	MOLLYD_PID=$!
 	wait_log "$G/mollyd.log" '(serving .*D-Bus|exited|error)'
 	grep -q 'serving' "$G/mollyd.log"
@@ -113,6 +113,21 @@ mollyd_kill() {
 	kill -"${1:-TERM}" "$MOLLYD_PID" 2>/dev/null
 	wait "$MOLLYD_PID" 2>/dev/null
 	MOLLYD_PID=
+}
+
+# audit_count PATTERN: dev records matching PATTERN; audit_more PATTERN N: more than N now.
+audit_count() {
+	"$MOLLY" audit --state-dir "$G/state" --json 2>/dev/null | grep '"front":"dev"' | grep -c -- "$1"
+}
+audit_more() { [ "$(audit_count "$1")" -gt "$2" ]; }
+# wait_until_s SECONDS COMMAND...: as tests/integration/lib/wait.sh's wait_until
+wait_until_s() {
+	local deadline=$(($(date +%s) + $1))
+	shift
+	until "$@"; do
+		[ "$(date +%s)" -lt "$deadline" ] || return 1
+		sleep 0.1
+	done
 }
 
 # wait_node: /dev/molly exists (devtmpfs makes it as the module or CUSE registers it).
@@ -321,6 +336,29 @@ client_suite() {
 		unhold
 		fail "$P"client-close-mid "$(tr '\n' ';' <"$G/close.log")"
 	fi
+
+	# 8b. A client that does not read: past its queue bound (8 KiB here: kmod-shim's
+	#     client_queue_bytes, or MOLLY_TEST_DEV_QUEUE_BYTES for CUSE) its request is cancelled
+	#     and ends with ERROR CLIENT_SLOW; the daemon never blocks on it.
+	[ -z "$P" ] && echo 8192 >/sys/module/molly_shim/parameters/client_queue_bytes
+	n0=$(audit_count '"finish":"cancelled"')
+	coproc SLOW { "$CLIENT" slow 2>&1; }
+	slow_pid=$SLOW_PID
+	slow_log=
+	while IFS= read -r -t "$WAIT_S" line <&"${SLOW[0]}"; do
+		slow_log+="$line;"
+		case $line in SUBMITTED*) break ;; esac
+	done
+	if wait_until_s "$WAIT_S" audit_more '"finish":"cancelled"' "$n0"; then
+		echo go >&"${SLOW[1]}"
+		while IFS= read -r -t "$WAIT_S" line <&"${SLOW[0]}"; do slow_log+="$line;"; done
+	fi
+	if wait "$slow_pid" && kill -0 "$MOLLYD_PID" 2>/dev/null; then
+		pass "$P"client-not-reading "$slow_log"
+	else
+		fail "$P"client-not-reading "$slow_log"
+	fi
+	[ -z "$P" ] && echo 262144 >/sys/module/molly_shim/parameters/client_queue_bytes
 
 	# 9. 64 clients at once
 	if out=$("$CLIENT" many 64 2>&1); then
