@@ -41,6 +41,7 @@
 #include "manager-remote.h"
 #include "manager.h"
 #include "registry/registry.h"
+#include "loader/blob-load.h"
 #include "sched/sched.h"
 
 #define DEFAULT_MAX_CONTEXT 8192
@@ -149,6 +150,7 @@ struct manager {
 	char *registry_tmp;           /* owned: a private registry's directory, removed at free */
 
 	uint64_t requests_total, requests_rejected, requests_finished, requests_failed;
+	atomic_uint_fast64_t adapters_bad; /* blobs that failed their load (sched on_adapter_bad) */
 	uint64_t prompt_tokens, completion_tokens;
 
 	/* The sovereignty policy: immutable once built; a reload swaps it under policy_lock. */
@@ -506,6 +508,82 @@ void manager_test_hold(struct manager *m, uint64_t after_tokens)
 	sched_test_hold(m->sched, after_tokens);
 }
 
+/* A blob's bad mark, kept in the registry's notes ("bad/HEX") so that it outlives the run:
+ * the reason, NUL-padded (notes are read back at their exact size). */
+#define BAD_NOTE_BYTES 256
+
+static void bad_note_key(const char *hex, char key[8 + SHA256_HEX_SIZE])
+{
+	snprintf(key, 8 + SHA256_HEX_SIZE, "bad/%s", hex);
+}
+
+/* The loader found a blob corrupt, truncated or unreadable (loader thread): its content key
+ * is marked bad in the scheduler (every request on it fails at once with the reason) until
+ * it is unloaded, and in the registry, where the next load of the version checks the blob
+ * again before it is used (hot_register); `molly adapters fsck` says more. */
+static void adapter_blob_bad(const char *key, int error, const char *message, void *userdata)
+{
+	struct manager *m = userdata;
+	char note_key[8 + SHA256_HEX_SIZE], note[BAD_NOTE_BYTES] = { 0 };
+
+	atomic_fetch_add(&m->adapters_bad, 1);
+	log_error("adapter %s marked bad: %s (run: molly adapters fsck)", key, message);
+	if (strncmp(key, "sha256:", 7) == 0 && m->registry) {
+		bad_note_key(key + 7, note_key);
+		snprintf(note, sizeof(note), "%.255s", message);
+		(void) registry_note_put(m->registry, note_key, note, sizeof(note));
+	}
+	(void) error;
+}
+
+static void *bad_check_alloc(size_t bytes, void *userdata)
+{
+	void **p = userdata;
+
+	return posix_memalign(p, 4096, bytes) == 0 ? *p : NULL;
+}
+
+/* A version marked bad in an earlier run: its blob is read and checked now (a job thread,
+ * not the scheduler's). Still bad: the scheduler refuses it at once, with both reasons.
+ * Good again (repaired): the mark goes. */
+static void bad_mark_recheck(struct manager *m, const struct registry_version *v, const char *key,
+			     const char *path)
+{
+	_cleanup_(blob_loader_freep) struct blob_loader *l = NULL;
+	char note_key[8 + SHA256_HEX_SIZE], note[BAD_NOTE_BYTES];
+	struct blob_loader_params lp = { .path = BLOB_PATH_PREAD };
+	struct blob_load_result res;
+	struct errmsg e = { { 0 } };
+	void *buf = NULL;
+	int r;
+
+	bad_note_key(v->hash_hex, note_key);
+	if (registry_note_get(m->registry, note_key, note, sizeof(note)) < 0 || !note[0])
+		return;
+	note[sizeof(note) - 1] = 0;
+	r = blob_loader_new(&lp, &l);
+	if (r >= 0)
+		r = blob_load(l, path, true, v->hash, bad_check_alloc, &buf, &res, &e);
+	free(buf);
+	if (r >= 0) {
+		char empty[BAD_NOTE_BYTES] = { 0 };
+
+		(void) registry_note_put(m->registry, note_key, empty, sizeof(empty));
+		log_info("%s@%u: its blob checks out again; the bad mark (%s) is cleared", v->name,
+			 v->version, note);
+		return;
+	}
+	log_error("%s@%u is still bad: %s (marked bad earlier: %s)", v->name, v->version, e.text,
+		  note);
+	{
+		char msg[600];
+
+		/* short first: the request's error message is cut at 256 bytes */
+		snprintf(msg, sizeof(msg), "marked bad earlier, still: %.500s", e.text);
+		(void) sched_mark_adapter_bad(m->sched, key, r, msg);
+	}
+}
+
 int manager_new_with_egress(struct config *config, struct egress_client *egress,
 			    struct manager **ret, struct errmsg *e)
 {
@@ -568,6 +646,14 @@ int manager_new_with_egress(struct config *config, struct egress_client *egress,
 	sp.step_tokens = config->step_tokens;
 	sp.pool_bytes = config->pool_bytes;
 	sp.n_threads = config->threads;
+	/* adapter tiers: HotBytes= defaults to half the pool, whatever its size turns out */
+	sp.hot_bytes = config->hot_bytes ? config->hot_bytes : SCHED_HOT_BYTES_HALF;
+	sp.warm_bytes = config->warm_bytes;
+	sp.eviction = (enum evict_policy) config->eviction;
+	sp.loader.path = (enum blob_path) config->load_path;
+	sp.loader.queue_depth = config->load_queue_depth;
+	sp.on_adapter_bad = adapter_blob_bad;
+	sp.userdata = m;
 	r = sched_new(m->model, &sp, &m->sched, e);
 	if (r < 0)
 		return errmsg_prefix(e, r, "scheduler");
@@ -731,6 +817,10 @@ int manager_reload(struct manager *m, struct config *c, struct errmsg *e)
 		"[Engine]");
 	CHANGED(old->bus != c->bus, "[DBus] Bus=");
 	CHANGED(!streq_null(old->user, c->user), "[Daemon] User=");
+	CHANGED(old->warm_bytes != c->warm_bytes || old->hot_bytes != c->hot_bytes ||
+			old->eviction != c->eviction || old->load_path != c->load_path ||
+			old->load_queue_depth != c->load_queue_depth,
+		"[Adapters] WarmBytes=, HotBytes=, Eviction=, LoadPath=, LoadQueueDepth=");
 	CHANGED(old->registry_map_bytes != c->registry_map_bytes ||
 			!streq_null(old->state_directory, c->state_directory),
 		"[Adapters] RegistryMapBytes=, [Paths] StateDirectory=");
@@ -1988,6 +2078,8 @@ void manager_get_stats(struct manager *m, struct manager_stats *ret)
 		.completion_tokens = m->completion_tokens,
 		.pool_pages_total = s.pool_pages_total,
 		.pool_pages_free = s.pool_pages_free,
+		.sched = s,
+		.adapters_bad = atomic_load(&m->adapters_bad),
 	};
 	pthread_mutex_unlock(&m->lock);
 	{
@@ -2004,6 +2096,10 @@ void manager_get_stats(struct manager *m, struct manager_stats *ret)
 struct sched_snapshot {
 	char key[HOT_KEY_SIZE];
 	bool resident, pinned;
+	const char *tier; /* static strings */
+	uint64_t hot_hits, hot_misses, warm_hits, warm_misses, load_ns;
+	int node;
+	bool locked;
 };
 
 struct snapshot_list {
@@ -2026,6 +2122,14 @@ static void snapshot_one(const struct sched_adapter_info *info, void *userdata)
 	snprintf(l->v[l->n].key, sizeof(l->v[l->n].key), "%s", info->name);
 	l->v[l->n].resident = info->resident;
 	l->v[l->n].pinned = info->pinned;
+	l->v[l->n].tier = info->tier;
+	l->v[l->n].hot_hits = info->hot_hits;
+	l->v[l->n].hot_misses = info->hot_misses;
+	l->v[l->n].warm_hits = info->warm.hits;
+	l->v[l->n].warm_misses = info->warm.misses;
+	l->v[l->n].load_ns = info->warm.load_ns;
+	l->v[l->n].node = info->warm.node;
+	l->v[l->n].locked = info->warm.locked;
 	l->n++;
 }
 
@@ -2074,13 +2178,24 @@ static int list_one_version(const struct registry_version *v, void *ud)
 		info.running = a->running;
 	}
 	hot_key(info.content_hash, key);
+	info.tier = "cold";
+	info.numa_node = -1;
 	for (size_t i = 0; i < w->snap->n; i++)
 		if (strcmp(w->snap->v[i].key, key) == 0) {
-			info.resident = w->snap->v[i].resident;
-			info.pinned = w->snap->v[i].pinned;
+			const struct sched_snapshot *sn = &w->snap->v[i];
+
+			info.resident = sn->resident;
+			info.pinned = sn->pinned;
+			info.tier = sn->tier ? sn->tier : info.resident ? "hot" : "cold";
+			info.hot_hits = sn->hot_hits;
+			info.hot_misses = sn->hot_misses;
+			info.warm_hits = sn->warm_hits;
+			info.warm_misses = sn->warm_misses;
+			info.load_ns = sn->load_ns;
+			info.numa_node = sn->node;
+			info.warm_locked = sn->locked;
 		}
 	info.pinned = info.pinned || v->pinned;
-	info.tier = info.resident ? "hot" : "cold";
 	w->fn(&info, w->userdata);
 	return 0;
 }
@@ -2157,6 +2272,12 @@ static int hot_register(struct manager *m, const struct registry_version *v,
 	if (r < 0)
 		return set_err(err, MANAGER_ERR_INTERNAL, r, "%s", e.text);
 	TAKE_PTR(la); /* the scheduler owns it now */
+	/* tiered: read whole (io_uring) and checked against the version's hash when first needed */
+	r = sched_set_adapter_source(m->sched, key, path, v->hash);
+	if (r < 0 && r != -EEXIST)
+		return set_err(err, MANAGER_ERR_INTERNAL, r, "%s@%u: %s", v->name, v->version,
+			       strerror(-r));
+	bad_mark_recheck(m, v, key, path);
 	return 0;
 }
 
@@ -2440,6 +2561,31 @@ int manager_adapter_unload(struct manager *m, const char *name, struct manager_e
 	pthread_mutex_unlock(&m->lock);
 	adapter_entry_free(a);
 	(void) manager_routing_adapters_changed(m->routing);
+	return 0;
+}
+
+int manager_adapter_prefetch(struct manager *m, const char *name, struct manager_error *err)
+{
+	char key[HOT_KEY_SIZE] = "";
+	struct adapter_entry *a;
+	int r;
+
+	assert_return(m && name, -EINVAL);
+	pthread_mutex_lock(&m->lock);
+	a = adapter_find(m, name);
+	if (a)
+		snprintf(key, sizeof(key), "%s", a->key);
+	pthread_mutex_unlock(&m->lock);
+	if (!key[0])
+		return set_err(err, MANAGER_ERR_MODEL_NOT_FOUND, -ENOENT,
+			       "adapter '%.80s' is not loaded (load it first)", name);
+	r = sched_prefetch_adapter(m->sched, key);
+	if (r == -ENOENT)
+		return set_err(err, MANAGER_ERR_MODEL_NOT_FOUND, r,
+			       "adapter '%.80s' is not loaded (load it first)", name);
+	if (r < 0)
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, r, "prefetching '%s': %s", name,
+			       strerror(-r));
 	return 0;
 }
 

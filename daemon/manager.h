@@ -44,6 +44,7 @@
 #include "basic/macro.h"
 #include "engine/chat.h"
 #include "policy/policy.h"
+#include "sched/sched.h"
 
 struct config;
 struct manager;
@@ -258,6 +259,10 @@ struct manager_stats {
 	 * within JudgeTimeoutMs=) */
 	uint64_t judge_asked;
 	uint64_t judge_personal, judge_public, judge_unclear, judge_timeout;
+	/* adapter tiers: the scheduler's view (hot pool, warm tier, loader), and blobs marked
+	 * bad since start */
+	struct sched_stats sched;
+	uint64_t adapters_bad;
 };
 void manager_get_stats(struct manager *m, struct manager_stats *ret);
 
@@ -278,7 +283,14 @@ struct manager_adapter_info {
 	uint64_t requests;          /* requests that used it (the registry's count, plus this run's) */
 	uint32_t running;           /* requests using it now (waiting or running) */
 	uint64_t bytes;             /* the blob's size */
-	const char *tier;           /* "hot" (resident in the pool) or "cold" (the blob on disk) */
+	/* "hot" (in the pool), "warm" (whole blob in host memory), "loading", "cold" (the blob
+	 * on disk) or "bad" (its blob failed its check) */
+	const char *tier;
+	uint64_t hot_hits, hot_misses;   /* per request, since it was loaded */
+	uint64_t warm_hits, warm_misses;
+	uint64_t load_ns;                /* its last cold → warm read (0: never) */
+	int numa_node;                   /* its warm copy's node (-1: none or unbound) */
+	bool warm_locked;
 	const char *base_quant;     /* the base's weight type it was imported against ("q8_0") */
 };
 /* Calls fn for every adapter name in the registry (at its active version; loaded or not), in
@@ -312,6 +324,8 @@ int manager_adapter_load(struct manager *m, const char *name, const char *path,
 int manager_adapter_unload(struct manager *m, const char *name, struct manager_error *err);
 /* Pins the loaded name's active version in the pool, and keeps it from garbage collection. */
 int manager_adapter_pin(struct manager *m, const char *name, bool pin, struct manager_error *err);
+/* Starts reading a loaded adapter toward the hot tier now (returns at once). */
+int manager_adapter_prefetch(struct manager *m, const char *name, struct manager_error *err);
 
 /* The registry's versions of name, oldest first (fn gets a borrowed record). */
 struct registry_version;

@@ -2,10 +2,11 @@
 /*
  * test-blind: the whole policy (policy_evaluate with the defaults) on the blind evaluation
  * sets of tests/data/blind-corpus/ (see its README: written by writers who did not see the
- * code; each first measured held out; most then used for development; I, K, M and O never). Prints per set, class and
- * language the share classed exactly as labelled, and checks floors: secret recall 0.95,
- * special-category recall 0.85, hard negatives kept public 0.85 per set — below the
- * numbers of today, so that a regression shows without pinning today's exact results.
+ * code; each first measured held out; most then used for development; I, K, M, O, P, S, X
+ * and Y never read line by line nor trained on). Prints per set, class and language the
+ * share classed exactly as labelled, and checks each set's floors: a little below the
+ * numbers of today (the README's table), so that a regression shows without pinning today's
+ * exact results.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +18,6 @@
 enum { C_SECRET, C_PERSONAL, C_PUBLIC, N_CLASSES };
 static const char *const class_names[N_CLASSES] = { "secret", "personal", "public" };
 static const char *const langs[3] = { "en", "it", "es" };
-static const double floors[N_CLASSES] = { 0.95, 0.85, 0.85 };
 
 static int class_index(const char *s, size_t n)
 {
@@ -52,7 +52,7 @@ static size_t unescape(char *s)
 	return o;
 }
 
-static int check_set(const struct policy *p, const char *name)
+static int check_set(const struct policy *p, const char *name, const double floors[N_CLASSES])
 {
 	char path[4096], *line = NULL;
 	size_t cap = 0;
@@ -103,27 +103,33 @@ static int check_set(const struct policy *p, const char *name)
 	return 0;
 }
 
+/* Each set's floors (secret, personal, public), about 0.03 under today's figures. */
+static const struct blind_set {
+	const char *name;
+	double floors[N_CLASSES];
+} sets[] = {
+	{ "setA.tsv", { 0.95, 0.95, 0.95 } }, { "setB.tsv", { 0.95, 0.95, 0.95 } },
+	{ "setC.tsv", { 0.95, 0.95, 0.95 } }, { "setD.tsv", { 0.95, 0.95, 0.94 } },
+	{ "setE.tsv", { 0.95, 0.95, 0.94 } }, { "setF.tsv", { 0.95, 0.95, 0.95 } },
+	{ "setG.tsv", { 0.95, 0.95, 0.95 } }, { "setH.tsv", { 0.95, 0.95, 0.95 } },
+	{ "setI.tsv", { 0.95, 0.94, 0.90 } }, { "setJ.tsv", { 0.95, 0.95, 0.95 } },
+	{ "setK.tsv", { 0.95, 0.95, 0.92 } }, { "setL.tsv", { 0.95, 0.95, 0.95 } },
+	{ "setM.tsv", { 0.93, 0.90, 0.93 } }, { "setN.tsv", { 0.95, 0.95, 0.95 } },
+	{ "setO.tsv", { 0.95, 0.95, 0.94 } }, { "setP.tsv", { 0.93, 0.87, 0.94 } },
+	{ "setQ.tsv", { 0.90, 0.95, 0.95 } }, { "setR.tsv", { 0.95, 0.95, 0.95 } },
+	{ "setS.tsv", { 0.89, 0.94, 0.90 } }, { "setP2.tsv", { 0.90, 0.95, 0.95 } },
+	{ "setS2.tsv", { 0.91, 0.94, 0.95 } }, { "setT.tsv", { 0.95, 0.95, 0.95 } },
+	{ "setU.tsv", { 0.89, 0.95, 0.95 } }, { "setV.tsv", { 0.94, 0.89, 0.91 } },
+	{ "setW.tsv", { 0.90, 0.93, 0.93 } }, { "setX.tsv", { 0.91, 0.89, 0.92 } },
+	{ "setY.tsv", { 0.93, 0.92, 0.93 } },
+};
+
 TEST(blind_sets)
 {
 	_cleanup_(policy_freep) struct policy *p = NULL;
 
 	ASSERT_OK(policy_new_defaults(&p));
-	ASSERT_EQ(check_set(p, "setA.tsv"), 0);
-	ASSERT_EQ(check_set(p, "setB.tsv"), 0);
-	ASSERT_EQ(check_set(p, "setC.tsv"), 0);
-	ASSERT_EQ(check_set(p, "setD.tsv"), 0);
-	ASSERT_EQ(check_set(p, "setE.tsv"), 0);
-	ASSERT_EQ(check_set(p, "setF.tsv"), 0);
-	ASSERT_EQ(check_set(p, "setG.tsv"), 0);
-	ASSERT_EQ(check_set(p, "setH.tsv"), 0);
-	ASSERT_EQ(check_set(p, "setI.tsv"), 0);
-	ASSERT_EQ(check_set(p, "setJ.tsv"), 0);
-	ASSERT_EQ(check_set(p, "setK.tsv"), 0);
-	ASSERT_EQ(check_set(p, "setL.tsv"), 0);
-	ASSERT_EQ(check_set(p, "setM.tsv"), 0);
-	ASSERT_EQ(check_set(p, "setN.tsv"), 0);
-	ASSERT_EQ(check_set(p, "setO.tsv"), 0);
+	for (size_t k = 0; k < ELEMENTSOF(sets); k++)
+		ASSERT_EQ(check_set(p, sets[k].name, sets[k].floors), 0);
 	return 0;
 }
-
-

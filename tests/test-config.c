@@ -8,6 +8,8 @@
 
 #include "basic/sha256.h"
 #include "core/config.h"
+#include "loader/blob-load.h"
+#include "sched/evict.h"
 #include "test.h"
 
 static struct config *parse(const char *text, struct errmsg *e, int *ret)
@@ -254,6 +256,32 @@ TEST(policy_judge_keys)
 	return 0;
 }
 
+TEST(adapter_tier_keys)
+{
+	_cleanup_(config_unrefp) struct config *c = NULL, *d = NULL;
+	static const char text[] = "[Adapters]\nWarmBytes=512M\nHotBytes=64M\nEviction=lru\n"
+				   "LoadPath=pread\nLoadQueueDepth=32\n";
+	struct errmsg e = { { 0 } };
+
+	ASSERT_OK(config_new(&d));
+	ASSERT_EQ(d->warm_bytes, 2ull << 30);
+	ASSERT_EQ(d->hot_bytes, 0);
+	ASSERT_EQ(d->eviction, EVICT_GDSF);
+	ASSERT_EQ(d->load_path, BLOB_PATH_URING);
+	ASSERT_EQ(d->load_queue_depth, 8);
+	ASSERT_OK(config_new(&c));
+	ASSERT_OK(config_parse_text(c, text, strlen(text), "test.conf", &e));
+	ASSERT_EQ(c->warm_bytes, 512ull << 20);
+	ASSERT_EQ(c->hot_bytes, 64ull << 20);
+	ASSERT_EQ(c->eviction, EVICT_LRU);
+	ASSERT_EQ(c->load_path, BLOB_PATH_PREAD);
+	ASSERT_EQ(c->load_queue_depth, 32);
+	ASSERT_OK(expect_error("[Adapters]\nEviction=lfu\n", "not one of gdsf, lru"));
+	ASSERT_OK(expect_error("[Adapters]\nLoadPath=mmap\n", "not one of uring, pread"));
+	ASSERT_OK(expect_error("[Adapters]\nLoadQueueDepth=0\n", "LoadQueueDepth"));
+	return 0;
+}
+
 TEST(nul_and_size_limits)
 {
 	_cleanup_(config_unrefp) struct config *c = NULL;
@@ -465,7 +493,8 @@ TEST(example_and_docs_cover_every_key)
 		"AllowNonLoopback=", "MaxBodyBytes=", "Bus=", "StreamBufferBytes=",
 		"StateDirectory=", "RuntimeDirectory=", "User=", "AdminGroup=", "StopTimeoutSec=",
 		"LogLevel=", "KeyHash=", "UIDs=", "Models=", "Admin=", "Judge=", "JudgeBand=",
-		"JudgeTimeoutMs=", "KeepVersions=", "RegistryMapBytes=",
+		"JudgeTimeoutMs=", "KeepVersions=", "RegistryMapBytes=", "WarmBytes=", "HotBytes=",
+		"Eviction=", "LoadPath=", "LoadQueueDepth=",
 	};
 
 	ASSERT_TRUE(example != NULL);

@@ -97,8 +97,10 @@ TEST(ssn)
 
 TEST(ip)
 {
-	EXPECT("IP 192.168.1.1 and 10.0.0.256 and 2001:db8::1 and ::1 time 12:30:45",
-	       "ip=[192.168.1.1] ip=[2001:db8::1] ip=[::1]");
+	EXPECT("IP 192.168.1.1 and 10.0.0.256 and 2001:db8::1 and fe80::1 time 12:30:45",
+	       "ip=[192.168.1.1] ip=[2001:db8::1] ip=[fe80::1]");
+	/* every machine's own addresses point at no one */
+	EXPECT("listen on 127.0.0.1:8080, ::1 and 0.0.0.0, mask 255.255.255.0", "");
 	EXPECT("version 1.2.3.4, std::vector, 1.2.3.4.5, MAC 00:1a:2b:3c:4d:5e", "");
 	return 0;
 }

@@ -271,7 +271,52 @@ TEST(context_pass)
 	EXPECT("ORBIT CANVAS TIMBER LOYAL FROST HABIT SPEAK MARBLE ELDER PUZZLE VACANT ROBUST",
 	       "seed_phrase=[ORBIT CANVAS TIMBER LOYAL FROST HABIT SPEAK MARBLE ELDER PUZZLE VACANT "
 	       "ROBUST]");
+	/* spelled out, letter by letter */
+	EXPECT("password spelled NATO: Kilo-Echo-Romeo-Nine-Four-Zulu-Lima. thanks",
+	       "secret=[Kilo-Echo-Romeo-Nine-Four-Zulu-Lima]");
+	EXPECT("La chiave: Ancona, Bologna, sette, Milano, due, punto esclamativo. Ricostruiscila",
+	       "secret=[Ancona, Bologna, sette, Milano, due, punto esclamativo]");
+	EXPECT("password: m a r g o t 1 9 7 7 ! (spaces for the filter)",
+	       "secret=[m a r g o t 1 9 7 7 !]");
+	EXPECT("<wsse:Password>Anpr!Sub2024x</wsse:Password>", "secret=[Anpr!Sub2024x]");
+	EXPECT("la impresora tiene el panel con admin/Imprime2019.", "secret=[Imprime2019]");
+	EXPECT("cifrada con la frase \"naranja-puente-lluvia-73-faro\". Pasos?",
+	       "secret=[naranja-puente-lluvia-73-faro]");
+	EXPECT("the garage door, it's 1 9 8 4 and everybody knows it", "access_code=[1 9 8 4]");
+	EXPECT("client.run(\"MTE4NzQ1OTI4MzA1MjE3NzQwOA.GkR7aZ.vP3xQ9LmT2nW8yB5cF1hJ6dS0uE4rK7oA\")",
+	       "api_key=[MTE4NzQ1OTI4MzA1MjE3NzQwOA.GkR7aZ.vP3xQ9LmT2nW8yB5cF1hJ6dS0uE4rK7oA]");
+	EXPECT("name,username,temp_password\nPriya,priya.r,Welcome!2291", "secret=[Welcome!2291]");
+	EXPECT("Tengo la clave API de Holded 5c9e2a7f1b4d8e3a6f0c2b9d7e1a4f8c, ¿cómo?",
+	       "api_key=[5c9e2a7f1b4d8e3a6f0c2b9d7e1a4f8c]");
+	EXPECT("closing: lights off, set alarm 6-0-3-3 then OFF", "access_code=[6-0-3-3]");
+	EXPECT("school portal: ella.ward09 / Unicorn77. I can log in", "secret=[Unicorn77]");
+	EXPECT("BitLocker 413622-078914-552301-667890-201134-998765-114422-350019 asks",
+	       "secret=[413622-078914-552301-667890-201134-998765-114422-350019]");
+	EXPECT("the activation code from the letter, 7KQ2-PM9X-44TB, is used",
+	       "access_code=[7KQ2-PM9X-44TB]");
+	EXPECT("login on the fridge (jake.m.2011 / Maple.Owl.47) and", "secret=[Maple.Owl.47]");
+	EXPECT("passphrase della chiave gpg: tre camion rossi sotto la pioggia di agosto. ok?",
+	       "secret=[tre camion rossi sotto la pioggia di agosto]");
+	EXPECT("cancello del condominio 1478#, grazie", "access_code=[1478#]");
+	EXPECT("The Xbox parental passkey is 8265 and", "access_code=[8265]");
 	/* and what stays public */
+	EXPECT("forwarded netflix.com to 1.1.1.1 and 8.8.8.8", "");
+	EXPECT("the passphrase: what should it be? I need ideas", "");
+	EXPECT("see python3.11 / Python3.12 notes; input / Output2", "");
+	EXPECT("¿cómo genero una clave SSH ed25519? ¿y fail2ban?", "");
+	EXPECT("passare la password con -p è insicuro", "");
+	EXPECT("id,password_hash\n1,5f4dcc3b5aa765d61d8327deb882cf99", "");
+	EXPECT("the alarm 2024-05-01 log; locker 214 is free", "");
+	EXPECT("Milano, Torino, Roma, Napoli, Bologna e Firenze: la chiave del successo", "");
+	EXPECT("Write a story with the phrase \"once upon a time\" in it", "");
+	EXPECT("come si resetta la password di amministratore di un Fritz!Box?", "");
+	EXPECT("$ read -s -p \"Password: \" PW", "");
+	EXPECT("<input type=\"password\" autoComplete=\"new-password\" value={pw} />", "");
+	EXPECT("password_verify($_POST['pw'], $riga['hash'])", "");
+	EXPECT("user \"admin\": password mismatch, client: x, request: \"GET / HTTP/1.1\"", "");
+	EXPECT("(pego la contraseña y Ctrl+D)", "");
+	EXPECT("abbiamo oscurato le password così: P********1. Basta?", "");
+	EXPECT("see debian/rules2024", "");
 	EXPECT("passwords like \"password123\" and \"qwerty\" are the most common ones", "");
 	EXPECT("Deprecated --password flag in favor of --password-stdin", "");
 	EXPECT("see debian/libbz2-dev.install and lib32stdc++6", "");

@@ -20,7 +20,7 @@ c=$src/tests/data/sensitive-corpus
 	tests/data/sensitive-corpus/handwritten-train-2.tsv tests/data/sensitive-corpus/public-g-train.tsv \
 	tests/data/sensitive-corpus/blind-j-train.tsv tests/data/sensitive-corpus/blind-e-train.tsv \
 	tests/data/sensitive-corpus/blind-f-train.tsv tests/data/sensitive-corpus/public-l-train.tsv \
-	tests/data/sensitive-corpus/public-n-train.tsv \
+	tests/data/sensitive-corpus/public-n-train.tsv tests/data/sensitive-corpus/blind-qr-train.tsv tests/data/sensitive-corpus/blind-p2s2-train.tsv tests/data/sensitive-corpus/blind-tu-train.tsv tests/data/sensitive-corpus/blind-vw-train.tsv \
 	2>/dev/null)
 check model_reproduced 'cmp -s "$t/model.c" "$src/daemon/policy/sensitive-model.c"'
 if [ -x /usr/bin/python3 ]; then

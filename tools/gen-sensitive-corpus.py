@@ -17,6 +17,7 @@ style and never produced here.
 Run: tools/gen-sensitive-corpus.py > tests/data/sensitive-corpus/generated.tsv
 """
 import random
+import re
 import sys
 
 SEED = 141414
@@ -1078,7 +1079,100 @@ PER_CAT = {"health": 110, "genetic": 40, "biometric": 35, "sex_life": 70, "ethni
            "child": 45}
 
 
+def third_fact(cat, lang, s, g):
+    """A fact of category cat about the subject s (gender g), in the third person."""
+    third = rnd.choice(FACTS[cat][lang])[1]
+    t = third.replace("{S}", s)
+    if lang == "it":
+        for a, b in (("a il ", "al "), ("a la ", "alla "), ("di il ", "del "), ("di la ", "della ")):
+            t = re.sub(r"\b" + a, b, t)
+    if lang == "es":
+        t = re.sub(r"\ba el ", "al ", re.sub(r"\bde el ", "del ", t))
+    return fill(t, lang, g, 3)
+
+
+# ---------------------------------------------------------------- fiction, games, exercises
+# Invented people in a story, a role-play, a game or a textbook exercise concern no real
+# person: public. The same frames around a fact about the writer's own people stay personal.
+FICT_NAMES = {"en": [("Elias Thorne", "m"), ("Marguerite", "f"), ("Captain Reyes", "m"), ("old Tobias", "m"),
+                     ("Nadia Vell", "f"), ("Brother Anselm", "m"), ("Lady Wren", "f"), ("Corporal Dunn", "m"),
+                     ("Ivy Marsh", "f"), ("the innkeeper Bram", "m")],
+              "it": [("Ettore", "m"), ("la contessa Livia", "f"), ("Saverio", "m"), ("Orsola", "f"),
+                     ("il commissario Brandi", "m"), ("Nives", "f"), ("fra Cipriano", "m"), ("Teodora", "f"),
+                     ("il brigante Menico", "m"), ("Agnese", "f")],
+              "es": [("Ramiro", "m"), ("doña Inés", "f"), ("Tadeo", "m"), ("Celestina", "f"),
+                     ("el capitán Olmedo", "m"), ("Maite", "f"), ("fray Anselmo", "m"), ("Remedios", "f"),
+                     ("el bandolero Curro", "m"), ("Amparo", "f")]}
+FICTION = {"en": ["Write a short story in which {F}.", "Role-play: you are {N}, a character in my novel. {F}. Stay in character.",
+                  "Chapter {k}\n\n{F}. The rain had not stopped for three days.",
+                  "For my screenplay: {F}. Write the scene where the family finds out.",
+                  "Character sheet for our D&D campaign. Backstory: {F}.", "In my fanfic {F}. How do I make it believable?",
+                  "Plot idea for a thriller: {F}, and the detective finds out.", "Write a monologue for {N}: {F}.",
+                  "Continue the story: {F}. Nobody in the village knew.", "Sitcom episode pitch: {F}, played for gentle laughs."],
+           "it": ["Scrivi un racconto in cui {F}.", "Gioco di ruolo: tu sei {N}, personaggio del mio romanzo. {F}. Resta nel personaggio.",
+                  "Capitolo {k}\n\n{F}. Pioveva da tre giorni.",
+                  "Per la mia sceneggiatura: {F}. Scrivi la scena in cui la famiglia lo scopre.",
+                  "Scheda personaggio per la partita di D&D. Background: {F}.", "Nella mia fanfic {F}. Come lo rendo credibile?",
+                  "Trama per un giallo: {F}, e il commissario lo scopre.", "Scrivi un monologo per {N}: {F}.",
+                  "Continua la storia: {F}. In paese nessuno lo sapeva.", "Idea per una sitcom: {F}, con toni leggeri."],
+           "es": ["Escribe un relato en el que {F}.", "Rol: eres {N}, personaje de mi novela. {F}. No salgas del personaje.",
+                  "Capítulo {k}\n\n{F}. Llevaba tres días lloviendo.",
+                  "Para mi guion: {F}. Escribe la escena en la que la familia se entera.",
+                  "Ficha de personaje para la partida de rol. Trasfondo: {F}.", "En mi fanfic {F}. ¿Cómo lo hago creíble?",
+                  "Trama para un thriller: {F}, y la inspectora lo descubre.", "Escribe un monólogo para {N}: {F}.",
+                  "Continúa el cuento: {F}. En el pueblo nadie lo sabía.", "Idea para una comedia: {F}, en tono ligero."]}
+EXERCISE = {"en": ["Textbook exercise {k}, translate into Spanish: \"{FP}.\"", "Grammar exercise: put into the past tense: \"{FP}.\"",
+                   "Exercise {k} from the textbook, rewrite in reported speech: \"{FP}\""],
+            "it": ["Esercizio {k} del libro, traduci in spagnolo: \"{FP}.\"", "Esercizio di grammatica, volgi al passato: \"{FP}.\"",
+                   "Esercizio {k} del libro di testo, trasforma in discorso indiretto: \"{FP}\""],
+            "es": ["Ejercicio {k} del libro, traduce al italiano: \"{FP}.\"", "Ejercicio de gramática, conjuga en pasado: \"{FP}.\"",
+                   "Ejercicio {k} del libro de texto, pasa a estilo indirecto: \"{FP}\""]}
+# Frames around the writer's own people: a real person, so personal.
+FRAMED_REAL = {"en": ["Help me write a poem for {S}, because {F}.", "I want to write a short story about my family: {F}, and it changed us.",
+                      "Can you turn this into a letter in the style of a fairy tale? {F}."],
+               "it": ["Aiutami a scrivere una poesia per {S}, perché {F}.", "Voglio scrivere un racconto sulla mia famiglia: {F}, e ci ha cambiati.",
+                      "Puoi trasformarlo in una lettera in stile fiaba? {F}."],
+               "es": ["Ayúdame a escribir un poema para {S}, porque {F}.", "Quiero escribir un relato sobre mi familia: {F}, y nos cambió.",
+                      "¿Puedes convertirlo en una carta al estilo de un cuento? {F}."]}
+FRAME_CATS = ["health", "sex_life", "politics", "religion", "union", "criminal", "finance", "immigration",
+              "employment", "victim", "ethnicity", "genetic"]
+
+
+def framed(lang, n_public, n_personal):
+    """(label, text) items: fiction and exercises (public), frames around real people (personal)."""
+    out, seen = [], set()
+    while len(out) < n_public:
+        cat = rnd.choice(FRAME_CATS)
+        k = str(rnd.randint(2, 14))
+        if rnd.random() < 0.25:
+            fp = fill(rnd.choice(FACTS[cat][lang])[0], lang, rnd.choice("mf"), 1)
+            t = rnd.choice(EXERCISE[lang]).replace("{FP}", cap(fp)).replace("{k}", k)
+        else:
+            name, g = rnd.choice(FICT_NAMES[lang])
+            tpl = rnd.choice(FICTION[lang])
+            f = third_fact(cat, lang, name, g)
+            starts = any(x + "{F}" in tpl for x in (". ", "\\n", "? "))
+            t = tpl.replace("{N}", name).replace("{k}", k).replace("{F}", cap(f) if starts else f)
+        t = t.replace(". .", ".").replace("\n\n", "\n\n")
+        if t not in seen:
+            seen.add(t)
+            out.append(("public", cap(t)))
+    while len(out) < n_public + n_personal:
+        cat = rnd.choice(FRAME_CATS)
+        s, g = subject(lang)
+        while not (s.startswith(("my ", "mi ", "mia ", "mio ", "il mio ", "la mia ", "mis "))):
+            s, g = subject(lang)
+        tpl = rnd.choice(FRAMED_REAL[lang])
+        f = third_fact(cat, lang, s, g)
+        t = tpl.replace("{S}", s).replace("{F}", cap(f) if "? {F}" in tpl else f)
+        if t not in seen:
+            seen.add(t)
+            out.append((cat, cap(t)))
+    return out
+
+
 def main():
+    global rnd
     print("# generated by tools/gen-sensitive-corpus.py (seed %d); do not edit" % SEED)
     print("# LABEL<TAB>LANG<TAB>TEXT")
     for lang in ("en", "it", "es"):
@@ -1087,6 +1181,11 @@ def main():
                 print("%s\t%s\t%s" % (cat, lang, t.replace("\t", " ").replace("\n", "\\n")))
         for t in negatives(lang, 1400):
             print("public\t%s\t%s" % (lang, t.replace("\t", " ").replace("\n", "\\n")))
+    # added later with a generator of their own, so that the lines above stay as they were
+    rnd = random.Random(SEED + 1)
+    for lang in ("en", "it", "es"):
+        for label, t in framed(lang, 150, 40):
+            print("%s\t%s\t%s" % (label, lang, t.replace("\t", " ").replace("\n", "\\n")))
 
 
 if __name__ == "__main__":

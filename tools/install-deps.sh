@@ -12,6 +12,8 @@ packages=(
 	python3 python3-jinja2             # cross-check of chat templates against real Jinja
 	libjson-c-dev                      # JSON: PEFT configs, HTTP bodies
 	liburing-dev                       # adapter loading (io_uring, O_DIRECT)
+	libnuma-dev                        # warm adapter tier on the compute threads' NUMA node
+	fio                                # the adapter-load benchmark's reference (bench-adapter-load.sh)
 	liblmdb-dev                        # registry, priors and audit store
 	libsystemd-dev                     # sd-bus, sd_notify, journal
 	libmicrohttpd-dev                  # OpenAI-compatible HTTP front end

@@ -39,6 +39,12 @@
  * the same C sequences one after another (max one running) for the unbatched comparison.
  *
  *   molly-bench --kernels [--reps R] [--json]
+ *   molly-bench --adapter-load FILE... [--path uring|pread|mmap] [--verify] [--json]
+ *               (daemon/loader/bench-load.h)
+ *   molly-bench --tier-sim [--adapters N] [--hot N] [--requests N] [--zipf S] ...
+ *               (daemon/sched/tier-sim.h)
+ *   molly-bench --cold-ttft --model M --adapter FILE [--reps R]   (daemon/sched/bench-tiers.h)
+ *   molly-bench --tier-serve --model M [--adapters 64,...,1000]   (daemon/sched/bench-tiers.h)
  *
  * --kernels: the packed Q8_0, Q4_0 and F32 tile kernels (quant_gemm_packed(); F32 packs since
  * issue 15) on one thread, from cache-sized random data: 256 rows × 2048 values
@@ -61,7 +67,10 @@
 #include "engine/model.h"
 #include "engine/quant.h"
 #include "engine/threadpool.h"
+#include "loader/bench-load.h"
 #include "sched/bench-serve.h"
+#include "sched/bench-tiers.h"
+#include "sched/tier-sim.h"
 
 #define BW_BYTES (2ull << 30)
 
@@ -649,6 +658,14 @@ int main(int argc, char **argv)
 			return run_serve(argc, argv) < 0 ? 1 : 0;
 		if (strcmp(argv[i], "--kernels") == 0)
 			return run_kernels(argc, argv) < 0 ? 1 : 0;
+		if (strcmp(argv[i], "--adapter-load") == 0)
+			return bench_adapter_load(argc, argv);
+		if (strcmp(argv[i], "--tier-sim") == 0)
+			return tier_sim_main(argc, argv);
+		if (strcmp(argv[i], "--cold-ttft") == 0)
+			return bench_cold_ttft(argc, argv);
+		if (strcmp(argv[i], "--tier-serve") == 0)
+			return bench_tier_serve(argc, argv);
 	}
 	return run(argc, argv) < 0 ? 1 : 0;
 }

@@ -8,9 +8,11 @@
  *             [--transport http [--url U | --unix-socket P]]  the OpenAI front (SSE);
  *                                       MOLLY_API_KEY: the member's key
  *   molly adapters list                 the adapters in the registry (name, version, hash,
- *                                       tier, bytes, pinned...)
+ *                                       tier (hot, warm, loading, cold, bad), hits and
+ *                                       misses per tier, bytes, pinned...)
  *   molly adapters import PATH [--name N] [--load]    a new version of N in the registry
  *   molly adapters load|unload|pin|unpin|remove NAME
+ *   molly adapters prefetch NAME        starts reading a loaded adapter toward the hot tier
  *   molly adapters history NAME         the versions of NAME
  *   molly adapters rollback NAME VERSION    makes an earlier version the active one
  *   molly adapters gc                   prunes old versions, removes unreferenced blobs
@@ -747,6 +749,28 @@ static int print_variant(sd_bus_message *m, const char *key, struct json_object 
 			printf("%u", u);
 		break;
 	}
+	case 'i': {
+		int32_t i;
+		r = sd_bus_message_read_basic(m, 'i', &i);
+		if (r < 0)
+			return r;
+		if (json)
+			json_object_object_add(json, key, json_object_new_int(i));
+		else
+			printf("%d", i);
+		break;
+	}
+	case 'd': {
+		double d;
+		r = sd_bus_message_read_basic(m, 'd', &d);
+		if (r < 0)
+			return r;
+		if (json)
+			json_object_object_add(json, key, json_object_new_double(d));
+		else
+			printf("%.6g", d);
+		break;
+	}
 	case 't': {
 		uint64_t t;
 		r = sd_bus_message_read_basic(m, 't', &t);
@@ -1200,8 +1224,10 @@ static int adapters_fsck(int argc, char **argv)
 
 static int cmd_adapters(int argc, char **argv)
 {
-	static const char *const simple[] = { "load", "unload", "pin", "unpin", "remove" };
-	static const char *const methods[] = { "Load", "Unload", "Pin", "Unpin", "Remove" };
+	static const char *const simple[] = { "load", "unload", "pin", "unpin", "remove",
+					      "prefetch" };
+	static const char *const methods[] = { "Load", "Unload", "Pin", "Unpin", "Remove",
+					       "Prefetch" };
 	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
 	_cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
 	const char *verb = argc > 1 ? argv[1] : "list";
@@ -1282,7 +1308,7 @@ static int cmd_adapters(int argc, char **argv)
 		return 0;
 	}
 	fprintf(stderr, "molly adapters: unknown command '%s' (list, import, load, unload, pin, "
-			"unpin, remove, history, rollback, gc, fsck)\n",
+			"unpin, prefetch, remove, history, rollback, gc, fsck)\n",
 		verb);
 	return 2;
 }
@@ -2268,6 +2294,7 @@ static void usage(void)
 	       "  adapters list                       the adapters the daemon knows\n"
 	       "  adapters import PATH [--name N] [--load]\n"
 	       "  adapters load|unload|pin|unpin|remove NAME\n"
+	       "  adapters prefetch NAME              read a loaded adapter toward the hot tier now\n"
 	       "  adapters history NAME               the versions of NAME\n"
 	       "  adapters rollback NAME VERSION      makes an earlier version the active one\n"
 	       "  adapters gc                         prunes old versions, unreferenced blobs\n"

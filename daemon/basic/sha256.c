@@ -5,9 +5,15 @@
 #include <errno.h>
 #include <string.h>
 
+#include <cpuid.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "macro.h"
+#include "sha256-private.h"
 #include "sha256.h"
 
-static const uint32_t K[64] = {
+const uint32_t sha256_K[64] = {
 	0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
 	0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
 	0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
@@ -41,13 +47,71 @@ static void compress(uint32_t s[8], const uint8_t *p)
 	a = s[0], b = s[1], c = s[2], d = s[3], e = s[4], f = s[5], g = s[6], h = s[7];
 	for (int i = 0; i < 64; i++) {
 		uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) +
-			      K[i] + w[i];
+			      sha256_K[i] + w[i];
 		uint32_t t2 =
 			(rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
 
 		h = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
 	}
 	s[0] += a, s[1] += b, s[2] += c, s[3] += d, s[4] += e, s[5] += f, s[6] += g, s[7] += h;
+}
+
+static void blocks_scalar(uint32_t s[8], const uint8_t *p, size_t n_blocks)
+{
+	for (; n_blocks > 0; n_blocks--, p += 64)
+		compress(s, p);
+}
+
+/* Chosen once: the SHA extensions where cpuid has them (and MOLLY_SHA256=scalar does not say
+ * otherwise), else the portable compression. Tests compare both on the same inputs. */
+static void (*blocks_fn)(uint32_t s[8], const uint8_t *p, size_t n_blocks);
+
+static bool cpu_has_sha_ni(void)
+{
+	unsigned eax, ebx, ecx, edx;
+
+	if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !(ebx & bit_SHA))
+		return false;
+	/* the schedule also uses SSSE3/SSE4.1 shuffles and blends */
+	return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_SSSE3) && (ecx & bit_SSE4_1);
+}
+
+static void blocks(uint32_t s[8], const uint8_t *p, size_t n_blocks)
+{
+	void (*fn)(uint32_t *, const uint8_t *, size_t) = __atomic_load_n(&blocks_fn, __ATOMIC_RELAXED);
+
+	if (_unlikely_(!fn)) {
+		const char *force = getenv("MOLLY_SHA256");
+
+		fn = cpu_has_sha_ni() && !(force && strcmp(force, "scalar") == 0) ? sha256_blocks_ni
+										 : blocks_scalar;
+		__atomic_store_n(&blocks_fn, fn, __ATOMIC_RELAXED);
+	}
+	fn(s, p, n_blocks);
+}
+
+const char *sha256_impl(void)
+{
+	uint32_t s[8] = { 0 };
+
+	blocks(s, NULL, 0); /* makes the choice */
+	return blocks_fn == sha256_blocks_ni ? "sha-ni" : "scalar";
+}
+
+bool sha256_have_ni(void)
+{
+	return cpu_has_sha_ni();
+}
+
+int sha256_use(const char *impl)
+{
+	if (strcmp(impl, "scalar") == 0)
+		__atomic_store_n(&blocks_fn, blocks_scalar, __ATOMIC_RELAXED);
+	else if (strcmp(impl, "sha-ni") == 0 && cpu_has_sha_ni())
+		__atomic_store_n(&blocks_fn, sha256_blocks_ni, __ATOMIC_RELAXED);
+	else
+		return strcmp(impl, "sha-ni") == 0 ? -EOPNOTSUPP : -EINVAL;
+	return 0;
 }
 
 void sha256_init(struct sha256_ctx *c)
@@ -74,11 +138,14 @@ void sha256_update(struct sha256_ctx *c, const void *data, size_t n)
 		n -= k;
 		if (c->n_buf < 64)
 			return;
-		compress(c->state, c->buf);
+		blocks(c->state, c->buf, 1);
 		c->n_buf = 0;
 	}
-	for (; n >= 64; p += 64, n -= 64)
-		compress(c->state, p);
+	if (n >= 64) {
+		blocks(c->state, p, n / 64);
+		p += n / 64 * 64;
+		n %= 64;
+	}
 	if (n > 0) {
 		memcpy(c->buf, p, n);
 		c->n_buf = n;

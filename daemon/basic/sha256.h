@@ -4,13 +4,15 @@
  *
  * Used for identities (adapter content hashes, base fingerprints) and integrity checks of
  * Molly's adapter files, so it must be exactly the standard function: tests check it against
- * the FIPS 180 example vectors. Plain portable C; no SIMD or SHA-NI (what we hash is small
- * next to what we compute).
+ * the FIPS 180 example vectors. Portable C, and the x86 SHA extensions (SHA-NI, sha256-ni.c)
+ * chosen at run time where cpuid reports them: adapter blobs are hashed while they stream in
+ * from disk (daemon/loader/), at gigabytes a second.
  *
  * Threading: a context is used by one thread at a time; there is no shared state.
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +30,13 @@ void sha256_init(struct sha256_ctx *c);
 void sha256_update(struct sha256_ctx *c, const void *data, size_t n);
 /* Writes the digest; the context must be initialised again before reuse. */
 void sha256_final(struct sha256_ctx *c, uint8_t out[SHA256_DIGEST_SIZE]);
+
+/* The compression in use: "sha-ni" or "scalar" (MOLLY_SHA256=scalar forces the latter). */
+const char *sha256_impl(void);
+bool sha256_have_ni(void);
+/* Tests and benchmarks: switch to "scalar" or "sha-ni" for the whole process (not while
+ * another thread hashes). -EOPNOTSUPP when the CPU lacks SHA-NI, -EINVAL for another name. */
+int sha256_use(const char *impl);
 
 /* One shot: out = SHA-256(data[0..n)). */
 void sha256(const void *data, size_t n, uint8_t out[SHA256_DIGEST_SIZE]);

@@ -24,8 +24,10 @@
 
 #include "../basic/sha256.h"
 #include "../engine/chat.h"
+#include "../loader/blob-load.h"
 #include "../policy/policy.h"
 #include "../policy/rules.h"
+#include "../sched/evict.h"
 #include "config.h"
 
 #define CONFIG_MAX_FILE_BYTES (1u << 20)
@@ -860,11 +862,36 @@ static int parse_registry_map_bytes(struct pctx *x, const char *v, void *field)
 		return perr(x, -ERANGE, "'%s' is outside [1M, 1T]", v);
 	return r;
 }
+static int parse_eviction(struct pctx *x, const char *v, void *field)
+{
+	enum evict_policy pol;
+
+	if (evict_policy_from_name(v, &pol) < 0)
+		return perr(x, -EINVAL, "'%s' is not one of gdsf, lru", v);
+	*(int *) field = (int) pol;
+	return 0;
+}
+static int parse_load_path(struct pctx *x, const char *v, void *field)
+{
+	enum blob_path p;
+
+	/* uring falls back by itself (O_DIRECT refused, io_uring refused); mmap is for benchmarks */
+	if ((strcmp(v, "uring") != 0 && strcmp(v, "pread") != 0) || blob_path_from_name(v, &p) < 0)
+		return perr(x, -EINVAL, "'%s' is not one of uring, pread", v);
+	*(int *) field = (int) p;
+	return 0;
+}
+DEFINE_PARSE_U32(load_queue_depth, 1, 64)
 static const struct key_def adapters_keys[] = {
 	{ "Directory", parse_path, C(adapter_directory) },
 	{ "Load", parse_adapter_load, SELF },
 	{ "KeepVersions", parse_keep_versions, C(keep_versions) },
 	{ "RegistryMapBytes", parse_registry_map_bytes, C(registry_map_bytes) },
+	{ "WarmBytes", parse_size, C(warm_bytes) },
+	{ "HotBytes", parse_size, C(hot_bytes) },
+	{ "Eviction", parse_eviction, C(eviction) },
+	{ "LoadPath", parse_load_path, C(load_path) },
+	{ "LoadQueueDepth", parse_load_queue_depth, C(load_queue_depth) },
 	{},
 };
 static const struct key_def http_keys[] = {
@@ -1160,6 +1187,10 @@ int config_new(struct config **ret)
 	c->audit_map_size = 256ull << 20;
 	c->keep_versions = 3;
 	c->registry_map_bytes = 1ull << 30;
+	c->warm_bytes = 2ull << 30;
+	c->eviction = EVICT_GDSF;
+	c->load_path = BLOB_PATH_URING;
+	c->load_queue_depth = 8;
 	c->egress_enforce = true;
 	c->egress_resolve_interval_ns = 300ull * 1000000000ull;
 	c->router_mixture_entropy = 0.8;

@@ -132,6 +132,12 @@ struct config {
 	size_t n_adapter_load;
 	uint32_t keep_versions;      /* versions kept per name (active and pinned always); 0: all */
 	uint64_t registry_map_bytes; /* the registry's LMDB map; default 1 GiB */
+	/* tiers (sched/tiers.h) */
+	uint64_t warm_bytes;         /* WarmBytes=: warm copies in host memory; default 2 GiB */
+	uint64_t hot_bytes;          /* HotBytes=: adapter weights in the pool; 0: half of it */
+	int eviction;                /* Eviction=: enum evict_policy, gdsf (default) or lru */
+	int load_path;               /* LoadPath=: enum blob_path, uring (default) or pread */
+	uint32_t load_queue_depth;   /* LoadQueueDepth=: reads in flight; default 8 */
 
 	/* [HTTP] */
 	struct config_listen listen;  /* default 127.0.0.1:8411 */

@@ -413,6 +413,13 @@ static void list_one(const struct manager_adapter_info *a, void *userdata)
 					  "bytes", "t", a->bytes, "tier", "s", a->tier ?: "cold",
 					  "base_quant", "s", a->base_quant ?: "");
 	if (r >= 0)
+		r = sd_bus_message_append(m, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}", "hot_hits", "t",
+					  a->hot_hits, "hot_misses", "t", a->hot_misses,
+					  "warm_hits", "t", a->warm_hits, "warm_misses", "t",
+					  a->warm_misses, "load_ns", "t", a->load_ns, "numa_node",
+					  "i", (int32_t) a->numa_node, "warm_locked", "b",
+					  (int) a->warm_locked);
+	if (r >= 0)
 		r = sd_bus_message_open_container(m, 'e', "sv");
 	if (r >= 0)
 		r = sd_bus_message_append(m, "s", "domains");
@@ -591,6 +598,22 @@ static int do_pin_false(struct dbus_front *f, sd_bus_message *m, sd_bus_error *e
 	return do_pin(f, m, error, false);
 }
 
+/* Prefetch: read a loaded adapter toward the hot tier now (the call returns at once). */
+static int do_prefetch(struct dbus_front *f, sd_bus_message *m, sd_bus_error *error)
+{
+	struct manager_error err = { 0 };
+	const char *name;
+	int r;
+
+	r = sd_bus_message_read(m, "s", &name);
+	if (r < 0)
+		return r;
+	r = manager_adapter_prefetch(f->manager, name, &err);
+	if (r < 0)
+		return sd_bus_error_set(error, manager_err_dbus_name(err.kind), err.message);
+	return sd_bus_reply_method_return(m, "");
+}
+
 static int do_rollback(struct dbus_front *f, sd_bus_message *m, sd_bus_error *error)
 {
 	struct manager_error err = { 0 };
@@ -712,6 +735,7 @@ ADMIN_METHOD(load, do_load)
 ADMIN_METHOD(unload, do_unload)
 ADMIN_METHOD(pin, do_pin_true)
 ADMIN_METHOD(unpin, do_pin_false)
+ADMIN_METHOD(prefetch, do_prefetch)
 ADMIN_METHOD(rollback, do_rollback)
 ADMIN_METHOD(remove, do_remove)
 ADMIN_METHOD(gc, do_gc)
@@ -734,6 +758,8 @@ const sd_bus_vtable dbus_adapters_vtable[] = {
 	SD_BUS_METHOD_WITH_NAMES("Pin", "s", SD_BUS_PARAM(name), "", , method_pin,
 				 SD_BUS_VTABLE_UNPRIVILEGED),
 	SD_BUS_METHOD_WITH_NAMES("Unpin", "s", SD_BUS_PARAM(name), "", , method_unpin,
+				 SD_BUS_VTABLE_UNPRIVILEGED),
+	SD_BUS_METHOD_WITH_NAMES("Prefetch", "s", SD_BUS_PARAM(name), "", , method_prefetch,
 				 SD_BUS_VTABLE_UNPRIVILEGED),
 	SD_BUS_METHOD_WITH_NAMES("History", "s", SD_BUS_PARAM(name), "a(ussxs)",
 				 SD_BUS_PARAM(versions), method_history, SD_BUS_VTABLE_UNPRIVILEGED),

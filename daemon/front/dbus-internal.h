@@ -70,3 +70,20 @@ int dbus_read_request(sd_bus_message *m, struct dbus_parsed_request **ret, sd_bu
 const struct manager_request *dbus_parsed_request_get(const struct dbus_parsed_request *p);
 struct dbus_parsed_request *dbus_parsed_request_free(struct dbus_parsed_request *p);
 DEFINE_CLEANUP_FUNC(struct dbus_parsed_request *, dbus_parsed_request_free, NULL)
+
+/* dbus-tiers.c: the adapter tiers in Daemon1.Status and the Daemon1 Adapter* properties. */
+int dbus_tiers_append_status(sd_bus_message *reply, const struct manager_stats *st);
+/* -ENOENT when property is not one of the tiers'. */
+int dbus_tiers_property(const char *property, sd_bus_message *reply,
+			const struct manager_stats *st);
+double dbus_tiers_hash_rate(const struct tiers_stats *t);
+#define DBUS_TIERS_PROPERTIES(getter)                                                              \
+	SD_BUS_PROPERTY("AdapterEviction", "s", getter, 0, 0),                                     \
+	SD_BUS_PROPERTY("AdapterLoadPath", "s", getter, 0, 0),                                     \
+	SD_BUS_PROPERTY("AdapterTiersNote", "s", getter, 0, 0),                                    \
+	SD_BUS_PROPERTY("AdapterHotBytes", "t", getter, 0, 0),                                     \
+	SD_BUS_PROPERTY("AdapterWarmBytes", "t", getter, 0, 0),                                    \
+	SD_BUS_PROPERTY("AdapterHits", "(tt)", getter, 0, 0),                                      \
+	SD_BUS_PROPERTY("AdapterMisses", "(tt)", getter, 0, 0),                                    \
+	SD_BUS_PROPERTY("AdapterEvictions", "(tt)", getter, 0, 0),                                 \
+	SD_BUS_PROPERTY("AdapterBytesRead", "a{st}", getter, 0, 0)

@@ -1034,17 +1034,21 @@ static int method_status(sd_bus_message *m, void *userdata, sd_bus_error *error)
 	struct dbus_front *f = userdata;
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
 	struct manager_stats st;
-	int k;
-
 	char device[256];
+	int k;
 
 	manager_get_stats(f->manager, &st);
 	manager_device_status(f->manager, device, sizeof(device));
 	k = sd_bus_message_new_method_return(m, &reply);
 	if (k < 0)
 		return k;
+	k = sd_bus_message_open_container(reply, 'a', "{sv}");
+	if (k < 0)
+		return k;
 	k = sd_bus_message_append(
-		reply, "a{sv}", 22, "version", "s", MOLLY_VERSION, "egress", "s",
+		reply,
+		"{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}",
+		"version", "s", MOLLY_VERSION, "egress", "s",
 		manager_egress_status(f->manager), "device", "s", device, "model", "s",
 		manager_model_name(f->manager), "state", "s",
 		manager_is_stopping(f->manager) ? "stopping" : "running", "context_length", "u",
@@ -1058,6 +1062,10 @@ static int method_status(sd_bus_message *m, void *userdata, sd_bus_error *error)
 		st.judge_asked, "judge_personal", "t", st.judge_personal, "judge_public", "t",
 		st.judge_public, "judge_unclear", "t", st.judge_unclear, "judge_timeout", "t",
 		st.judge_timeout);
+	if (k >= 0)
+		k = dbus_tiers_append_status(reply, &st);
+	if (k >= 0)
+		k = sd_bus_message_close_container(reply);
 	if (k < 0)
 		return k;
 	return sd_bus_send(NULL, reply, NULL);
@@ -1078,6 +1086,12 @@ static int property_get(sd_bus *bus, const char *path, const char *interface, co
 		return sd_bus_message_append(reply, "u", st.waiting);
 	if (strcmp(property, "RunningSequences") == 0)
 		return sd_bus_message_append(reply, "u", st.running);
+	if (strncmp(property, "Adapter", 7) == 0) {
+		int k = dbus_tiers_property(property, reply, &st);
+
+		if (k != -ENOENT)
+			return k;
+	}
 	return sd_bus_error_setf(error, SD_BUS_ERROR_UNKNOWN_PROPERTY, "no property %s", property);
 }
 
@@ -1101,6 +1115,7 @@ static const sd_bus_vtable daemon_vtable[] = {
 	/* Change all the time: read them, no signals. */
 	SD_BUS_PROPERTY("QueueDepth", "u", property_get, 0, 0),
 	SD_BUS_PROPERTY("RunningSequences", "u", property_get, 0, 0),
+	DBUS_TIERS_PROPERTIES(property_get),
 	SD_BUS_METHOD_WITH_NAMES("Status", "", , "a{sv}", SD_BUS_PARAM(status), method_status,
 				 SD_BUS_VTABLE_UNPRIVILEGED),
 	SD_BUS_METHOD("Reload", "", "", dbus_method_reload, SD_BUS_VTABLE_UNPRIVILEGED),

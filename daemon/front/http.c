@@ -1017,7 +1017,8 @@ static void gauges_collect(const struct manager_adapter_info *a, void *userdata)
 						     .loaded = a->loaded,
 						     .resident = a->resident,
 						     .requests = a->requests,
-						     .active = a->running };
+						     .active = a->running,
+						     .tier = a->tier };
 	c->n++;
 }
 
@@ -1055,6 +1056,8 @@ static enum MHD_Result handle_metrics(struct http_req *r)
 		.judge_timeout = st.judge_timeout,
 		.adapters = c.a,
 		.n_adapters = c.n,
+		.sched = &st.sched,
+		.adapters_bad = st.adapters_bad,
 		.now_unix = (double) ts.tv_sec + (double) ts.tv_nsec / 1e9,
 	};
 	k = c.oom ? -ENOMEM : metrics_render(h->metrics, &g, &page, &len);

@@ -445,6 +445,7 @@ int metrics_render(struct metrics *m, const struct metrics_gauges *g, char **ret
 			fprintf(f, "\"} %d\n", g->adapters[i].resident ? 1 : 0);
 		}
 	}
+	metrics_put_tiers(f, g);
 
 	/* vLLM's names, for gateways that route by them */
 	if (g->pool_pages_total)

@@ -22,8 +22,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "../basic/macro.h"
+
+struct sched_stats;
 
 enum metrics_endpoint {
 	METRICS_EP_MODELS,
@@ -69,6 +72,7 @@ struct metrics_adapter_gauge {
 	bool resident;
 	uint64_t requests; /* since load, over every front */
 	uint32_t active;   /* waiting or running now, over every front */
+	const char *tier;  /* "hot", "warm", "loading", "cold", "bad" */
 };
 
 struct metrics_gauges {
@@ -89,7 +93,12 @@ struct metrics_gauges {
 	const struct metrics_adapter_gauge *adapters;
 	size_t n_adapters;
 	double now_unix; /* the value of vllm:lora_requests_info */
+	/* adapter tiers (metrics-tiers.c); NULL: none rendered */
+	const struct sched_stats *sched;
+	uint64_t adapters_bad;
 };
 
 /* The whole page (malloc'd, NUL-terminated) in *ret. -ENOMEM. */
 int metrics_render(struct metrics *m, const struct metrics_gauges *g, char **ret, size_t *ret_len);
+/* The adapter tiers' series (metrics-tiers.c), from g->sched; nothing when it is NULL. */
+void metrics_put_tiers(FILE *f, const struct metrics_gauges *g);

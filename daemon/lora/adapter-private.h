@@ -25,6 +25,10 @@ struct lora_priv {
 	uint64_t *a_offset, *b_offset; /* owned, n_mats each; 4096-aligned */
 	uint8_t (*a_sha)[32];          /* owned, n_mats each: SHA-256 of the stored bytes */
 	uint8_t (*b_sha)[32];
+	/* Molly files with a warm copy (lora_adapter_set_image): the whole file, already
+	 * checked against its SHA-256; reads copy from it instead of reading the file. */
+	const uint8_t *image;          /* borrowed */
+	uint64_t image_bytes;
 };
 
 /* One matrix pair of a public format before conversion: source rows in a ggml type. */

@@ -216,6 +216,17 @@ bool lora_adapter_direct_io(const struct lora_adapter *a)
 	return a && a->priv && ((const struct lora_priv *) a->priv)->direct;
 }
 
+int lora_adapter_set_image(struct lora_adapter *a, const void *image, size_t bytes)
+{
+	struct lora_priv *p = a ? a->priv : NULL;
+
+	if (!p || p->format != LORA_FORMAT_MOLLY)
+		return -EOPNOTSUPP;
+	p->image = image;
+	p->image_bytes = image ? bytes : 0;
+	return 0;
+}
+
 uint32_t lora_adapter_targets(const struct lora_adapter *a)
 {
 	uint32_t mask = 0;

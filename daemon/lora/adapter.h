@@ -144,6 +144,12 @@ enum lora_format lora_adapter_format(const struct lora_adapter *a);
 /* Whether a Molly file is being read with O_DIRECT (false for buffered and public formats). */
 bool lora_adapter_direct_io(const struct lora_adapter *a);
 
+/* Molly files: reads copy from image (the whole file in memory, its SHA-256 checked by the
+ * caller: the warm tier) instead of reading the file; NULL goes back to the file. The image
+ * is borrowed until replaced. Not while a read runs (the scheduler does both under its
+ * lock). -EOPNOTSUPP for public formats. */
+int lora_adapter_set_image(struct lora_adapter *a, const void *image, size_t bytes);
+
 /* "llama 5x64 vocab 512 (stories260K)": arch, layers x embedding, vocabulary, name. Owned by
  * the caller; NULL on allocation failure. */
 char *lora_base_describe(const struct model *m);

@@ -50,7 +50,7 @@ static const struct role_word role_words[] = {
 	{ "segreto", ROLE_PIN }, { "antifurto", ROLE_LOCK }, { "antirrobo", ROLE_LOCK },
 	{ "wpa", ROLE_PASSWORD }, { "wpa2", ROLE_PASSWORD }, { "wpa3", ROLE_PASSWORD },
 	{ "pin", ROLE_PIN }, { "pins", ROLE_PIN }, { "puk", ROLE_PIN }, { "pincode", ROLE_PIN },
-	{ "passcode", ROLE_PIN }, { "code", ROLE_CODE }, { "codice", ROLE_CODE },
+	{ "passcode", ROLE_PIN }, { "passkey", ROLE_PIN }, { "code", ROLE_CODE }, { "codice", ROLE_CODE },
 	{ "c\xc3\xb3" "digo", ROLE_CODE }, { "codigo", ROLE_CODE }, { "combination", ROLE_CODE },
 	{ "combinazione", ROLE_CODE }, { "combinaci\xc3\xb3n", ROLE_CODE }, { "combo", ROLE_CODE },
 	{ "codes", ROLE_CODES }, { "codici", ROLE_CODES }, { "c\xc3\xb3" "digos", ROLE_CODES },
@@ -68,7 +68,8 @@ static const struct role_word role_words[] = {
 	{ "cancello", ROLE_LOCK }, { "puerta", ROLE_LOCK }, { "portal", ROLE_LOCK },
 	{ "port\xc3\xb3n", ROLE_LOCK }, { "garaje", ROLE_LOCK }, { "trastero", ROLE_LOCK },
 	{ "citofono", ROLE_LOCK }, { "portero", ROLE_LOCK }, { "intercom", ROLE_LOCK },
-	{ "buz\xc3\xb3n", ROLE_LOCK }, { "cochera", ROLE_LOCK },
+	{ "buz\xc3\xb3n", ROLE_LOCK }, { "cochera", ROLE_LOCK }, { "sblocco", ROLE_LOCK },
+	{ "desbloqueo", ROLE_LOCK },
 };
 
 static const char *const number_words[] = {
@@ -96,7 +97,8 @@ static const char *const change_words[] = {
 	"cambiado", "cambiato", "cambiata", "cambiada", "passa", "pasa", "with", "con", "using",
 	"usando", "digitare", "digita", "digitate", "teclea", "teclear", "marca", "marcar", "type",
 	"enter", "press", "premi", "pulsa", "inserire", "inserisci", "introduce", "introducir",
-	"dial", "punch", "sea", "cio\xc3\xa8", "cioe", "i.e.", "ie", "namely", NULL,
+	"dial", "punch", "sea", "cio\xc3\xa8", "cioe", "i.e.", "ie", "namely", "it's", "it\xe2\x80\x99s",
+	NULL,
 };
 
 /* Words after a copula that keep it linking ("was set to", "è stata impostata a"). */
@@ -104,7 +106,7 @@ static const char *const link_keep[] = {
 	"set", "to", "now", "still", "changed", "reset", "just", "a", "in", "stata", "stato",
 	"impostata", "impostato", "cambiata", "cambiato", "ora", "adesso", "ahora", "puesta",
 	"puesto", "cambiada", "cambiado", "been", "has", "ha", "sido", "always", "sempre",
-	"siempre", NULL,
+	"siempre", "currently", "attualmente", "actualmente", NULL,
 };
 
 /* Words that make a list of codes one of recovery codes. */
@@ -129,6 +131,14 @@ static const char *const link_words[] = {
 
 /* "as": the value before it is named by the key word after ("X as my password"). */
 static const char *const as_words[] = { "as", "come", "como", NULL };
+/* "the password of / for / del / di un X": X is what it opens (read past articles) */
+static const char *const owner_words[] = {
+	"of", "del", "della", "dello", "dell'", "dei", "degli", "delle", "di", "de", NULL,
+};
+static const char *const article_words[] = {
+	"the", "a", "an", "il", "lo", "la", "l'", "i", "gli", "le", "un", "una", "uno", "el",
+	"los", "las", "mio", "mia", "my", "mi", "tuo", "your", "tu", "su", "our", "nostro", NULL,
+};
 
 /* Words that make the words before "is my password" a description, not a passphrase. */
 static const char *const subject_words[] = {
@@ -146,6 +156,12 @@ static const char *const account_names[] = {
 	"debian", "operator", "supervisor", "webmaster", "ftpuser", "dbadmin", NULL,
 };
 
+/* The accounts written "admin/Imprime2019" with no spaces (not "debian/rules2024"). */
+static const char *const tight_accounts[] = {
+	"root", "admin", "administrator", "administrador", "amministratore", "sa", "guest",
+	"superuser", "sysadmin", "dbadmin", NULL,
+};
+
 /* Words with digits that name a technology, not a value ("SHA256", "python3"). */
 static const char *const tech_words[] = {
 	"sha1", "sha256", "sha384", "sha512", "sha-256", "sha-512", "md5", "utf8", "utf-8",
@@ -155,7 +171,9 @@ static const char *const tech_words[] = {
 	"windows10", "windows11", "mp3", "mp4", "h264", "h265", "k8s", "i18n", "l10n", "1password",
 	"2fa", "mfa", "wpa2", "wpa3", "ed25519", "p256", "secp256k1", "x86_64", "arm64", "amd64",
 	"ubuntu22", "debian12", "es6", "html5", "css3", "s3", "ec2", "gpt-4", "gpt4", "ps5", "3ds",
-	"pkcs12", "pkcs#12", "pkcs8", "log4j", "node18", "node20", NULL,
+	"pkcs12", "pkcs#12", "pkcs8", "log4j", "node18", "node20", "fail2ban", "x25519",
+	"ed448", "rsa3072", "p384", "p521", "nistp256", "chacha20", "poly1305", "aes-gcm",
+	"sha3", "sha3-256", "blake2", "blake3", "tls1.2", "tls1.3", "ipv4-only", NULL,
 };
 /* clang-format on */
 
@@ -331,32 +349,6 @@ static bool token_word(const char *t, const struct token *k, char *w, size_t siz
 
 /* ---- what a value looks like ---- */
 
-struct shape {
-	unsigned lower, upper, digit, other, utf8, sym;
-};
-
-static struct shape shape_of(const char *s, size_t n)
-{
-	struct shape h = { 0 };
-
-	for (size_t k = 0; k < n; k++) {
-		int c = (unsigned char) s[k];
-		if (is_lower(c))
-			h.lower++;
-		else if (is_upper(c))
-			h.upper++;
-		else if (is_digit(c))
-			h.digit++;
-		else if (c >= 0x80)
-			h.utf8++;
-		else {
-			h.other++;
-			h.sym += strchr("!#$%&*+=?@^~", c) != NULL;
-		}
-	}
-	return h;
-}
-
 static size_t count_digits(const char *s, size_t n)
 {
 	size_t k = 0;
@@ -449,6 +441,37 @@ static bool famous_weak(const char *s, size_t n)
  */
 static bool strong_value_shape(const char *s, size_t n);
 
+/* Not a value, whatever its shape: a masked one ("P********1", "ab•••••"), a key chord
+ * ("Ctrl+D", "Alt+F4"), an attribute ('autoComplete="new-password'), a variable or an index
+ * in code ("$PW", "$riga['hash']", "${pw}"). */
+static bool masked_or_code(const char *s, size_t n)
+{
+	static const char *const chords[] = { "ctrl+", "alt+", "cmd+", "shift+", "super+", "win+",
+					      "strg+", "option+", "meta+", NULL };
+	char w[8];
+	size_t stars = 0;
+
+	for (size_t k = 0; k < n; k++) {
+		stars = s[k] == '*' ? stars + 1 : 0;
+		if (stars >= 3)
+			return true;
+		/* "$riga" after a space or a bracket ("Pa$sword" keeps its '$') */
+		if (s[k] == '$' && k + 1 < n && (k == 0 || !is_alnum(s[k - 1])) &&
+		    (is_alpha(s[k + 1]) || s[k + 1] == '_' || s[k + 1] == '{'))
+			return true;
+		if (k + 1 < n && (s[k] == '=' || s[k] == '[') && (s[k + 1] == '"' || s[k + 1] == '\''))
+			return true;
+	}
+	if (memmem(s, n, "\xe2\x80\xa2\xe2\x80\xa2", 6))
+		return true; /* "••" */
+	for (size_t k = 0; chords[k]; k++) {
+		size_t cn = strlen(chords[k]);
+		if (n > cn && credential_fold(s, cn, w, sizeof(w)) && memcmp(w, chords[k], cn) == 0)
+			return true;
+	}
+	return false;
+}
+
 static bool strong_value(const char *s, size_t n)
 {
 
@@ -460,19 +483,20 @@ static bool strong_value(const char *s, size_t n)
 /* strong_value() but for the snake_case test ("pepino_loco2020" after a copula is one). */
 static bool strong_value_shape(const char *s, size_t n)
 {
-	struct shape h;
+	struct value_shape h;
 	const char *at;
-	char w[32];
 
 	if (n < 6 || n > 64 || credential_is_placeholder(s, n) || credential_is_code_like(s, n) ||
 	    famous_weak(s, n))
 		return false;
 	if (memchr(s, '/', n) || memchr(s, '\\', n) || memchr(s, '<', n) || memchr(s, '>', n))
 		return false;
+	if (masked_or_code(s, n))
+		return false;
 	at = memchr(s, '@', n);
 	if (at && memchr(at, '.', n - (size_t) (at - s)))
 		return false; /* an e-mail address or user@host */
-	h = shape_of(s, n);
+	h = credential_shape_of(s, n);
 	if (h.lower + h.upper + h.utf8 == 0)
 		return false; /* digits and punctuation: a number, a date */
 	{
@@ -510,7 +534,7 @@ static bool strong_value_shape(const char *s, size_t n)
 		return false; /* a hash, a UUID */
 	if (acronym_number(s, n))
 		return false;
-	if (n < sizeof(w) && credential_fold(s, n, w, sizeof(w)) && in_list(w, n, tech_words))
+	if (credential_is_tech_word(s, n))
 		return false;
 	/* a file name: "wp-config.php", "db.sqlite3" */
 	{
@@ -522,7 +546,7 @@ static bool strong_value_shape(const char *s, size_t n)
 	return true;
 }
 
-/* A quoted phrase that may be a passphrase: 4 to 64 bytes, at most six words, not a
+/* A quoted phrase that may be a passphrase: 4 to 64 bytes, at most eight words, not a
  * placeholder. */
 static bool quoted_value(const char *s, size_t n)
 {
@@ -535,7 +559,7 @@ static bool quoted_value(const char *s, size_t n)
 			return false;
 		spaces += s[k] == ' ';
 	}
-	if (spaces > 5)
+	if (spaces > 7)
 		return false;
 	/* "Contraseña incorrecta", "Forgot your password?": a string about the password */
 	for (size_t k = 0, st = 0; k <= n; k++) {
@@ -547,7 +571,7 @@ static bool quoted_value(const char *s, size_t n)
 			st = k + 1;
 		}
 	}
-	return spaces > 0 || strong_value(s, n) || shape_of(s, n).digit > 0;
+	return spaces > 0 || strong_value(s, n) || credential_shape_of(s, n).digit > 0;
 }
 
 /* "1185B", "A4471": three to eight digits and one letter at an end, a door code. */
@@ -564,6 +588,31 @@ static bool code_with_letter(const char *s, size_t n)
 	return is_alpha(s[0]) || is_alpha(s[n - 1]);
 }
 
+/* "7KQ2-PM9X-44TB": three groups or more of 3 to 6 capitals and digits joined by '-', with
+ * digits and letters among them (not a date, not a reference made of words). */
+static bool code_groups(const char *s, size_t n)
+{
+	unsigned groups = 0, run = 0, digits = 0, letters = 0;
+
+	if (n < 11 || n > 40)
+		return false;
+	for (size_t k = 0; k <= n; k++) {
+		if (k == n || s[k] == '-') {
+			if (run < 3 || run > 6)
+				return false;
+			groups++;
+			run = 0;
+		} else if (is_upper(s[k]) || is_digit(s[k])) {
+			run++;
+			digits += is_digit(s[k]);
+			letters += is_upper(s[k]);
+		} else {
+			return false;
+		}
+	}
+	return groups >= 3 && digits >= 2 && letters >= 2;
+}
+
 /* "olivo-barricada-mercurio-setenta": three words or more of lower-case letters joined by
  * '-' (not a placeholder: "your-password-here"). */
 static bool passphrase_token(const char *s, size_t n)
@@ -573,7 +622,8 @@ static bool passphrase_token(const char *s, size_t n)
 	if (n < 14 || n > 64 || credential_is_placeholder(s, n))
 		return false;
 	for (size_t k = 0; k < n; k++) {
-		if (is_lower(s[k]) || is_digit(s[k])) {
+		/* "olivo-barricada", "Olivo-Centenario-58": a capital may start a part */
+		if (is_lower(s[k]) || is_digit(s[k]) || (is_upper(s[k]) && run == 0)) {
 			run++;
 		} else if (s[k] == '-' && run >= 2) {
 			parts++;
@@ -593,6 +643,7 @@ struct context {
 	struct detect_matches *m;
 	size_t first; /* the matches of this text start here in m */
 	credential_add_fn add;
+	size_t spelled_until; /* rule_spelled() has read the text up to here */
 };
 
 /* Adds [s, e) unless a match of class secret overlaps it; a match of another class inside it
@@ -640,6 +691,63 @@ static bool word_before(const char *t, size_t s, char *w, size_t size, size_t *n
 		return false;
 	*n = e - p;
 	return credential_fold(t + p, e - p, w, size);
+}
+
+/* Is the phrase word w at [i, e) ("frase", "phrase") a passphrase's name: a secret adjective
+ * beside it, or a verb of encrypting before it ("cifrato con la frase")? */
+static bool secret_phrase(const char *t, size_t len, size_t i, size_t e, const char *w, size_t n)
+{
+	static const char *const phrase_words[] = { "frase", "phrase", NULL };
+	static const char *const adjectives[] = {
+		"secret", "segreta", "secreta", "secrete", "d'accesso", "di accesso", "de paso",
+		"de acceso", "di sblocco", "de recuperaci\xc3\xb3n", "di recupero", NULL,
+	};
+	static const char *const encrypting[] = {
+		"encrypted", "protected", "cifrato", "cifrata", "criptato", "criptata", "protetto",
+		"protetta", "cifrado", "cifrada", "encriptado", "encriptada", "protegido", "protegida",
+		NULL,
+	};
+	static const char *const skip[] = { "with", "con", "by", "using", "usando", NULL };
+	char a[32], b[32];
+	size_t an, bn, q = e;
+
+	if (!in_list(w, n, phrase_words))
+		return false;
+	/* the word after, or the two after ("frase de paso") */
+	while (q < len && t[q] == ' ')
+		q++;
+	an = 0;
+	while (q + an < len && (is_word((unsigned char) t[q + an]) || t[q + an] == '\'') && an < 20)
+		an++;
+	if (an && credential_fold(t + q, an, a, sizeof(a))) {
+		size_t r = q + an, rn = 0;
+		if (in_list(a, an, adjectives))
+			return true;
+		while (r < len && t[r] == ' ')
+			r++;
+		while (r + rn < len && is_word((unsigned char) t[r + rn]) && rn < 16)
+			rn++;
+		if (rn && an + 1 + rn < sizeof(b)) {
+			memcpy(b, a, an);
+			b[an] = ' ';
+			if (credential_fold(t + r, rn, b + an + 1, sizeof(b) - an - 1) &&
+			    in_list(b, an + 1 + rn, adjectives))
+				return true;
+		}
+	}
+	/* "secret phrase", or "cifrada con la frase": the words before, past an article and
+	 * "with" */
+	for (size_t p = i, k = 0; k < 3 && word_before(t, p, b, sizeof(b), &bn); k++) {
+		if ((k == 0 && in_list(b, bn, adjectives)) || in_list(b, bn, encrypting))
+			return true;
+		if (!in_list(b, bn, article_words) && !in_list(b, bn, skip))
+			break;
+		while (p > 0 && t[p - 1] == ' ')
+			p--;
+		while (p > 0 && (is_word((unsigned char) t[p - 1]) || t[p - 1] == '\''))
+			p--;
+	}
+	return false;
 }
 
 /* An access word ("door", "cancello", "alarma") within 60 bytes around [s, e) on its line. */
@@ -734,6 +842,208 @@ static bool chat_prefix(const char *t, size_t len, size_t p)
 	return q > w && AT(q) == ':' && (AT(q + 1) == ' ' || AT(q + 1) == '\t');
 }
 
+/* "2024-05-01", "01/05/2024", "1.5.24": three groups that read as a date. */
+static bool date_like(const char *s, size_t n)
+{
+	unsigned g[4] = { 0 }, len[4] = { 0 }, k = 0;
+
+	for (size_t q = 0; q < n && k < 4; q++) {
+		if (is_digit(s[q])) {
+			g[k] = g[k] * 10 + (unsigned) (s[q] - '0');
+			len[k]++;
+		} else if (q > 0 && is_digit(s[q - 1])) {
+			k++;
+		}
+	}
+	if (k != 2)
+		return false;
+	if (len[0] == 4) /* year first */
+		return g[0] >= 1900 && g[0] <= 2099 && g[1] >= 1 && g[1] <= 12 && g[2] >= 1 &&
+		       g[2] <= 31 && len[2] <= 2;
+	return len[0] <= 2 && len[1] <= 2 && (len[2] == 2 || len[2] == 4) && g[0] >= 1 &&
+	       g[0] <= 31 && g[1] >= 1 && g[1] <= 31 && (g[0] <= 12 || g[1] <= 12);
+}
+
+static bool is_alnum_fn(int c)
+{
+	return is_alnum(c);
+}
+
+/* "API" right after the key word ("clave API") or right before it ("API clave"). */
+static bool api_beside(const char *t, size_t len, size_t hs, size_t he)
+{
+	char w[8];
+	size_t n;
+
+	if (he + 4 <= len && t[he] == ' ' && (t[he + 1] == 'A' || t[he + 1] == 'a') &&
+	    (t[he + 2] == 'P' || t[he + 2] == 'p') && (t[he + 3] == 'I' || t[he + 3] == 'i') &&
+	    (he + 4 == len || !is_word((unsigned char) t[he + 4])))
+		return true;
+	return word_before(t, hs, w, sizeof(w), &n) && n == 3 && memcmp(w, "api", 3) == 0;
+}
+
+bool credential_is_tech_word(const char *s, size_t n)
+{
+	char w[32];
+
+	return n < sizeof(w) && credential_fold(s, n, w, sizeof(w)) && in_list(w, n, tech_words);
+}
+
+/* "passphrase della chiave gpg: tre camion rossi sotto la pioggia di agosto.": after a
+ * passphrase's name and a ':' on its line, four to twelve plain words to the end of the
+ * sentence. Returns 1 when it added one, 0 when none, or a negative errno. */
+static int rule_phrase_after(struct context *c, size_t he)
+{
+	const char *t = c->t;
+	size_t len = c->len, p = he, s, last = 0;
+	unsigned words = 0;
+	char w[32];
+	int r;
+
+	while (p < len && p - he < 100 && t[p] != ':' && t[p] != '\n' && t[p] != '.' &&
+	       t[p] != '?')
+		p++;
+	if (AT(p) != ':' || AT(p + 1) != ' ')
+		return 0;
+	s = p + 2;
+	for (p = s; p < len;) {
+		size_t e = p;
+		while (e < len && (is_alpha(t[e]) || (unsigned char) t[e] >= 0x80 || t[e] == '\''))
+			e++;
+		if (e == p)
+			return 0;
+		if (words == 0 && e - p < sizeof(w) && credential_fold(t + p, e - p, w, sizeof(w)) &&
+		    (credential_is_not_value(w, e - p) || credential_is_placeholder(t + p, e - p)))
+			return 0;
+		words++;
+		last = e;
+		if (e >= len || t[e] != ' ')
+			break;
+		p = e + 1;
+		if (words > 12)
+			return 0;
+	}
+	if (words < 4 || words > 12 || (last < len && !strchr(".\n!", t[last])) ||
+	    overlaps_any(c, s, last))
+		return 0;
+	r = add_match(c, DETECT_SECRET, s, last);
+	return r < 0 ? r : 1;
+}
+
+/* ---- spelled values ---- */
+
+/* A password read out letter by letter: "Kilo-Echo-Romeo-Nine", "Ancona, Bologna, sette",
+ * "equis-nueve-jota", "m a r g o t 1 9 7 7 !". Letters are spelling-alphabet words (NATO, the
+ * Italian telephone alphabet), letter names (IT, ES) or single letters. */
+static const char *const spelled_letters[] = {
+	"alfa", "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
+	"juliet", "juliett", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo",
+	"sierra", "tango", "uniform", "victor", "whiskey", "whisky", "x-ray", "xray", "yankee",
+	"zulu", "ancona", "bari", "bologna", "como", "domodossola", "empoli", "firenze", "genova",
+	"imola", "jolly", "kappa", "livorno", "milano", "napoli", "otranto", "padova", "palermo",
+	"quarto", "quadro", "roma", "salerno", "savona", "sassari", "taranto", "torino", "udine",
+	"venezia", "vicenza", "washington", "xeres", "yacht", "york", "yogurt", "zara", "bi", "ci",
+	"di", "effe", "gi", "acca", "elle", "emme", "enne", "pi", "cu", "qu", "erre", "esse", "ti",
+	"vu", "vi", "ics", "ipsilon", "zeta", "cappa", "be", "ce", "de", "efe", "ge", "hache",
+	"jota", "ka", "ele", "eme", "ene", "e\xc3\xb1" "e", "pe", "ese", "te", "uve", "ve", "equis",
+	"ye", NULL,
+};
+static const char *const spelled_symbols[] = {
+	"exclamation", "esclamativo", "exclamaci\xc3\xb3n", "exclamacion", "at", "arroba",
+	"chiocciola", "hash", "hashtag", "cancelletto", "almohadilla", "dollar", "dollaro",
+	"d\xc3\xb3lar", "dolar", "dash", "hyphen", "trattino", "guion", "gui\xc3\xb3n",
+	"underscore", "dot", "punto", "period", "star", "asterisk", "asterisco", "percent",
+	"plus", "slash", "barra", "ampersand", "mark", "niner", NULL,
+};
+static const char *const spelled_fill[] = {
+	"capital", "uppercase", "upper", "lowercase", "lower", "small", "maiuscola", "maiuscolo",
+	"minuscola", "minuscolo", "may\xc3\xbascula", "mayuscula", "min\xc3\xbascula",
+	"minuscula", "then", "poi", "luego", "and", "y", "e", NULL,
+};
+
+enum spelled { SP_NONE, SP_LETTER, SP_DIGIT, SP_SYMBOL, SP_FILL };
+
+/* The unit at p (a word or one symbol), its end in *ret_end. */
+static enum spelled spelled_unit(const char *t, size_t len, size_t p, size_t *ret_end)
+{
+	size_t e = p;
+	char w[24];
+
+	while (e < len && (is_alnum(t[e]) || (unsigned char) t[e] >= 0x80))
+		e++;
+	if (e == p) {
+		if (p < len && strchr("!#$%&*+?@^~_.=", t[p])) {
+			*ret_end = p + 1;
+			return SP_SYMBOL;
+		}
+		return SP_NONE;
+	}
+	*ret_end = e;
+	if (e - p == 1)
+		return is_digit(t[p]) ? SP_DIGIT : SP_LETTER;
+	if (all_of(t + p, e - p, is_digit))
+		return e - p <= 4 ? SP_DIGIT : SP_NONE;
+	if (e - p >= sizeof(w) || !credential_fold(t + p, e - p, w, sizeof(w)))
+		return SP_NONE;
+	if (in_list(w, e - p, spelled_letters))
+		return SP_LETTER;
+	if (in_list(w, e - p, digit_words))
+		return SP_DIGIT;
+	if (in_list(w, e - p, spelled_symbols))
+		return SP_SYMBOL;
+	if (in_list(w, e - p, spelled_fill))
+		return SP_FILL;
+	return SP_NONE;
+}
+
+/* Runs of six units or more in [from, to), three of them letters and one a digit or a symbol
+ * (a list of cities near "chiave" is no password): each is a secret. */
+static int rule_spelled(struct context *c, size_t from, size_t to)
+{
+	const char *t = c->t;
+	size_t p = from;
+
+	while (p < to) {
+		size_t s = SIZE_MAX, last = 0, q = p, e;
+		unsigned units = 0, letters = 0, other = 0, long_words = 0;
+		enum spelled k;
+
+		while (q < to) {
+			/* separators between units: spaces, commas, hyphens, quotes */
+			while (q < to && strchr(" ,;-\"'\t", t[q]))
+				q++;
+			if (q >= to || (k = spelled_unit(t, c->len, q, &e)) == SP_NONE)
+				break;
+			/* a sentence's full stop ends the run, a spelled "." does not */
+			if (k == SP_SYMBOL && t[q] == '.' && (e >= c->len || is_space(t[e])) && units)
+				break;
+			if (s == SIZE_MAX)
+				s = q;
+			units += k != SP_FILL;
+			letters += k == SP_LETTER;
+			other += k == SP_DIGIT || k == SP_SYMBOL;
+			long_words += k == SP_LETTER && e - q > 2;
+			if (k != SP_FILL)
+				last = e;
+			q = e;
+		}
+		/* single letters alone must be spaced out one by one ("m a r g o t"), so that
+		 * "a e i o u" in prose is not a run: three longer letter words, or six units */
+		if (s != SIZE_MAX && units >= 6 && letters >= 3 && other >= 1 &&
+		    (long_words >= 3 || units >= 8) && !overlaps_any(c, s, last)) {
+			int r = add_match(c, DETECT_SECRET, s, last);
+			if (r < 0)
+				return r;
+		}
+		/* the next run starts after this one, or after the byte that stopped it */
+		p = q > p ? q : p + 1;
+		while (p < to && (is_alnum(t[p]) || (unsigned char) t[p] >= 0x80) && p > 0 &&
+		       (is_alnum(t[p - 1]) || (unsigned char) t[p - 1] >= 0x80))
+			p++;
+	}
+	return 0;
+}
+
 static int rule_after(struct context *c, size_t hs, size_t he, enum role role, bool weak)
 {
 	const char *t = c->t;
@@ -744,6 +1054,10 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 	bool link = role != ROLE_LOCK && !weak &&
 		    (AT(he) == ' ' || AT(he) == ':' || AT(he) == '=' || AT(he) == '\t');
 	bool link_seen = false, asked = false;
+	/* the last words were "of", "del", "di un": the next one names what the key opens */
+	bool owner = false, after_comma = false;
+	/* "clave API", "chiave API", "API-Schlüssel": the key word names an API key */
+	bool api = api_beside(c->t, c->len, hs, he);
 	/* a password key near a door, a safe, a wifi network: digits are its value too ("clave de
 	 * la caja fuerte 1 9 8 4", "rete FRITZ!Box, chiave 48120937716253840914") */
 	bool access = role == ROLE_PASSWORD && access_near(c->t, c->len, hs, he, NULL);
@@ -788,19 +1102,48 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 				    (other != ROLE_NONE && other == role))
 					return 0;
 			}
+			/* a log line's next field (", request: \"GET / HTTP/1.1\""): its value is
+			 * its own */
+			if (tokens > 0 && after_comma && t[k.e - 1] == ':' && k.ce < k.e && word)
+				return 0;
+			/* "la password del Fritz!Box", "the password of a Fritz!Box": what it opens */
+			if (owner && !link)
+				goto next;
 			if (role == ROLE_PASSWORD) {
 				bool near = k.cs < he + 100 && tokens < 16;
 				if (k.quoted && link && quoted_value(v, vn))
 					return add_match(c, DETECT_SECRET, k.cs, k.ce);
 				if (!near && !link)
 					goto next; /* further on, only right after a copula or mark */
-				if (link && (de = app_password_end(t, len, k.cs)))
+				if ((link || near) && (de = app_password_end(t, len, k.cs)))
 					return add_match(c, DETECT_SECRET, k.cs, de);
+				/* an API key's value: a long token of letters and digits after "clave
+				 * API", "chiave API" (hex included, which alone reads as a hash) */
+				if (api && near && vn >= 24 && vn <= 128 && all_of(v, vn, is_alnum_fn) &&
+				    count_digits(v, vn) > 0 && count_digits(v, vn) < vn)
+					return add_match(c, DETECT_API_KEY, k.cs, k.ce);
 				if (strong_value(v, vn) ||
-				    (link && credential_is_snake_name(v, vn) && shape_of(v, vn).digit &&
+				    (link && credential_is_snake_name(v, vn) && credential_shape_of(v, vn).digit &&
 				     strong_value_shape(v, vn)))
 					return add_match(c, DETECT_SECRET, k.cs, k.ce);
 			}
+			/* "alarm 6-0-3-3", "cassaforte 17-42-08": a code in three groups or more
+			 * right after a lock word (one number alone may be its number: "locker
+			 * 214") */
+			if (role == ROLE_LOCK && tokens == 0 &&
+			    (de = credential_digit_code_end(t, len, k.cs)) && de >= k.ce &&
+			    !credential_unit_follows(t, len, de)) {
+				unsigned groups = 1;
+				for (size_t q = k.cs + 1; q < de; q++)
+					groups += !is_digit(t[q]) && is_digit(t[q - 1]);
+				if (groups >= 3 && count_digits(t + k.cs, de - k.cs) >= 4 &&
+				    !date_like(t + k.cs, de - k.cs))
+					return add_match(c, DETECT_ACCESS_CODE, k.cs, de);
+			}
+			/* "cancello del condominio 1478#": digits typed on a keypad, '#' to end */
+			if (role == ROLE_LOCK && tokens < 4 && vn >= 5 && vn <= 9 &&
+			    (v[vn - 1] == '#' || v[vn - 1] == '*') && count_digits(v, vn) == vn - 1)
+				return add_match(c, DETECT_ACCESS_CODE, k.cs, k.ce);
 			if (role != ROLE_PASSWORD && vn > 1 && (v[0] == '#' || v[0] == '*') &&
 			    is_digit(v[1])) {
 				k.cs++;
@@ -832,6 +1175,10 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 				return add_match(c, DETECT_SECRET, k.cs, k.ce);
 			if (role != ROLE_PASSWORD && code_with_letter(v, vn))
 				return add_match(c, DETECT_ACCESS_CODE, k.cs, k.ce);
+			/* "7KQ2-PM9X-44TB", "UNI-7Q3K-P9WX": an activation code in groups */
+			if ((role == ROLE_CODE || role == ROLE_PIN) &&
+			    (link || (k.cs < he + 60 && tokens < 8)) && code_groups(v, vn))
+				return add_match(c, DETECT_ACCESS_CODE, k.cs, k.ce);
 			if (role == ROLE_PASSWORD && link && passphrase_token(v, vn))
 				return add_match(c, DETECT_SECRET, k.cs, k.ce);
 			de = credential_digit_code_end(t, len, k.cs);
@@ -848,6 +1195,7 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 							 k.cs, de);
 			}
 		next:
+			owner = word && (in_list(w, n, owner_words) || (owner && in_list(w, n, article_words)));
 			/* a lock's code only right after its copula, which comes within six words
 			 * of the lock word in its sentence */
 			if (role == ROLE_LOCK && ((link_seen && !link) || (!link_seen && (tokens >= 6 || ends))))
@@ -867,6 +1215,7 @@ static int rule_after(struct context *c, size_t hs, size_t he, enum role role, b
 			link = true; /* "Gym locker - 2-19-33", "alarm → 7740" */
 			link_seen = true;
 		}
+		after_comma = k.e > k.s && t[k.e - 1] == ',';
 		/* sentence ends */
 		if (k.e > k.s && strchr(".?!", t[k.e - 1]) && !(k.ce > k.cs && k.e - 1 < k.ce))
 			if (++ends >= 2)
@@ -937,7 +1286,7 @@ static int rule_before(struct context *c, size_t hs)
 			 * ("Tr0ub4dor&3 —", "Stellina88 →", "X," and "X:") */
 			bool marked = linked || (k->e > k->ce && strchr(",:", t[k->e - 1]));
 			if (marked && ((k->quoted && quoted_value(v, vn)) || strong_value(v, vn) ||
-				       (linked && shape_of(v, vn).digit && strong_value_shape(v, vn))))
+				       (linked && credential_shape_of(v, vn).digit && strong_value_shape(v, vn))))
 				return add_match(c, DETECT_SECRET, k->cs, k->ce);
 		}
 		if (word && credential_is_copula(w, n)) {
@@ -993,7 +1342,7 @@ static int rule_codes(struct context *c, size_t he, size_t lim)
 		p = k.e;
 		const char *v = t + k.cs;
 		size_t vn = k.ce - k.cs;
-		struct shape h = shape_of(v, vn);
+		struct value_shape h = credential_shape_of(v, vn);
 		bool code = false;
 		if (vn >= 4 && vn <= 14 && h.digit >= 4 && h.digit + h.other == vn &&
 		    h.other == count_of(v, vn, '-')) {
@@ -1095,16 +1444,16 @@ static int rule_account(struct context *c, size_t ws, size_t we)
 {
 	const char *t = c->t;
 	size_t len = c->len, p = we, v;
-	struct shape h;
+	struct value_shape h;
 
-	(void) ws;
 	while (p < len && t[p] == ' ')
 		p++;
 	if (AT(p) != '/' && AT(p) != ':')
 		return 0;
-	/* "root / X", not a path ("debian/rules") */
-	if (t[p] == '/' && p == we && AT(p + 1) != ' ')
-		return 0;
+	/* "root / X", and "admin/Imprime2019" when what follows is a strong value, not a path
+	 * ("debian/rules", "root/.ssh") */
+	bool tight = t[p] == '/' && p == we && AT(p + 1) != ' ';
+	char aw[24];
 	p++;
 	while (p < len && t[p] == ' ')
 		p++;
@@ -1116,7 +1465,12 @@ static int rule_account(struct context *c, size_t ws, size_t we)
 		v--;
 	if (v - p < 6 || v - p > 64)
 		return 0;
-	h = shape_of(t + p, v - p);
+	if (tight && (!strong_value(t + p, v - p) || memchr(t + p, '.', v - p) ||
+		      (ws > 0 && !is_space(t[ws - 1])) || we - ws >= sizeof(aw) ||
+		      !credential_fold(t + ws, we - ws, aw, sizeof(aw)) ||
+		      !in_list(aw, we - ws, tight_accounts)))
+		return 0;
+	h = credential_shape_of(t + p, v - p);
 	if (!strong_value(t + p, v - p) &&
 	    !(h.upper && h.digit && h.lower == 0 && h.other == 0 && !acronym_number(t + p, v - p)))
 		return 0;
@@ -1284,9 +1638,17 @@ static int rule_table(struct context *c, struct table_state *ts, size_t ls, size
 		size_t m = e[k] - s[k];
 		if (m == 0 || m >= sizeof(w) || !credential_fold(t + s[k], m, w, sizeof(w)))
 			continue;
-		/* "password", "pass", "pwd", "contraseña", "clave", "pin", "password / pin" */
+		/* "password", "pass", "pwd", "contraseña", "clave", "pin", "password / pin", and
+		 * names that end with one ("temp_password", "wifi-pin"; not "password_hash") */
+		const char *tail = w;
+		for (size_t q = 0; q + 1 < m; q++)
+			if (w[q] == '_' || w[q] == '-')
+				tail = w + q + 1;
+		size_t tn = m - (size_t) (tail - w);
 		if (role_of(w, m) == ROLE_PASSWORD || role_of(w, m) == ROLE_PIN ||
-		    (m == 4 && !memcmp(w, "pass", 4))) {
+		    (m == 4 && !memcmp(w, "pass", 4)) ||
+		    (tail != w && tn >= 3 &&
+		     (role_of(tail, tn) == ROLE_PASSWORD || role_of(tail, tn) == ROLE_PIN))) {
 			ts->sep = sep;
 			ts->col = k;
 			ts->n_cols = n;
@@ -1349,7 +1711,7 @@ static int rule_define(struct context *c, size_t i)
  * Code, paths, URLs and base64 are not. */
 static bool password_shaped(const char *s, size_t n)
 {
-	struct shape h = shape_of(s, n);
+	struct value_shape h = credential_shape_of(s, n);
 
 	if (n < 8 || n > 24 || h.sym == 0 || h.digit == 0 || h.lower == 0 || h.utf8)
 		return false;
@@ -1438,6 +1800,52 @@ static void token_around(const char *t, size_t len, size_t i, struct token *k)
 	token_core(t, len, k);
 }
 
+static bool dot_between_digits(const char *s, size_t n)
+{
+	for (size_t k = 1; k + 1 < n; k++)
+		if (s[k] == '.' && is_digit(s[k - 1]) && is_digit(s[k + 1]))
+			return true;
+	return false;
+}
+
+/* "ella.ward09 / Unicorn77", "tommi.c2014 / Dinosauro14": a login and a password written as
+ * a pair, with no key word. The login is one lower-case token (letters, digits, '.', '_',
+ * '-'; a letter first; not a version), the password a strong value with a capital and a digit
+ * (so "input / output", "km / h2" stay prose). The '/' at i has a space on each side. */
+static int rule_login_pair(struct context *c, size_t i)
+{
+	const char *t = c->t;
+	size_t len = c->len, ls = i - 1, le, rs = i + 2, re;
+	struct value_shape h;
+	bool mark = false;
+
+	le = ls;
+	while (ls > 0 && !is_space(t[ls - 1]))
+		ls--;
+	while (ls < le && strchr("([\"'", t[ls]))
+		ls++; /* "(jake.m.2011 / Maple.Owl.47)" */
+	if (le - ls < 4 || le - ls > 32 || !is_lower(t[ls]))
+		return 0;
+	for (size_t k = ls; k < le; k++) {
+		if (!(is_lower(t[k]) || is_digit(t[k]) || t[k] == '.' || t[k] == '_' || t[k] == '-'))
+			return 0;
+		mark |= !is_lower(t[k]);
+	}
+	if ((t[ls] == 'v' && is_digit(AT(ls + 1))) || (!mark && le - ls < 6))
+		return 0;
+	re = rs;
+	while (re < len && !is_space(t[re]))
+		re++;
+	while (re > rs && strchr(".,;:)!?", t[re - 1]) && !(t[re - 1] == '!' && re - rs > 8))
+		re--;
+	h = credential_shape_of(t + rs, re - rs);
+	if (!h.upper || !h.digit || !h.lower || !strong_value(t + rs, re - rs) ||
+	    dot_between_digits(t + rs, re - rs) /* "Python3.12": a version */ ||
+	    overlaps_any(c, rs, re))
+		return 0;
+	return add_match(c, DETECT_SECRET, rs, re);
+}
+
 /* The tokens of the text that hold a symbol or an '@', or that start a run of four-byte
  * groups: found byte by byte, so that the words between them cost a test each. */
 static int rule_tokens(struct context *c)
@@ -1456,6 +1864,12 @@ static int rule_tokens(struct context *c)
 		size_t e;
 		int r = 0;
 
+		if (b == '/' && i > 0 && t[i - 1] == ' ' && i + 1 < len && t[i + 1] == ' ') {
+			if ((r = rule_login_pair(c, i)) < 0)
+				return r;
+			i++;
+			continue;
+		}
 		if (!sym && !b32) {
 			i++;
 			continue;
@@ -1481,7 +1895,9 @@ static int rule_tokens(struct context *c)
 			if (next_token_q(t, len, k.e, len, &mark, &nl, false) &&
 			    mark.e - mark.s == 1 && (t[mark.s] == '/' || t[mark.s] == ':') &&
 			    next_token(t, len, mark.e, len, &x, &nl) && x.ce > x.cs &&
-			    strong_value(t + x.cs, x.ce - x.cs)) {
+			    (strong_value(t + x.cs, x.ce - x.cs) ||
+			     (credential_shape_of(t + x.cs, x.ce - x.cs).digit &&
+			      strong_value_shape(t + x.cs, x.ce - x.cs)))) {
 				r = add_match(c, DETECT_SECRET, x.cs, x.ce);
 				k.e = x.e;
 			}
@@ -1505,7 +1921,7 @@ static int rule_query(struct context *c, size_t i)
 	};
 	const char *t = c->t;
 	size_t len = c->len, p = i + 1, e, v;
-	struct shape h;
+	struct value_shape h;
 
 	e = p;
 	while (e < len && (is_alnum(t[e]) || t[e] == '_' || t[e] == '-'))
@@ -1527,7 +1943,7 @@ static int rule_query(struct context *c, size_t i)
 		e++;
 	if (e - v < 12 || credential_is_placeholder(t + v, e - v))
 		return 0;
-	h = shape_of(t + v, e - v);
+	h = credential_shape_of(t + v, e - v);
 	if (!h.digit || h.lower + h.upper == 0)
 		return 0;
 	return add_match(c, DETECT_SECRET, v, e);
@@ -1544,6 +1960,13 @@ static int rule_xml(struct context *c, size_t i)
 	ne = p;
 	while (ne < len && (is_word((unsigned char) t[ne]) || t[ne] == '-') && ne - p < 31)
 		ne++;
+	/* a namespace prefix ("<wsse:Password>", "<ns2:apiKey>"): the local name counts */
+	if (AT(ne) == ':' && ne > p && is_alpha(AT(ne + 1))) {
+		p = ne + 1;
+		ne = p;
+		while (ne < len && (is_word((unsigned char) t[ne]) || t[ne] == '-') && ne - p < 31)
+			ne++;
+	}
 	if (ne == p || AT(ne) != '>' || !credential_fold(t + p, ne - p, w, sizeof(w)))
 		return 0;
 	if (role_of(w, ne - p) != ROLE_PASSWORD && role_of(w, ne - p) != ROLE_PIN &&
@@ -1775,8 +2198,23 @@ int credential_scan_context(const char *t, size_t len, struct detect_matches *m,
 			if (role != ROLE_NONE && word_before(t, i, pw, sizeof(pw), &pn) &&
 			    credential_is_compound_before(pw, pn))
 				role = ROLE_NONE;
+			/* a value spelled out near a key word, before it or after it */
+			if (role == ROLE_PASSWORD || role == ROLE_PIN || role == ROLE_CODE ||
+			    role == ROLE_LOCK) {
+				size_t from = MAX(c.spelled_until, i > 300 ? i - 300 : 0);
+				size_t to = MIN(len, e + 300);
+				if (from < to && (r = rule_spelled(&c, from, to)) < 0)
+					return r;
+				c.spelled_until = MAX(c.spelled_until, to);
+			}
 			switch (role) {
 			case ROLE_PASSWORD:
+				if (n == 10 && memcmp(w, "passphrase", 10) == 0 &&
+				    (r = rule_phrase_after(&c, e)) != 0) {
+					if (r < 0)
+						return r;
+					break;
+				}
 				if ((r = rule_after(&c, i, e, role,
 						    in_list(w, n, weak_heads) &&
 							    !access_near(t, len, i, e, NULL))) >= 0)
@@ -1803,6 +2241,10 @@ int credential_scan_context(const char *t, size_t len, struct detect_matches *m,
 				break;
 			case ROLE_SEED:
 				r = rule_seed(&c, e);
+				/* "frase segreta", "secret phrase", "cifrada con la frase": a
+				 * passphrase, whatever its words */
+				if (r == 0 && secret_phrase(t, len, i, e, w, n))
+					r = rule_after(&c, i, e, ROLE_PASSWORD, false);
 				break;
 			case ROLE_LOCK:
 				/* "the safe was set to 7391": no access word needed, the copula is */

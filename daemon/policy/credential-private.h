@@ -9,6 +9,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* What a value is made of: byte counts by kind (UTF-8 bytes apart; sym counts the symbols
+ * passwords use, "!#$%&*+=?@^~", among other) and the length. */
+struct value_shape {
+	unsigned lower, upper, digit, other, utf8, sym, n;
+};
+struct value_shape credential_shape_of(const char *s, size_t n);
+
 bool credential_fold(const char *s, size_t n, char *w, size_t size);
 /* "is", "è", "es", "was", ... */
 bool credential_is_copula(const char *w, size_t n);
@@ -32,5 +39,7 @@ size_t credential_digit_code_end(const char *t, size_t len, size_t p);
 bool credential_unit_follows(const char *t, size_t len, size_t e);
 /* The BIP-39 languages of the word at p (any case), its end in *ret_end; 0 if none. */
 unsigned credential_seed_word(const char *t, size_t len, size_t p, size_t *ret_end);
+/* "sha256", "ed25519", "fail2ban": a technology's name with digits, never a value. */
+bool credential_is_tech_word(const char *s, size_t n);
 /* Does the identifier [i, e) name a password, key or token ("DB_PASSWORD", "apiKey")? */
 bool credential_key_name(const char *t, size_t i, size_t e);

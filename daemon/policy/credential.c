@@ -148,7 +148,10 @@ static const char *const access_words[] = {
 	"open", "aprire", "abrir", "garaje", "cochera", "buz\xc3\xb3n", "trastero", "bancomat",
 	"sim", "tarjeta", "carta", "card", "atm", "bank", "wifi", "wi-fi", "sbloccare", "sblocca",
 	"desbloquear", "desbloquea", "unlocks", "phone", "telefono", "tel\xc3\xa9" "fono",
-	"cupboard", "cabinet", "drawer", "armadio", "armario", "cassetto", "caj\xc3\xb3n", NULL,
+	"cupboard", "cabinet", "drawer", "armadio", "armario", "cassetto", "caj\xc3\xb3n", "barrier",
+	"barriera", "sbarra", "barrera", "turnstile", "tornello", "torniquete", "activation",
+	"attivazione", "activaci\xc3\xb3n", "activacion", "disarm", "disinserimento",
+	"desactivaci\xc3\xb3n", "override", "cassetta", "keybox", "keysafe", NULL,
 };
 
 /* Words that make a code something other than a way in ("error code 404", "codice
@@ -255,6 +258,8 @@ static const char *const not_values[] = {
 	"scaduta", "scaduto", "sbagliata", "sbagliato", "errata", "errato", "corretta", "corretto",
 	"obbligatoria", "obbligatorio", "richiesta", "richiesto", "mancante", "vuota", "vuoto",
 	"troppo", "corta", "corto", "lunga", "lungo", "debole", "forte", "sicura", "sicuro",
+	"insicura", "insicuro", "insicure", "insicuri", "insegura", "inseguro", "pericoloso",
+	"peligroso", "rischioso", "arriesgado",
 	"valida", "valido", "non", "cambiata", "cambiato", "modificata", "scritta", "salvata",
 	"nascosta", "segreta", "segreto", "nuova", "nuovo", "vecchia", "vecchio", "stata", "stato",
 	"la", "il", "lo", "le", "gli", "un", "una", "uno", "di", "del", "della", "che", "quella",
@@ -710,6 +715,11 @@ static const struct token_format {
 	{ "hvb.", is_b64url, 24, 200, true },
 	{ "sq0atp-", is_b64url, 22, 22, false },	/* Square */
 	{ "sq0csp-", is_b64url, 43, 43, false }, { "EAAA", is_b64url, 60, 60, true },
+	{ "EAA", alnum, 32, 400, true },	/* Meta Graph API (Facebook, WhatsApp Business) */
+	{ "IGQV", is_b64url, 60, 400, true },	/* Instagram Graph API */
+	{ "IGQW", is_b64url, 60, 400, true }, { "IGAA", is_b64url, 60, 400, true },
+	{ "ck_", hex, 40, 40, true },		/* WooCommerce REST consumer key and secret */
+	{ "cs_", hex, 40, 40, true },
 	{ "sbp_", hex, 40, 40, true },		/* Supabase */
 	{ "glc_", is_b64url, 32, 200, true },	/* Grafana */
 	{ "glsa_", alnum_us, 32, 64, true },
@@ -757,13 +767,34 @@ static size_t scan_putty(const char *t, size_t len, size_t i)
 	return p;
 }
 
+static bool all_digits(const char *s, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		if (!is_digit(s[k]))
+			return false;
+	return true;
+}
+
 size_t credential_scan_token(const char *t, size_t len, size_t i, enum detect_kind *kind)
 {
 	unsigned char c = (unsigned char) t[i];
 
 	if (is_digit(c)) {
-		/* Telegram bot tokens: <bot id>:<35 base64url> */
 		size_t p = i, e;
+		unsigned groups = 0;
+		/* BitLocker recovery keys: eight groups of six digits joined by '-' */
+		for (e = i; groups < 8 && e + 6 <= len && all_digits(t + e, 6);) {
+			groups++;
+			e += 6;
+			if (groups == 8 || AT(e) != '-')
+				break;
+			e++;
+		}
+		if (groups == 8 && (e >= len || !is_word((unsigned char) t[e]))) {
+			*kind = DETECT_SECRET;
+			return e;
+		}
+		/* Telegram bot tokens: <bot id>:<35 base64url> */
 		while (p < len && is_digit(t[p]) && p - i <= 10)
 			p++;
 		if (p - i < 8 || p - i > 10 || AT(p) != ':')
@@ -1052,14 +1083,9 @@ static bool snake_name(const char *s, size_t n)
 	return us;
 }
 
-/* The value's shape. */
-struct shape {
-	unsigned lower, upper, digit, other, utf8, n;
-};
-
-static struct shape shape_of(const char *s, size_t n)
+struct value_shape credential_shape_of(const char *s, size_t n)
 {
-	struct shape h = { .n = (unsigned) n };
+	struct value_shape h = { .n = (unsigned) n };
 
 	for (size_t k = 0; k < n; k++) {
 		int c = (unsigned char) s[k];
@@ -1071,20 +1097,22 @@ static struct shape shape_of(const char *s, size_t n)
 			h.digit++;
 		else if (c >= 0x80)
 			h.utf8++;
-		else
+		else {
 			h.other++;
+			h.sym += strchr("!#$%&*+=?@^~", c) != NULL;
+		}
 	}
 	return h;
 }
 
-static unsigned classes(const struct shape *h)
+static unsigned classes(const struct value_shape *h)
 {
 	return (h->lower + h->utf8 > 0) + (h->upper > 0) + (h->digit > 0) + (h->other > 0);
 }
 
 /* A token for a key, a token or a secret: letters with digits, or both cases over 16 bytes
  * ("__name__", "include-system-site-packages", "1.3.6.1.5.5.7.3.1" are not). */
-static bool token_like(const struct shape *h, bool strict)
+static bool token_like(const struct value_shape *h, bool strict)
 {
 	if (h->n < 12)
 		return false;
@@ -1274,7 +1302,7 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 {
 	size_t qn, v, n;
 	const char *close;
-	struct shape sh;
+	struct value_shape sh;
 
 	if (p >= len)
 		return 0;
@@ -1291,7 +1319,7 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 		if ((h->flags & HF_DIGITONLY) && digit_code_end(t, len, s) != e)
 			return 0;
 		nl = memchr(t + s, ' ', e - s);
-		sh = shape_of(t + s, e - s);
+		sh = credential_shape_of(t + s, e - s);
 		if (h->flags & HF_CODE && !(h->flags & HF_DIGITS) && sh.digit == 0)
 			return 0;
 		if (nl && !(h->flags & (HF_PHRASE | HF_ALPHA)))
@@ -1331,7 +1359,7 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 		}
 		for (size_t q = p; q < len && !(h->flags & HF_DIGITONLY);) {
 			size_t ve = value_end(t, len, q);
-			struct shape s2 = shape_of(t + q, ve - q);
+			struct value_shape s2 = credential_shape_of(t + q, ve - q);
 			if (ve - q < 4 || ve - q > 24 || s2.digit == 0 ||
 			    s2.lower + s2.upper == 0 || s2.utf8 || placeholder(t + q, ve - q) ||
 			    code_like(t + q, ve - q, AT(ve), AT(ve + 1)))
@@ -1350,9 +1378,10 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 	}
 	v = value_end(t, len, p);
 	n = v - p;
-	if (n == 0 || placeholder(t + p, n) || code_like(t + p, n, AT(v), AT(v + 1)))
+	if (n == 0 || placeholder(t + p, n) || code_like(t + p, n, AT(v), AT(v + 1)) ||
+	    credential_is_tech_word(t + p, n))
 		return 0;
-	sh = shape_of(t + p, n);
+	sh = credential_shape_of(t + p, n);
 	/* digits only */
 	if (sh.digit == n) {
 		if (!(h->flags & (HF_DIGITS | HF_CODE)) || n < ((h->flags & HF_CODE) ? 3u : 4u) ||
@@ -1405,7 +1434,7 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 			struct word wd;
 			while (words < 8 && q < len && t[q] == ' ' &&
 			       read_word(t, len, q + 1, &wd)) {
-				struct shape s2 = shape_of(t + wd.s, wd.n);
+				struct value_shape s2 = credential_shape_of(t + wd.s, wd.n);
 				if (s2.digit + s2.other || wd.n < 3 ||
 				    describing(wd.w, wd.n, s2.utf8) ||
 				    in_list(wd.w, wd.n, clause_words) ||
@@ -1428,7 +1457,7 @@ static size_t value_at(const char *t, size_t len, size_t p, const struct head *h
 static size_t pair_at(const char *t, size_t len, size_t p, bool strict, size_t *ret_start)
 {
 	size_t u = p, q;
-	struct shape sh;
+	struct value_shape sh;
 	size_t v;
 
 	while (u < len && u - p < 64 && !is_space(t[u]) && t[u] != '/' && t[u] != ':' &&
@@ -1444,7 +1473,7 @@ static size_t pair_at(const char *t, size_t len, size_t p, bool strict, size_t *
 	v = value_end(t, len, q);
 	if (v - q < 4 || placeholder(t + q, v - q) || code_like(t + q, v - q, AT(v), AT(v + 1)))
 		return 0;
-	sh = shape_of(t + q, v - q);
+	sh = credential_shape_of(t + q, v - q);
 	if (classes(&sh) < 2 || sh.digit + sh.other == 0)
 		return 0;
 	if (strict) {
@@ -1828,7 +1857,7 @@ size_t credential_scan_phrase(const char *t, size_t len, size_t i, credential_in
 size_t credential_scan_aws_secret(const char *t, size_t len, size_t e, size_t *ret_start)
 {
 	size_t p = e, q;
-	struct shape sh;
+	struct value_shape sh;
 
 	while (p < len && p - e < 4 && strchr(" \t/:,|;", t[p]))
 		p++;
@@ -1839,7 +1868,7 @@ size_t credential_scan_aws_secret(const char *t, size_t len, size_t e, size_t *r
 		q++;
 	if (q - p != 40 || (q < len && is_word((unsigned char) t[q])))
 		return 0;
-	sh = shape_of(t + p, 40);
+	sh = credential_shape_of(t + p, 40);
 	if (!sh.digit || !sh.upper || !sh.lower)
 		return 0;
 	*ret_start = p;
@@ -1919,6 +1948,7 @@ static const char *const cmd_ldap[] = {
 static const char *const cmd_smb[] = { "smbclient", "rpcclient", "smbmap", "wmic", "net", "smbcacls", NULL };
 static const char *const cmd_keygen[] = { "ssh-keygen", NULL };
 static const char *const cmd_htpasswd[] = { "htpasswd", NULL };
+static const char *const cmd_read[] = { "read", NULL }; /* the shell's: -p is its prompt */
 /* long options whose value is a password, and those whose value is a token */
 static const char *const long_pw[] = {
 	"--password", "--passwd", "--pass", "--pw", "--pwd", "--db-password", "--admin-password",
@@ -2037,7 +2067,7 @@ size_t credential_scan_cli(const char *t, size_t len, size_t i, size_t *ret_star
 	if (prefix_at(t, len, i, "-p ")) {
 		/* "docker login -u bot -p X", "mysql -p X": a password, not "-p 8080:80" or
 		 * "mkdir -p a/b2" */
-		struct shape sh;
+		struct value_shape sh;
 		p = i + 3;
 		if (AT(p) == '\'' || AT(p) == '"') {
 			/* quoted: a password unless it is a port mapping or a path */
@@ -2046,11 +2076,19 @@ size_t credential_scan_cli(const char *t, size_t len, size_t i, size_t *ret_star
 			    count_in(t + s, v - s, "0123456789:.") == v - s ||
 			    placeholder(t + s, v - s))
 				return 0;
+			/* a prompt ("read -p \"Password: \"", "-p 'Passphrase?'"), not a value */
+			{
+				size_t b = v;
+				while (b > s && t[b - 1] == ' ')
+					b--;
+				if (t[b - 1] == ':' || t[b - 1] == '?' || line_command(t, i, cmd_read))
+					return 0;
+			}
 			*ret_start = s;
 			return v;
 		}
 		v = value_end(t, len, p);
-		sh = shape_of(t + p, v - p);
+		sh = credential_shape_of(t + p, v - p);
 		if (v - p < 6 || memchr(t + p, '/', v - p) || !sh.digit ||
 		    sh.lower + sh.upper < 2 ||
 		    (sh.upper == 0 && sh.other == count_in(t + p, v - p, ".-_:")) ||

@@ -484,6 +484,29 @@ static bool is_b64url_fn(int c)
 {
 	return is_b64url(c);
 }
+/* A Discord bot token: base64 of the bot's id (24 to 26 characters, starting M, N or O),
+ * '.', six characters of time stamp, '.', 27 to 38 of HMAC. */
+static size_t scan_discord(const char *t, size_t len, size_t i)
+{
+	size_t a, b, c;
+	bool digit = false;
+
+	if (t[i] != 'M' && t[i] != 'N' && t[i] != 'O')
+		return 0;
+	a = span_while(t, len, i, is_b64url_fn);
+	if (a - i < 24 || a - i > 26 || AT(a) != '.')
+		return 0;
+	b = span_while(t, len, a + 1, is_b64url_fn);
+	if (b - a - 1 != 6 || AT(b) != '.')
+		return 0;
+	c = span_while(t, len, b + 1, is_b64url_fn);
+	if (c - b - 1 < 27 || c - b - 1 > 38 || !right_ok(t, len, c))
+		return 0;
+	for (size_t k = i; k < a; k++)
+		digit |= is_digit(t[k]);
+	return digit ? c : 0;
+}
+
 /* JSON Web Token: eyJ<header>.<payload>.<signature> (base64url; empty signature: alg none). */
 static size_t scan_jwt(const char *t, size_t len, size_t i)
 {
@@ -508,6 +531,43 @@ static size_t scan_jwt(const char *t, size_t len, size_t i)
 static bool is_email_local(int c)
 {
 	return is_alnum(c) || c == '.' || c == '_' || c == '%' || c == '+' || c == '-';
+}
+
+/* A role mailbox ("careers@", "rrhh@", "noreply@", "ci-bot@") names a function of an
+ * organisation, not a person: a job advert or a commit header that carries one says nothing
+ * about anybody. The local part is compared whole (case folded, after dropping one "-bot"/"bot"
+ * tail), so "maria.info@" or "supporto.rossi@" stay a person's address. */
+static bool is_role_mailbox(const char *local, size_t n)
+{
+	static const char *const roles[] = {
+		"abuse", "accounts", "accounting", "admin", "administracion", "administration",
+		"alerts", "amministrazione", "assistenza", "billing", "booking", "bookings",
+		"candidature", "careers", "ci", "contabilidad", "contabilita", "contact", "contacto",
+		"contatti", "contacts", "cv", "donotreply", "do-not-reply", "dpo", "empleo", "facturacion",
+		"facturas", "fatture", "github-actions", "hello", "help", "helpdesk", "hostmaster", "hr",
+		"info", "informacion", "informazioni", "invoices", "jobs", "lavora", "lavoraconnoi",
+		"legal", "mailer-daemon", "marketing", "newsletter", "no-reply", "noreply",
+		"notifications", "office", "oficina", "ordini", "orders", "pedidos", "postmaster",
+		"prenotazioni", "press", "prensa", "privacy", "recepcion", "reception", "recruiting",
+		"recruitment", "reservas", "rrhh", "sales", "secretaria", "security", "segreteria",
+		"soporte", "stampa", "support", "supporto", "talent", "trabaja", "trabajaconnosotros",
+		"ufficio", "ventas", "vendite", "webmaster",
+	};
+	char w[32];
+
+	if (n >= sizeof(w))
+		return false;
+	for (size_t k = 0; k < n; k++)
+		w[k] = (char) to_lower((unsigned char) local[k]);
+	w[n] = 0;
+	if (n > 4 && strcmp(w + n - 4, "-bot") == 0)
+		return true; /* "ci-bot", "release-bot": a program's address */
+	if (n > 3 && strcmp(w + n - 3, "bot") == 0 && memchr(w, '-', n) == NULL && n <= 12)
+		w[n - 3] = 0;
+	for (size_t k = 0; k < ELEMENTSOF(roles); k++)
+		if (strcmp(w, roles[k]) == 0)
+			return true;
+	return false;
 }
 
 static size_t scan_email(const char *t, size_t len, size_t i)
@@ -544,6 +604,8 @@ static size_t scan_email(const char *t, size_t len, size_t i)
 		if (!is_alpha(t[k]))
 			return 0;
 	if (end - last_label < 2 || (end < len && (is_word((unsigned char) t[end]) || t[end] == '@')))
+		return 0;
+	if (is_role_mailbox(t + i, at - i))
 		return 0;
 	return end;
 }
@@ -789,6 +851,23 @@ static size_t scan_ipv4(const char *t, size_t len, size_t i)
 	    (octet[0] == 198 && octet[1] == 51 && octet[2] == 100) ||
 	    (octet[0] == 203 && octet[1] == 0 && octet[2] == 113))
 		return 0;
+	/* nor are loopback (127/8), "this host" (0/8) and the broadcast or netmask values
+	 * (255.x): every machine has them, so they point at no one */
+	if (octet[0] == 127 || octet[0] == 0 || octet[0] == 255)
+		return 0;
+	/* nor the public resolvers every home network forwards to (1.1.1.1, 8.8.8.8, 9.9.9.9,
+	 * OpenDNS): a service's address, no one's */
+	{
+		static const uint8_t resolvers[][4] = {
+			{ 1, 1, 1, 1 },	      { 1, 0, 0, 1 },	    { 8, 8, 8, 8 },
+			{ 8, 8, 4, 4 },	      { 9, 9, 9, 9 },	    { 149, 112, 112, 112 },
+			{ 208, 67, 222, 222 }, { 208, 67, 220, 220 },
+		};
+		for (size_t k = 0; k < ELEMENTSOF(resolvers); k++)
+			if (octet[0] == resolvers[k][0] && octet[1] == resolvers[k][1] &&
+			    octet[2] == resolvers[k][2] && octet[3] == resolvers[k][3])
+				return 0;
+	}
 	return p;
 }
 
@@ -799,6 +878,9 @@ static size_t scan_ipv6(const char *t, size_t len, size_t i)
 	size_t e = i, colons = 0;
 	bool dbl = false, hexletter = false;
 
+	/* an address starts a token: not the tail of a longer one the scan already turned down */
+	if (i > 0 && (is_hex((unsigned char) t[i - 1]) || t[i - 1] == ':'))
+		return 0;
 	while (e < len && (is_hex(t[e]) || t[e] == ':' || t[e] == '.') && e - i < 46) {
 		if (t[e] == ':') {
 			colons++;
@@ -819,6 +901,10 @@ static size_t scan_ipv6(const char *t, size_t len, size_t i)
 	memcpy(buf, t + i, e - i);
 	buf[e - i] = 0;
 	if (inet_pton(AF_INET6, buf, &a) != 1)
+		return 0;
+	/* loopback and unspecified point at no one (the documentation prefix 2001:db8::/32 is
+	 * kept: the identifier corpus writes people's addresses in it) */
+	if (IN6_IS_ADDR_LOOPBACK(&a) || IN6_IS_ADDR_UNSPECIFIED(&a))
 		return 0;
 	return e;
 }
@@ -1308,6 +1394,7 @@ static size_t scan_at(const char *t, size_t len, size_t i, enum detect_kind *kin
 	}
 	if (is_alpha(c)) {
 		TRY(DETECT_JWT, scan_jwt(t, len, i));
+		TRY(DETECT_API_KEY, scan_discord(t, len, i));
 		if ((e = credential_scan_url(t, len, i, kind, ret_start)))
 			return e;
 		if ((e = credential_scan_token(t, len, i, kind))) {

@@ -57,8 +57,11 @@ enum {
 		     * no person signal after it */
 	SIG_VERB3,  /* is, has, was, è, ha, es, tiene: after a capitalised first word, a name */
 	SIG_PET,    /* dog, gatto, perra, vet: the subject may be an animal */
+	SIG_FRAME,  /* role-play, fanfic, capitolo, ejercicio: the people may be invented
+		     * (fiction, a game, a textbook exercise) */
 	SIG_COUNT_,
 };
+_Static_assert(SIG_COUNT_ <= 32, "a lexicon mask is 32 bits");
 
 struct lexicon_group {
 	unsigned bit;
@@ -277,6 +280,20 @@ static const struct lexicon_group lexicon[] = {
 	  "gattina|perro|perra|perrito|perrita|gato|gata|gatito|gatita|vet|vets|veterinario|"
 	  "veterinaria|veterinarian|pet|pets|mascota|animale|horse|cavallo|caballo|conejo|"
 	  "coniglio|rabbit|hamster|parrot|pappagallo|loro|cucciolo|cachorro" },
+	{ SIG_FRAME,
+	  "role-play|roleplay|role play|rol|gioco di ruolo|juego de rol|in character|"
+	  "in personaggio|fanfic|fanfiction|fan fiction|chapter|capitolo|capítulo|story|"
+	  "short story|racconto|raccontino|cuento|relato|storia breve|novel|romanzo|novela|"
+	  "screenplay|script|sceneggiatura|guion|guión|scene|scena|escena|plot|trama|"
+	  "protagonist|protagonista|villain|antagonist|cattivo|villano|character sheet|"
+	  "scheda personaggio|ficha de personaje|backstory|trasfondo|dungeon|d&d|dnd|fictional|"
+	  "fictitious|invented|imaginary|inventato|inventata|"
+	  "immaginario|immaginaria|ficticio|ficticia|inventado|inventada|imaginario|imaginaria|"
+	  "esercizio|textbook|libro di testo|libro de texto|del libro|conjugate|"
+	  "coniuga|conjuga|volgi|dialogue|dialogo|diálogo|monologue|monologo|monólogo|poem|"
+	  "poesia|poema|lyrics|sonnet|sonetto|soneto|fable|fiaba|fábula|fairy tale|thriller|"
+	  "novella|sitcom|sketch|stay in character|narrator|narratore|"
+	  "narrador|chapters|capitoli|capítulos" },
 	{ SIG_MONTH,
 	  "january|february|march|april|may|june|july|august|september|october|november|"
 	  "december|gennaio|febbraio|marzo|aprile|maggio|giugno|luglio|agosto|settembre|"
@@ -476,6 +493,7 @@ struct chunk {
 	size_t n;
 	bool question;
 	bool prev_person;
+	bool frame_before; /* a SIG_FRAME word in an earlier chunk of the text */
 	bool blanks; /* a form's blanks ("Nome: ______"): a template, not someone's data */
 	uint32_t any;        /* OR of the words' masks */
 };
@@ -522,7 +540,14 @@ enum {
 	G_REL_GEN,
 	G_PET,
 	G_BLANK,
+	G_FRAME,
+	G_FRAME_BEFORE,
+	G_FRAME_FP,
 };
+
+/* A category word in a text framed as fiction, a game or an exercise (this chunk or an
+ * earlier one): after F_NEAR's sixteen ids. */
+#define F_LEX_FRAME (F_NEAR + 16)
 
 static inline uint32_t sig_feature(unsigned id, unsigned cat)
 {
@@ -548,6 +573,7 @@ static void chunk_features(const struct chunk *c, struct sensitive_features *f)
 			(c->w[1].mask & (1u << SIG_VERB3));
 	bool name = (any & (1u << SIG_NAME)) || cap_name, gen = any & (1u << SIG_GEN);
 	bool third = any & (1u << SIG_THIRD), capword = false, pet = any & (1u << SIG_PET);
+	bool frame = any & (1u << SIG_FRAME);
 	unsigned n_cats = (unsigned) __builtin_popcount(cats);
 
 	f->n = 0;
@@ -627,6 +653,8 @@ static void chunk_features(const struct chunk *c, struct sensitive_features *f)
 			push(f, sig_feature(F_LEX_THIRD_PREV, k));
 		if (pet)
 			push(f, sig_feature(F_LEX_PET, k));
+		if (frame || c->frame_before)
+			push(f, sig_feature(F_LEX_FRAME, k));
 	}
 	if (fp)
 		push(f, sig_feature(F_GLOBAL, G_FP));
@@ -660,6 +688,12 @@ static void chunk_features(const struct chunk *c, struct sensitive_features *f)
 		push(f, sig_feature(F_GLOBAL, G_PET));
 	if (c->blanks)
 		push(f, sig_feature(F_GLOBAL, G_BLANK));
+	if (frame)
+		push(f, sig_feature(F_GLOBAL, G_FRAME));
+	if (c->frame_before)
+		push(f, sig_feature(F_GLOBAL, G_FRAME_BEFORE));
+	if ((frame || c->frame_before) && fp)
+		push(f, sig_feature(F_GLOBAL, G_FRAME_FP));
 	f->person = fp || we || rel || name;
 	f->gate = cats || f->person || c->prev_person || implicit;
 }
@@ -902,7 +936,7 @@ static void foreach_chunk(const char *text, size_t len,
 	struct chunk c;
 	struct sensitive_features f;
 	size_t pos = 0;
-	bool prev_person = false;
+	bool prev_person = false, frame_seen = false;
 
 	(void) pthread_once(&lex_once, lex_build);
 	if (!text)
@@ -915,6 +949,7 @@ static void foreach_chunk(const char *text, size_t len,
 		c.any = 0;
 		c.start = SIZE_MAX;
 		c.prev_person = prev_person;
+		c.frame_before = frame_seen;
 		while (c.n < SENSITIVE_CHUNK_WORDS &&
 		       next_word(p, len, &pos, &c.w[c.n], c.n ? &c.w[c.n - 1] : NULL, &question)) {
 			if (c.start == SIZE_MAX)
@@ -934,6 +969,7 @@ static void foreach_chunk(const char *text, size_t len,
 		chunk_features(&c, &f);
 		fn(userdata, &c, &f);
 		prev_person = f.person;
+		frame_seen = frame_seen || (c.any & (1u << SIG_FRAME));
 	}
 }
 

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../basic/time-util.h"
 #include "../engine/forward.h"
 #include "../engine/model.h"
 #include "../engine/threadpool.h"
@@ -35,6 +36,13 @@
 
 #define MAX_LORAS_PER_REQUEST 8
 #define ADMIT_WINDOW 16 /* how far into the queue admission looks for fairness */
+/* how far it looks when everything in the window waits for the disk: a request on a hot or
+ * warm adapter further back runs meanwhile rather than leave a slot idle */
+#define ADMIT_WINDOW_BLOCKED 256
+/* how many waiting requests have their cold adapters queued for the loader ahead of
+ * admission, so the disk works while earlier requests compute (at most the blocked window:
+ * a warm copy held for a request admission cannot reach would hold its room forever) */
+#define LOAD_LOOKAHEAD 64
 #define RECENT_ADMISSIONS 32
 
 struct adapter_entry {
@@ -47,6 +55,20 @@ struct adapter_entry {
 	uint32_t running_users;       /* running sequences: while > 0 it cannot be evicted */
 	uint64_t requests;
 	uint64_t last_used;           /* step number */
+	/* tiers */
+	struct tier_blob *blob;       /* owned by s->tiers; NULL: not tiered (read directly) */
+	struct evict_meta hot_meta;   /* the hot tier's policy record while resident */
+	uint64_t hot_hits, hot_misses;
+	uint64_t promote_ns;          /* the last warm → hot build */
+	/* a warm → hot build on the builder thread: its pages are reserved (they count as
+	 * adapter pages) and filled outside the lock, so the batch keeps computing */
+	bool building;
+	bool build_taken;             /* the builder thread is on it */
+	uint32_t *build_pages;        /* owned while building: the reserved page ids */
+	size_t n_build_pages, build_next;
+	const void *build_image;      /* the warm copy, held (tiers_get) while building */
+	size_t build_image_bytes;
+	int build_error;              /* the last failed build, for the requests that wait */
 };
 
 enum seq_state {
@@ -57,6 +79,7 @@ enum seq_state {
 struct seq_lora {
 	struct adapter_entry *entry;
 	float scale;
+	bool needs_warm;      /* it told the warm tier it needs this blob (tiers_need) */
 };
 
 struct seq {
@@ -80,6 +103,8 @@ struct seq {
 	void *userdata;
 	bool cancel;
 	bool in_batch;
+	bool counted;          /* its adapters' hits/misses were counted */
+	uint64_t wait_since_ns; /* it first waited for an adapter that was not hot (0: never) */
 	uint64_t admitted;    /* admission counter: larger = newer */
 	/* this step */
 	uint32_t row_first, row_count;
@@ -135,7 +160,18 @@ struct sched {
 	size_t n_events, cap_events;
 
 	struct sched_stats stats;
+
+	struct tiers *tiers;           /* owned: the warm tier and its loader thread */
+	pthread_t builder;             /* warm → hot builds */
+	bool builder_started;
+	bool hold_builds;              /* tests: sched_test_hold_builds() */
+	pthread_cond_t build_cond;     /* a build queued, or stopping */
+	struct evict_clock hot_clock;
+	uint64_t hot_budget;           /* bytes of adapter pages at most */
 };
+
+const double sched_promote_bounds[SCHED_PROMOTE_BUCKETS - 1] = { 0.001, 0.005, 0.01, 0.05,
+								 0.1,   0.5,   1,    5 };
 
 const char *sched_finish_name(enum sched_finish f)
 {
@@ -230,18 +266,25 @@ static void *pool_page_for_adapter(void *userdata, uint32_t *ret_id)
 	return page_pool_addr(s->pool, pg);
 }
 
-static void adapter_evict(struct sched *s, struct adapter_entry *a)
+/* discard: the pages' memory goes back to the kernel (an unload: they may stay free long);
+ * an eviction keeps it, since the next promotion or KV block takes the pages soon and would
+ * fault every one of them in again (most of a big adapter's build time). */
+static void adapter_evict(struct sched *s, struct adapter_entry *a, bool discard)
 {
 	if (!a->res)
 		return;
+	evict_removed(s->p.eviction, &s->hot_clock, &a->hot_meta);
 	for (size_t i = 0; i < a->res->n_pages; i++)
-		page_pool_release_discard(s->pool, a->res->pages[i]);
+		if (discard)
+			page_pool_release_discard(s->pool, a->res->pages[i]);
+		else
+			page_pool_release(s->pool, a->res->pages[i]);
 	a->res = lora_resident_free(a->res);
 	s->stats.adapter_evictions++;
 }
 
-/* Evicts the least recently used adapter that no running sequence uses and that is not
- * pinned or `keep`. false when there is none. */
+/* Evicts the adapter the policy ranks lowest (evict.h: GDSF or LRU) among those no running
+ * sequence uses and that are not pinned or `keep`. false when there is none. */
 static bool evict_one_adapter(struct sched *s, const struct seq *keep)
 {
 	struct adapter_entry *victim = NULL;
@@ -256,31 +299,58 @@ static bool evict_one_adapter(struct sched *s, const struct seq *keep)
 			kept = kept || keep->loras[j].entry == a;
 		if (kept)
 			continue;
-		if (!victim || a->last_used < victim->last_used)
+		if (!victim || evict_before(&a->hot_meta, &victim->hot_meta))
 			victim = a;
 	}
 	if (!victim)
 		return false;
-	adapter_evict(s, victim);
+	adapter_evict(s, victim, false);
 	return true;
 }
 
-/* Makes a resident, evicting others (never those `keep` needs). -ENOSPC if it cannot fit. */
+static uint64_t hot_used(const struct sched *s)
+{
+	return (uint64_t) page_pool_n_kind(s->pool, PAGE_KIND_ADAPTER) * page_pool_page_bytes(s->pool);
+}
+
+/* Makes a resident (hot), evicting others (never those `keep` needs), within the pool and
+ * the hot budget. A tiered adapter is built from its warm copy: -EAGAIN when it has none.
+ * -ENOSPC if it cannot fit now, -E2BIG if it never can. */
 static int adapter_make_resident(struct sched *s, struct adapter_entry *a, const struct seq *keep)
 {
-	size_t need = lora_resident_pages_needed(a->adapter, page_pool_page_bytes(s->pool));
+	size_t page_bytes = page_pool_page_bytes(s->pool);
+	size_t need = lora_resident_pages_needed(a->adapter, page_bytes);
 	struct lora_resident *res = NULL;
+	const void *image = NULL;
+	size_t image_bytes = 0;
+	uint64_t t0;
 	int r;
 
 	if (a->res)
 		return 0;
-	if (need == (size_t) -1)
+	if (need == (size_t) -1 || (uint64_t) need * page_bytes > s->hot_budget)
 		return -E2BIG;
-	while (page_pool_n_free(s->pool) < need)
-		if (!evict_one_adapter(s, keep))
+	if (a->blob) {
+		image = tiers_get(s->tiers, a->blob, &image_bytes);
+		if (!image)
+			return -EAGAIN;
+	}
+	while (page_pool_n_free(s->pool) < need ||
+	       hot_used(s) + (uint64_t) need * page_bytes > s->hot_budget)
+		if (!evict_one_adapter(s, keep)) {
+			if (image)
+				tiers_put(s->tiers, a->blob);
 			return -ENOSPC;
-	r = lora_resident_new(a->adapter, s->m->hp.n_layer, page_pool_page_bytes(s->pool),
-			      pool_page_for_adapter, s, &res, NULL);
+		}
+	t0 = now_ns();
+	if (image)
+		(void) lora_adapter_set_image(a->adapter, image, image_bytes);
+	r = lora_resident_new(a->adapter, s->m->hp.n_layer, page_bytes, pool_page_for_adapter, s,
+			      &res, NULL);
+	if (image) {
+		(void) lora_adapter_set_image(a->adapter, NULL, 0);
+		tiers_put(s->tiers, a->blob);
+	}
 	if (r < 0) {
 		if (res)
 			for (size_t i = 0; i < res->n_pages; i++)
@@ -289,7 +359,272 @@ static int adapter_make_resident(struct sched *s, struct adapter_entry *a, const
 		return r;
 	}
 	a->res = res;
+	a->promote_ns = now_ns() - t0;
+	s->stats.promotions++;
+	s->stats.promote_build_ns += a->promote_ns;
+	/* what it would cost to bring back: this build, plus the read from disk when the warm
+	 * copy is gone by then (its last measured load) */
+	a->hot_meta.bytes = (uint64_t) res->n_pages * page_bytes;
+	a->hot_meta.cost = (double) a->promote_ns * 1e-9;
+	if (a->blob) {
+		struct tier_blob_info wi;
+
+		tiers_blob_info(s->tiers, a->blob, &wi);
+		a->hot_meta.cost += (double) wi.load_ns * 1e-9;
+	}
+	evict_insert(s->p.eviction, &s->hot_clock, &a->hot_meta);
 	return 0;
+}
+
+/* Adapters smaller than this in the pool are made hot on the scheduler thread. */
+#define BUILD_THREAD_MIN_BYTES (2u << 20)
+
+static uint64_t adapter_hot_bytes(const struct sched *s, const struct adapter_entry *a)
+{
+	size_t page_bytes = page_pool_page_bytes(s->pool);
+
+	return (uint64_t) lora_resident_pages_needed(a->adapter, page_bytes) * page_bytes;
+}
+
+/* Reserves a's pages (evicting by the policy, never what `keep` needs) and queues its hot
+ * build for the builder thread: -EINPROGRESS. -EAGAIN when its warm copy is gone, -ENOSPC
+ * when it does not fit now, -E2BIG when it never can. Tiered adapters only. */
+static int adapter_start_build(struct sched *s, struct adapter_entry *a, const struct seq *keep)
+{
+	size_t page_bytes = page_pool_page_bytes(s->pool);
+	size_t need = lora_resident_pages_needed(a->adapter, page_bytes);
+	const void *image;
+	size_t image_bytes = 0;
+
+	if (a->res || a->building)
+		return a->res ? 0 : -EINPROGRESS;
+	if (need == (size_t) -1 || (uint64_t) need * page_bytes > s->hot_budget)
+		return -E2BIG;
+	image = tiers_get(s->tiers, a->blob, &image_bytes);
+	if (!image)
+		return -EAGAIN;
+	while (page_pool_n_free(s->pool) < need ||
+	       hot_used(s) + (uint64_t) need * page_bytes > s->hot_budget)
+		if (!evict_one_adapter(s, keep)) {
+			tiers_put(s->tiers, a->blob);
+			return -ENOSPC;
+		}
+	a->build_pages = malloc(MAX(need, (size_t) 1) * sizeof(*a->build_pages));
+	if (!a->build_pages) {
+		tiers_put(s->tiers, a->blob);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < need; i++)
+		a->build_pages[i] = page_pool_alloc(s->pool, PAGE_KIND_ADAPTER, 0);
+	a->n_build_pages = need;
+	a->build_next = 0;
+	a->build_image = image;
+	a->build_image_bytes = image_bytes;
+	a->build_error = 0;
+	a->building = true;
+	a->build_taken = false;
+	pthread_cond_broadcast(&s->build_cond);
+	return -EINPROGRESS;
+}
+
+/* The builder's page provider: the reserved pages, no lock needed. */
+static void *build_page(void *userdata, uint32_t *ret_id)
+{
+	struct adapter_entry *a = ((void **) userdata)[0];
+	struct sched *s = ((void **) userdata)[1];
+
+	if (a->build_next >= a->n_build_pages)
+		return NULL;
+	*ret_id = a->build_pages[a->build_next++];
+	return page_pool_addr(s->pool, *ret_id);
+}
+
+/* Ends a build under the lock: the hot form in place (and the unused reservation back), or
+ * every page back and the error kept for the requests that wait. */
+static void build_finish(struct sched *s, struct adapter_entry *a, struct lora_resident *res,
+			 int r, uint64_t ns)
+{
+	size_t page_bytes = page_pool_page_bytes(s->pool);
+
+	for (size_t i = r < 0 ? 0 : a->build_next; i < a->n_build_pages; i++)
+		page_pool_release_discard(s->pool, a->build_pages[i]);
+	free(a->build_pages);
+	a->build_pages = NULL;
+	a->n_build_pages = a->build_next = 0;
+	tiers_put(s->tiers, a->blob);
+	a->build_image = NULL;
+	a->building = a->build_taken = false;
+	if (r < 0) {
+		lora_resident_free(res); /* its pages were the reservation's, released above */
+		a->build_error = r;
+		return;
+	}
+	a->res = res;
+	a->promote_ns = ns;
+	s->stats.promotions++;
+	s->stats.promote_build_ns += ns;
+	a->hot_meta.bytes = (uint64_t) res->n_pages * page_bytes;
+	a->hot_meta.cost = (double) ns * 1e-9;
+	{
+		struct tier_blob_info wi;
+
+		tiers_blob_info(s->tiers, a->blob, &wi);
+		a->hot_meta.cost += (double) wi.load_ns * 1e-9;
+	}
+	evict_insert(s->p.eviction, &s->hot_clock, &a->hot_meta);
+}
+
+static void *builder_thread(void *arg)
+{
+	struct sched *s = arg;
+
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		struct adapter_entry *a = NULL;
+
+		for (size_t i = 0; !s->stopping && !s->hold_builds && i < s->n_adapters && !a; i++)
+			if (s->adapters[i]->building && !s->adapters[i]->build_taken)
+				a = s->adapters[i];
+		if (s->stopping)
+			break;
+		if (!a) {
+			pthread_cond_wait(&s->build_cond, &s->lock);
+			continue;
+		}
+		a->build_taken = true;
+		pthread_mutex_unlock(&s->lock);
+
+		/* the adapter is only read here while building (sched_remove_adapter refuses) */
+		struct lora_resident *res = NULL;
+		void *ud[2] = { a, s };
+		uint64_t t0 = now_ns();
+		int r;
+
+		(void) lora_adapter_set_image(a->adapter, a->build_image, a->build_image_bytes);
+		r = lora_resident_new(a->adapter, s->m->hp.n_layer, page_pool_page_bytes(s->pool),
+				      build_page, ud, &res, NULL);
+		(void) lora_adapter_set_image(a->adapter, NULL, 0);
+
+		pthread_mutex_lock(&s->lock);
+		build_finish(s, a, res, r, now_ns() - t0);
+		pthread_cond_broadcast(&s->wake);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
+}
+
+/* The adapter leaves the tiers (its blob does not fit the warm tier): from now on it is read
+ * from its file when made hot. Requests that said they need the blob forget it. */
+static void adapter_untier(struct sched *s, struct adapter_entry *a)
+{
+	struct seq **lists[2] = { s->waiting, s->running };
+	uint32_t counts[2] = { s->n_waiting, s->n_running };
+
+	for (int l = 0; l < 2; l++)
+		for (uint32_t i = 0; i < counts[l]; i++)
+			for (uint32_t k = 0; k < lists[l][i]->n_loras; k++)
+				if (lists[l][i]->loras[k].entry == a)
+					lists[l][i]->loras[k].needs_warm = false;
+	tiers_remove(s->tiers, a->blob);
+	a->blob = NULL;
+}
+
+/* Whether q's adapters can be made hot now: 1 yes (hot, warm, or not tiered), 0 not yet (a
+ * cold one is being read: the loader thread was asked), -errno when one is bad (message in
+ * msg). Counts hits and misses once per request. */
+static int seq_adapters_ready(struct sched *s, struct seq *q, char *msg, size_t msg_size)
+{
+	int ready = 1;
+
+	for (uint32_t i = 0; i < q->n_loras; i++) {
+		struct adapter_entry *a = q->loras[i].entry;
+		enum tier_state st;
+
+		if (!q->counted) {
+			if (a->res)
+				a->hot_hits++, s->stats.hot_hits++;
+			else {
+				a->hot_misses++, s->stats.hot_misses++;
+				if (!q->wait_since_ns)
+					q->wait_since_ns = now_ns();
+			}
+		}
+		if (a->res || !a->blob)
+			continue;
+		if (a->build_error < 0) {
+			int r = a->build_error;
+
+			a->build_error = 0;
+			snprintf(msg, msg_size, "adapter '%.64s' could not be made hot: %s",
+				 a->adapter->meta.name, strerror(-r));
+			q->counted = true;
+			return r;
+		}
+		if (a->building) {
+			ready = 0;
+			continue;
+		}
+		st = tiers_want(s->tiers, a->blob, !q->counted);
+		if (!q->loras[i].needs_warm && st != TIER_BAD) {
+			tiers_need(s->tiers, a->blob, true);
+			q->loras[i].needs_warm = true;
+		}
+		if (st == TIER_BAD) {
+			struct errmsg e = { { 0 } };
+			int r = tiers_bad(s->tiers, a->blob, &e);
+
+			if (r == -E2BIG) {
+				/* bigger than the whole warm tier: served as before the tiers,
+				 * read from its file (per-matrix hashes checked) into the pool */
+				adapter_untier(s, a);
+				continue;
+			}
+			snprintf(msg, msg_size, "adapter '%.64s' is unusable: %.220s",
+				 a->adapter->meta.name, e.text);
+			q->counted = true;
+			return r < 0 ? r : -EIO;
+		}
+		if (st != TIER_WARM)
+			ready = 0;
+	}
+	q->counted = true;
+	return ready;
+}
+
+static void promote_observe(struct sched *s, struct seq *q)
+{
+	double sec;
+	size_t b = 0;
+
+	if (!q->wait_since_ns)
+		return;
+	sec = (double) (now_ns() - q->wait_since_ns) * 1e-9;
+	while (b < SCHED_PROMOTE_BUCKETS - 1 && sec > sched_promote_bounds[b])
+		b++;
+	s->stats.promote_hist[b]++;
+	s->stats.promote_seconds += sec;
+	q->wait_since_ns = 0;
+}
+
+/* Prefetched adapters whose warm copy arrived become hot, if there is room without evicting
+ * anything a request uses. */
+static void prefetch_promote(struct sched *s)
+{
+	for (size_t i = 0; i < s->n_adapters; i++) {
+		struct adapter_entry *a = s->adapters[i];
+
+		if (!a->prefetch || a->res)
+			continue;
+		if (a->blob && tiers_want(s->tiers, a->blob, false) == TIER_LOADING)
+			continue;
+		if (a->building)
+			continue;
+		a->prefetch = false;
+		if (a->blob && adapter_hot_bytes(s, a) >= s->p.build_thread_min_bytes)
+			(void) adapter_start_build(s, a, NULL); /* hot when the builder is done */
+		else if (adapter_make_resident(s, a, NULL) == 0)
+			a->last_used = s->stats.steps;
+	}
 }
 
 /* ---- sequences ---- */
@@ -310,6 +645,16 @@ static void seq_release_blocks(struct sched *s, struct seq *q)
 		page_pool_release(s->pool, q->blocks[i]);
 	q->n_blocks = 0;
 	q->n_computed = 0;
+}
+
+/* q no longer waits for its adapters' warm copies (admitted or finished). */
+static void seq_release_warm(struct sched *s, struct seq *q)
+{
+	for (uint32_t i = 0; i < q->n_loras; i++)
+		if (q->loras[i].needs_warm) {
+			tiers_need(s->tiers, q->loras[i].entry->blob, false);
+			q->loras[i].needs_warm = false;
+		}
 }
 
 static void seq_drop_adapter_refs(struct seq *q, bool running)
@@ -349,6 +694,7 @@ static void seq_finish(struct sched *s, struct seq *q, enum sched_finish why, in
 		seq_release_blocks(s, q);
 		running_remove(s, q);
 	}
+	seq_release_warm(s, q);
 	seq_drop_adapter_refs(q, running);
 	pe = event_new(s, q, error < 0 ? SCHED_EVENT_ERROR : SCHED_EVENT_DONE);
 	if (pe) {
@@ -442,17 +788,49 @@ static uint64_t admit_key(const struct sched *s, const struct seq *q)
 
 static void admit(struct sched *s)
 {
-	while (s->n_running < s->p.max_sequences && s->n_waiting > 0) {
-		uint32_t best = 0, window = MIN(s->n_waiting, (uint32_t) ADMIT_WINDOW);
-		struct seq *q;
-		bool ok = true;
+	char ahead_msg[320];
 
-		/* preempted sequences (at the front) go first; otherwise fairness by caller, then
-		 * adapter, among the oldest few (ties: the oldest) */
-		if (s->waiting[0]->n_tokens == s->waiting[0]->n_prompt)
-			for (uint32_t i = 1; i < window; i++)
-				if (admit_key(s, s->waiting[i]) < admit_key(s, s->waiting[best]))
-					best = i;
+	prefetch_promote(s);
+	/* queue the loads of the requests coming up (errors are dealt with at admission) */
+	for (uint32_t i = 0; i < MIN(s->n_waiting, (uint32_t) LOAD_LOOKAHEAD); i++)
+		(void) seq_adapters_ready(s, s->waiting[i], ahead_msg, sizeof(ahead_msg));
+	while (s->n_running < s->p.max_sequences && s->n_waiting > 0) {
+		uint32_t best = UINT32_MAX, window = MIN(s->n_waiting, (uint32_t) ADMIT_WINDOW);
+		struct seq *q;
+		bool ok = true, bad = false;
+
+		/* Only sequences whose adapters are at least warm are candidates: one waiting
+		 * for the disk waits alone while the rest are admitted and keep decoding. A bad
+		 * adapter's requests end at once. */
+		for (uint32_t i = 0; i < window; i++) {
+			if (i == window - 1 && best == UINT32_MAX)
+				window = MIN(s->n_waiting, (uint32_t) ADMIT_WINDOW_BLOCKED);
+			char msg[320];
+			int r = seq_adapters_ready(s, s->waiting[i], msg, sizeof(msg));
+
+			if (r < 0) {
+				q = s->waiting[i];
+				waiting_remove_at(s, i);
+				seq_finish(s, q, SCHED_FINISH_STOP, r, msg);
+				bad = true;
+				break;
+			}
+			if (r == 0)
+				continue;
+			/* preempted sequences (at the front) go first; otherwise fairness by
+			 * caller, then adapter, among the oldest few (ties: the oldest) */
+			if (best == UINT32_MAX)
+				best = i;
+			else if (s->waiting[best]->n_tokens == s->waiting[best]->n_prompt &&
+				 admit_key(s, s->waiting[i]) < admit_key(s, s->waiting[best]))
+				best = i;
+			if (i == 0 && s->waiting[0]->n_tokens != s->waiting[0]->n_prompt)
+				break;
+		}
+		if (bad)
+			continue;
+		if (best == UINT32_MAX)
+			break; /* everything in the window waits for the loader */
 		q = s->waiting[best];
 		/* Admit only with room for its first chunk, unless nothing runs: otherwise it would
 		 * be preempted again at once. */
@@ -462,9 +840,26 @@ static void admit(struct sched *s)
 			if (page_pool_n_free(s->pool) < (first + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS)
 				break;
 		}
-		for (uint32_t i = 0; i < q->n_loras && ok; i++) {
-			int r = adapter_make_resident(s, q->loras[i].entry, q);
+		bool started = false;
 
+		for (uint32_t i = 0; ok && i < q->n_loras; i++) { /* q is freed on failure */
+			struct adapter_entry *a = q->loras[i].entry;
+			/* a big adapter is built on the builder thread (the batch goes on); a
+			 * small one here, at once: its build is shorter than a thread hand-off */
+			int r = a->blob && adapter_hot_bytes(s, a) >= s->p.build_thread_min_bytes
+					? adapter_start_build(s, a, q)
+					: adapter_make_resident(s, a, q);
+
+			if (r == -EINPROGRESS) {
+				/* built off this thread: q waits for it, the others go on */
+				started = true;
+				continue;
+			}
+			if (r == -EAGAIN) {
+				/* its warm copy went meanwhile: asked for again on the next look */
+				started = true;
+				continue;
+			}
 			if (r == -ENOSPC) {
 				ok = false; /* wait for memory */
 			} else if (r < 0) {
@@ -482,13 +877,20 @@ static void admit(struct sched *s)
 			continue;
 		if (!ok)
 			break;
+		if (started)
+			continue; /* not ready any more (building): the next candidate */
 		waiting_remove_at(s, best);
+		seq_release_warm(s, q);
+		promote_observe(s, q);
 		q->state = SEQ_RUNNING;
 		q->admitted = ++s->admit_counter;
 		s->recent_callers[s->n_recent++ % RECENT_ADMISSIONS] = q->caller;
 		for (uint32_t i = 0; i < q->n_loras; i++) {
-			q->loras[i].entry->running_users++;
-			q->loras[i].entry->last_used = s->stats.steps;
+			struct adapter_entry *a = q->loras[i].entry;
+
+			a->running_users++;
+			a->last_used = s->stats.steps;
+			evict_hit(s->p.eviction, &s->hot_clock, &a->hot_meta);
 		}
 		s->running[s->n_running++] = q;
 	}
@@ -717,6 +1119,20 @@ int sched_step(struct sched *s)
 
 /* ---- thread ---- */
 
+/* A prefetched adapter whose warm copy is there (or that needs no copy) waits to be made
+ * hot by a step. */
+static bool prefetch_ready(struct sched *s)
+{
+	for (size_t i = 0; i < s->n_adapters; i++) {
+		struct adapter_entry *a = s->adapters[i];
+
+		if (a->prefetch && !a->res && !a->building &&
+		    (!a->blob || tiers_want(s->tiers, a->blob, false) != TIER_LOADING))
+			return true;
+	}
+	return false;
+}
+
 static void *sched_thread(void *arg)
 {
 	struct sched *s = arg;
@@ -724,7 +1140,8 @@ static void *sched_thread(void *arg)
 	for (;;) {
 		pthread_mutex_lock(&s->lock);
 		/* Held (tests), the thread wakes only to run cancellations. */
-		while (!s->stopping && ((s->n_waiting == 0 && s->n_running == 0) ||
+		while (!s->stopping &&
+		       ((s->n_waiting == 0 && s->n_running == 0 && !prefetch_ready(s)) ||
 					(held_locked(s) && !s->poked)))
 			pthread_cond_wait(&s->wake, &s->lock);
 		bool stop = s->stopping;
@@ -732,9 +1149,20 @@ static void *sched_thread(void *arg)
 		if (stop)
 			return NULL;
 		if (sched_step(s) == 0) {
-			/* waiting requests that cannot be admitted yet (memory): do not spin hot */
-			struct timespec ts = { 0, 1000000 };
-			nanosleep(&ts, NULL);
+			/* waiting requests that cannot be admitted yet (memory, or a cold adapter
+			 * being read): do not spin hot; a finished load wakes us at once */
+			struct timespec ts;
+
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 1000000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_mutex_lock(&s->lock);
+			if (!s->stopping)
+				(void) pthread_cond_timedwait(&s->wake, &s->lock, &ts);
+			pthread_mutex_unlock(&s->lock);
 		}
 	}
 }
@@ -752,6 +1180,24 @@ int sched_start(struct sched *s)
 }
 
 /* ---- construction ---- */
+
+/* The loader thread finished a load: what waited for it may be admitted now. */
+static void tiers_changed(void *userdata)
+{
+	struct sched *s = userdata;
+
+	pthread_mutex_lock(&s->lock);
+	pthread_cond_broadcast(&s->wake);
+	pthread_mutex_unlock(&s->lock);
+}
+
+static void tiers_bad_blob(const char *key, int error, const char *message, void *userdata)
+{
+	struct sched *s = userdata;
+
+	if (s->p.on_adapter_bad)
+		s->p.on_adapter_bad(key, error, message, s->p.userdata);
+}
 
 size_t sched_page_bytes(const struct model *m)
 {
@@ -806,8 +1252,32 @@ int sched_new(const struct model *m, const struct sched_params *params, struct s
 	s->max_blocks = (p.max_context + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->wake, NULL);
+	pthread_cond_init(&s->build_cond, NULL);
 	pthread_cond_init(&s->idle, NULL);
+	s->hot_budget = p.hot_bytes == SCHED_HOT_BYTES_HALF ? (uint64_t) n_pages * page_bytes / 2
+			: p.hot_bytes ? MIN(p.hot_bytes, (uint64_t) n_pages * page_bytes)
+				      : (uint64_t) n_pages * page_bytes;
+	s->p.warm_bytes = p.warm_bytes ? p.warm_bytes : 2ull << 30;
+	if (!s->p.build_thread_min_bytes)
+		s->p.build_thread_min_bytes = BUILD_THREAD_MIN_BYTES;
 	r = page_pool_new(page_bytes, n_pages, &s->pool);
+	if (r >= 0) {
+		struct tiers_params tp = {
+			.warm_bytes = s->p.warm_bytes,
+			.eviction = p.eviction,
+			.loader = p.loader,
+			.topology = p.topology,
+			.on_change = tiers_changed,
+			.on_bad = tiers_bad_blob,
+			.userdata = s,
+		};
+
+		r = tiers_new(&tp, &s->tiers);
+	}
+	if (r >= 0) {
+		r = -pthread_create(&s->builder, NULL, builder_thread, s);
+		s->builder_started = r == 0;
+	}
 	if (r >= 0)
 		r = threadpool_new(p.n_threads, &s->threads);
 	if (r >= 0)
@@ -849,6 +1319,16 @@ struct sched *sched_free(struct sched *s)
 	pthread_mutex_unlock(&s->lock);
 	if (s->thread_started)
 		pthread_join(s->thread, NULL);
+	/* the builder (a build in progress ends first), then the loader thread, which calls back
+	 * into s; builds never started give their reservations back */
+	pthread_mutex_lock(&s->lock);
+	pthread_cond_broadcast(&s->build_cond);
+	pthread_mutex_unlock(&s->lock);
+	if (s->builder_started)
+		pthread_join(s->builder, NULL);
+	for (size_t i = 0; i < s->n_adapters; i++)
+		if (s->adapters[i]->building)
+			build_finish(s, s->adapters[i], NULL, -ECANCELED, 0);
 
 	pthread_mutex_lock(&s->lock);
 	while (s->running && s->n_running)
@@ -857,15 +1337,17 @@ struct sched *sched_free(struct sched *s)
 		struct seq *q = s->waiting[0];
 
 		waiting_remove_at(s, 0);
-		seq_finish(s, q, SCHED_FINISH_CANCELLED, 0, NULL);
+		seq_finish(s, q, SCHED_FINISH_CANCELLED, 0, NULL); /* lets go of its warm copies */
 	}
 	evs = events_take(s, &n_evs);
 	pthread_mutex_unlock(&s->lock);
 	events_flush(s, evs, n_evs);
 	free(evs);
+	/* last: the requests above still told it what they no longer need */
+	s->tiers = tiers_free(s->tiers);
 
 	for (size_t i = 0; i < s->n_adapters; i++) {
-		adapter_evict(s, s->adapters[i]);
+		adapter_evict(s, s->adapters[i], true);
 		lora_adapter_free(s->adapters[i]->adapter);
 		free(s->adapters[i]);
 	}
@@ -1049,7 +1531,11 @@ void sched_get_stats(struct sched *s, struct sched_stats *ret)
 	ret->pool_pages_free = page_pool_n_free(s->pool);
 	ret->pool_pages_kv = page_pool_n_kind(s->pool, PAGE_KIND_KV);
 	ret->pool_pages_adapters = page_pool_n_kind(s->pool, PAGE_KIND_ADAPTER);
+	ret->eviction = evict_policy_name(s->p.eviction);
+	ret->hot_budget_bytes = s->hot_budget;
+	ret->hot_bytes = hot_used(s);
 	pthread_mutex_unlock(&s->lock);
+	tiers_get_stats(s->tiers, &ret->tiers);
 }
 
 /* ---- adapter registry ---- */
@@ -1096,7 +1582,7 @@ int sched_remove_adapter(struct sched *s, const char *name)
 		pthread_mutex_unlock(&s->lock);
 		return -ENOENT;
 	}
-	if (a->users > 0) {
+	if (a->users > 0 || a->building) {
 		pthread_mutex_unlock(&s->lock);
 		return -EBUSY;
 	}
@@ -1107,8 +1593,11 @@ int sched_remove_adapter(struct sched *s, const char *name)
 			s->n_adapters--;
 			break;
 		}
-	adapter_evict(s, a);
-	s->stats.adapter_evictions--; /* an unload is not an eviction */
+	if (a->res) {
+		adapter_evict(s, a, true);
+		s->stats.adapter_evictions--; /* an unload is not an eviction */
+	}
+	tiers_remove(s->tiers, a->blob);
 	lora_adapter_free(a->adapter);
 	free(a);
 	pthread_mutex_unlock(&s->lock);
@@ -1122,12 +1611,36 @@ int sched_pin_adapter(struct sched *s, const char *name, bool pin)
 
 	pthread_mutex_lock(&s->lock);
 	a = adapter_find(s, name);
-	if (!a)
-		r = -ENOENT;
-	else if (pin && (r = adapter_make_resident(s, a, NULL)) == 0)
+	if (!a) {
+		pthread_mutex_unlock(&s->lock);
+		return -ENOENT;
+	}
+	if (pin && a->blob && !a->res) {
+		/* a pin makes it hot now: wait for the disk without the lock, the adapter held
+		 * against removal meanwhile (users > 0) */
+		a->users++;
+		pthread_mutex_unlock(&s->lock);
+		r = tiers_wait(s->tiers, a->blob, NULL);
+		pthread_mutex_lock(&s->lock);
+		a->users--;
+		if (r == -E2BIG && a->blob) {
+			adapter_untier(s, a); /* read from its file below */
+			r = 0;
+		}
+	}
+	while (r >= 0 && pin && a->building)
+		pthread_cond_wait(&s->wake, &s->lock); /* the builder broadcasts when done */
+	if (r < 0)
+		;
+	else if (pin && (r = adapter_make_resident(s, a, NULL)) == 0) {
 		a->pinned = true;
-	else if (!pin)
+		if (a->blob)
+			tiers_pin(s->tiers, a->blob, true);
+	} else if (!pin) {
 		a->pinned = false;
+		if (a->blob)
+			tiers_pin(s->tiers, a->blob, false);
+	}
 	pthread_mutex_unlock(&s->lock);
 	return r;
 }
@@ -1141,13 +1654,68 @@ int sched_prefetch_adapter(struct sched *s, const char *name)
 	a = adapter_find(s, name);
 	if (!a)
 		r = -ENOENT;
-	else {
+	else if (a->blob && !a->res) {
+		/* the loader thread reads it; a later step makes it hot (prefetch_promote) */
+		enum tier_state st = tiers_want(s->tiers, a->blob, false);
+
+		a->prefetch = true;
+		pthread_cond_broadcast(&s->wake);
+		r = st == TIER_BAD ? tiers_bad(s->tiers, a->blob, NULL) : 0;
+	} else {
 		r = adapter_make_resident(s, a, NULL);
 		if (r == 0)
 			a->last_used = s->stats.steps;
 	}
 	pthread_mutex_unlock(&s->lock);
 	return r;
+}
+
+int sched_set_adapter_source(struct sched *s, const char *name, const char *path,
+			     const uint8_t sha256[32])
+{
+	struct adapter_entry *a;
+	int r = 0;
+
+	pthread_mutex_lock(&s->lock);
+	a = adapter_find(s, name);
+	if (!a)
+		r = -ENOENT;
+	else if (a->blob)
+		r = -EEXIST;
+	else
+		r = tiers_add(s->tiers, name, path, sha256, &a->blob);
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+int sched_mark_adapter_bad(struct sched *s, const char *name, int error, const char *message)
+{
+	struct adapter_entry *a;
+	int r = 0;
+
+	pthread_mutex_lock(&s->lock);
+	a = adapter_find(s, name);
+	if (!a)
+		r = -ENOENT;
+	else if (!a->blob)
+		r = -EINVAL;
+	else
+		tiers_mark_bad(s->tiers, a->blob, error, message);
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+void sched_test_hold_builds(struct sched *s, bool hold)
+{
+	pthread_mutex_lock(&s->lock);
+	s->hold_builds = hold;
+	pthread_cond_broadcast(&s->build_cond);
+	pthread_mutex_unlock(&s->lock);
+}
+
+void sched_test_hold_loads(struct sched *s, bool hold)
+{
+	tiers_test_hold_loads(s->tiers, hold);
 }
 
 void sched_foreach_adapter(struct sched *s,
@@ -1164,8 +1732,17 @@ void sched_foreach_adapter(struct sched *s,
 			.rank = a->adapter->max_rank,
 			.requests = a->requests,
 			.bytes = a->res ? a->res->bytes : 0,
+			.hot_hits = a->hot_hits,
+			.hot_misses = a->hot_misses,
+			.has_blob = a->blob != NULL,
+			.warm = { .state = TIER_COLD, .node = -1 },
 		};
 
+		if (a->blob)
+			tiers_blob_info(s->tiers, a->blob, &info.warm);
+		info.tier = a->res ? "hot"
+			    : !a->blob ? "cold"
+				       : tier_state_name(info.warm.state);
 		fn(&info, userdata);
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -1186,10 +1763,16 @@ int sched_check_pool(struct sched *s)
 		if (s->waiting[i]->n_blocks)
 			r = -EUCLEAN; /* waiting sequences hold no memory */
 	for (size_t i = 0; i < s->n_adapters; i++)
-		ad += s->adapters[i]->res ? s->adapters[i]->res->n_pages : 0;
+		ad += (s->adapters[i]->res ? s->adapters[i]->res->n_pages : 0) +
+		      s->adapters[i]->n_build_pages;
 	if (r == 0 && (kv != page_pool_n_kind(s->pool, PAGE_KIND_KV) ||
 		       ad != page_pool_n_kind(s->pool, PAGE_KIND_ADAPTER)))
 		r = -EUCLEAN;
+	/* the tiers' budgets: hot adapter pages, warm copies */
+	if (r == 0 && hot_used(s) > s->hot_budget)
+		r = -EUCLEAN;
+	if (r == 0)
+		r = tiers_check(s->tiers);
 	pthread_mutex_unlock(&s->lock);
 	return r;
 }

@@ -13,6 +13,10 @@
  * pool has none, unused adapters are evicted first, then a victim sequence is preempted
  * (its blocks freed, its tokens recomputed when it resumes), so progress is guaranteed.
  *
+ * Adapters given a blob (sched_set_adapter_source) are tiered (tiers.h): a cold one is read by
+ * the loader thread while the batch goes on, a big one is made hot on the builder thread; only
+ * the requests that need it wait.
+ *
  * Threading: sched_submit(), sched_cancel(), sched_stats() and the adapter calls are safe from
  * any thread. Events are delivered on the scheduler's own thread (started by sched_start(), or
  * the caller's thread with sched_step() for tests): callbacks must not block and must not call
@@ -28,10 +32,13 @@
 #include "../basic/errmsg.h"
 #include "../basic/macro.h"
 #include "../engine/sampler.h"
+#include "tiers.h"
 
 struct model;
 struct lora_adapter;
 struct sched;
+
+#define SCHED_HOT_BYTES_HALF UINT64_MAX
 
 struct sched_params {
 	uint32_t max_sequences;  /* running at once (default 8) */
@@ -41,6 +48,21 @@ struct sched_params {
 	uint32_t step_tokens;    /* token budget of one step (default 256) */
 	size_t pool_bytes;       /* the paged pool (default: enough for max_sequences full contexts) */
 	int n_threads;           /* compute threads (default: online CPUs) */
+	/* Adapter tiers (tiers.h). hot_bytes: adapter weights in the pool at most (0: the whole
+	 * pool; the daemon's default is half, [Adapters] HotBytes=); warm_bytes: warm copies of
+	 * blobs (0: 2 GiB); eviction: the policy of both tiers (default GDSF). */
+	uint64_t hot_bytes;      /* SCHED_HOT_BYTES_HALF: half the pool */
+	uint64_t warm_bytes;
+	enum evict_policy eviction;
+	struct blob_loader_params loader;
+	const struct numa_topology *topology; /* tests: NULL = the system's */
+	/* warm → hot builds of adapters at least this big in the pool run on the builder thread
+	 * (the batch goes on meanwhile); smaller ones on the scheduler thread. 0: 2 MiB */
+	uint64_t build_thread_min_bytes;
+	/* An adapter's blob failed to load (corrupt, truncated, unreadable): called on the loader
+	 * thread; the daemon marks the version bad. May be NULL. */
+	void (*on_adapter_bad)(const char *name, int error, const char *message, void *userdata);
+	void *userdata;
 };
 
 enum sched_finish {
@@ -130,6 +152,9 @@ void sched_drain(struct sched *s, uint64_t timeout_ns);
  */
 void sched_test_hold(struct sched *s, uint64_t after_tokens);
 
+#define SCHED_PROMOTE_BUCKETS 9
+extern const double sched_promote_bounds[SCHED_PROMOTE_BUCKETS - 1]; /* seconds */
+
 struct sched_stats {
 	uint32_t waiting;
 	uint32_t running;
@@ -143,6 +168,18 @@ struct sched_stats {
 	size_t pool_pages_adapters;
 	size_t pool_pages_free;
 	size_t page_bytes;
+	/* adapter tiers */
+	const char *eviction;       /* "gdsf" or "lru" */
+	uint64_t hot_budget_bytes;
+	uint64_t hot_bytes;         /* adapter pages × page bytes */
+	uint64_t hot_hits, hot_misses; /* per request and adapter, at admission */
+	uint64_t promotions;        /* warm → hot */
+	uint64_t promote_build_ns;  /* summed time building hot forms (on the scheduler thread) */
+	/* how long requests waited for an adapter that was not hot: counts per bucket
+	 * (upper bounds sched_promote_bounds[], the last +Inf), and the sum */
+	uint64_t promote_hist[SCHED_PROMOTE_BUCKETS];
+	double promote_seconds;
+	struct tiers_stats tiers;   /* warm tier and loader */
 };
 void sched_get_stats(struct sched *s, struct sched_stats *ret);
 
@@ -153,8 +190,23 @@ int sched_add_adapter(struct sched *s, struct lora_adapter *a, struct errmsg *e)
 /* -EBUSY while a waiting or running request uses it. */
 int sched_remove_adapter(struct sched *s, const char *name);
 int sched_pin_adapter(struct sched *s, const char *name, bool pin);
-/* A hint: make the adapter resident soon (before a request needs it). */
+/* A hint: make the adapter resident soon (before a request needs it). Returns at once: a
+ * cold adapter is read by the loader thread, then made hot on a later step. */
 int sched_prefetch_adapter(struct sched *s, const char *name);
+/* The adapter's weights live in the blob at path with this SHA-256 (a registry blob): it
+ * becomes tiered — cold until asked for, read and checked by the loader thread into the warm
+ * tier, made hot from there. A corrupt blob fails the requests that need it, with the reason,
+ * and calls on_adapter_bad. -ENOENT unknown adapter, -EEXIST already set. */
+int sched_set_adapter_source(struct sched *s, const char *name, const char *path,
+			     const uint8_t sha256[32]);
+/* Marks a tiered adapter bad without reading its blob (a mark the daemon kept from an earlier
+ * run and found still true): its requests fail at once with message. -ENOENT, -EINVAL when it
+ * has no blob. */
+int sched_mark_adapter_bad(struct sched *s, const char *name, int error, const char *message);
+/* Tests: while held, no cold adapter starts loading (see tiers_test_hold_loads). */
+void sched_test_hold_loads(struct sched *s, bool hold);
+/* Tests: while held, the builder thread starts no warm → hot build. */
+void sched_test_hold_builds(struct sched *s, bool hold);
 
 struct sched_adapter_info {
 	const char *name;    /* valid until the adapter is removed */
@@ -163,6 +215,11 @@ struct sched_adapter_info {
 	uint32_t rank;
 	uint64_t requests;   /* requests that used it */
 	size_t bytes;        /* weight bytes when resident */
+	/* tiers */
+	const char *tier;    /* "hot", "warm", "loading", "cold", "bad" */
+	uint64_t hot_hits, hot_misses;
+	bool has_blob;       /* tiered through its registry blob (sched_set_adapter_source) */
+	struct tier_blob_info warm; /* when has_blob */
 };
 /* Calls fn for every registered adapter (under the scheduler's lock: fn must not call in). */
 void sched_foreach_adapter(struct sched *s,
