@@ -57,8 +57,8 @@ stage "build: mollyd, molly, libmolly (build/release)"
 if [ ! -f "$build/build.ninja" ]; then
 	cmake --preset release >"$T/cmake.log" 2>&1 || { cat "$T/cmake.log"; failed=1; finish; }
 fi
-# test-registry runs again in the two-node guest (its NUMA cases skip on one-node machines)
-if ! cmake --build "$build" --target mollyd molly molly-client test-registry >"$T/build.log" 2>&1; then
+# test-tiers' NUMA cases run again in the two-node guest (numa_two_node_guest skips elsewhere)
+if ! cmake --build "$build" --target mollyd molly molly-client test-tiers >"$T/build.log" 2>&1; then
 	tail -n 30 "$T/build.log"
 	failed=1
 	finish
@@ -144,8 +144,8 @@ accel=tcg
 stage "boot: qemu -accel $accel, 2 CPUs on 2 NUMA nodes, timeout ${boot_timeout}s"
 log=$T/serial.log
 start=$SECONDS
-# Two NUMA nodes of one CPU (one socket each: a node split inside a package WARNs) and 1 GiB each: the machines here have one, the guest shows the
-# registry's placement across two.
+# Two NUMA nodes of one CPU (one socket each: a node split inside a package WARNs) and 1 GiB
+# each: the machines here have one, the guest shows the tiers' placement across two.
 timeout "$boot_timeout" qemu-system-x86_64 -accel "$accel" -cpu max -m 2048 -smp 2,sockets=2,cores=1,threads=1 -nographic -no-reboot \
 	-object memory-backend-ram,id=mem0,size=1024M -object memory-backend-ram,id=mem1,size=1024M \
 	-numa node,nodeid=0,cpus=0,memdev=mem0 -numa node,nodeid=1,cpus=1,memdev=mem1 \
