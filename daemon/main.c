@@ -327,10 +327,12 @@ static int step_egress(struct daemon *d, const struct passwd *user, struct errms
  * uses only when kmod-shim's control node is absent. Never fatal. */
 static int step_cuse(struct daemon *d, const struct passwd *user, struct errmsg *e)
 {
-	const char *ctl = getenv("MOLLY_DEV_CONTROL");
+	const char *ctl = getenv("MOLLY_DEV_CONTROL"), *cuse = getenv("MOLLY_DEV_CUSE");
 
 	if (access(ctl && *ctl ? ctl : "/dev/molly-control", F_OK) == 0)
 		return 0; /* the module is there */
+	if (cuse && strcmp(cuse, "0") == 0)
+		return 0; /* MOLLY_DEV_CUSE=0: no fallback (tests' daemons must not make /dev/molly) */
 	d->cuse_fd = open("/dev/cuse", O_RDWR | O_CLOEXEC);
 	if (d->cuse_fd < 0) {
 		log_debug("no /dev/cuse (%m): without kmod-shim the device will be off");
