@@ -34,6 +34,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <systemd/sd-daemon.h>
@@ -44,6 +45,7 @@
 #include "egress/client.h"
 #include "egress/egress.h"
 #include "front/dbus.h"
+#include "front/dev.h"
 #include "front/http.h"
 #include "manager.h"
 
@@ -68,6 +70,8 @@ struct daemon {
 	sd_event *event;
 	struct dbus_front *dbus;
 	struct http_front *http;
+	struct dev_front *dev;
+	int cuse_fd;                   /* /dev/cuse, opened as root for the dev front, or -EBADF */
 
 	bool stopping;
 	bool drained;
@@ -319,9 +323,28 @@ static int step_egress(struct daemon *d, const struct passwd *user, struct errms
 	return 0;
 }
 
+/* /dev/cuse is root's: open it now for the CUSE fallback of /dev/molly, which the dev front
+ * uses only when kmod-shim's control node is absent. Never fatal. */
+static int step_cuse(struct daemon *d, const struct passwd *user, struct errmsg *e)
+{
+	const char *ctl = getenv("MOLLY_DEV_CONTROL"), *cuse = getenv("MOLLY_DEV_CUSE");
+
+	if (access(ctl && *ctl ? ctl : "/dev/molly-control", F_OK) == 0)
+		return 0; /* the module is there */
+	if (cuse && strcmp(cuse, "0") == 0)
+		return 0; /* MOLLY_DEV_CUSE=0: no fallback (tests' daemons must not make /dev/molly) */
+	d->cuse_fd = open("/dev/cuse", O_RDWR | O_CLOEXEC);
+	if (d->cuse_fd < 0) {
+		log_debug("no /dev/cuse (%m): without kmod-shim the device will be off");
+		d->cuse_fd = -EBADF;
+	}
+	return 0;
+}
+
 static const struct privileged_step privileged_steps[] = {
 	{ "directories", step_directories },
 	{ "egress", step_egress },
+	{ "cuse", step_cuse },
 };
 
 /* Whether any capability is still permitted or effective. */
@@ -688,7 +711,8 @@ static int run(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{},
 	};
-	struct daemon d = { .drain_fd = -EBADF, .denial_lock = PTHREAD_MUTEX_INITIALIZER };
+	struct daemon d = { .drain_fd = -EBADF, .cuse_fd = -EBADF,
+			    .denial_lock = PTHREAD_MUTEX_INITIALIZER };
 	struct dbus_front_hooks hooks = { .reload = daemon_reload, .userdata = &d };
 	enum log_target target = LOG_TARGET_AUTO;
 	struct errmsg e = { { 0 } };
@@ -824,6 +848,12 @@ static int run(int argc, char **argv)
 		log_error_errno(r, "HTTP: %s", e.text);
 		goto out;
 	}
+	/* /dev/molly: never fatal; without kmod-shim the device is off (Status says why). */
+	r = dev_front_new(d.event, d.manager, TAKE_FD(d.cuse_fd), &d.dev, &e);
+	if (r < 0) {
+		log_error_errno(r, "/dev/molly: %s", e.text);
+		goto out;
+	}
 
 	if (sd_watchdog_enabled(false, &d.watchdog_usec) > 0 && d.watchdog_usec > 0) {
 		uint64_t now = 0;
@@ -849,6 +879,7 @@ out:
 		dbus_front_stop_accepting(d.dbus);
 	/* The fronts go first: they cancel and wait (bounded) for what they still hold, while
 	 * the scheduler is still there to deliver the final events. */
+	d.dev = dev_front_free(d.dev);
 	d.http = http_front_free(d.http);
 	d.dbus = dbus_front_free(d.dbus);
 	if (d.drain_started)
@@ -863,6 +894,8 @@ out:
 	sd_event_source_disable_unref(d.watchdog_timer);
 	if (d.drain_fd >= 0)
 		close(d.drain_fd);
+	if (d.cuse_fd >= 0)
+		close(d.cuse_fd);
 	sd_event_unref(d.event);
 	config_unref(d.config);
 	if (r >= 0)

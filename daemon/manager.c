@@ -128,6 +128,8 @@ struct mreq {
 
 struct manager {
 	pthread_mutex_t lock;
+	/* The /dev/molly front's state for Status (manager_set_device_status), under lock. */
+	char device_status[256];
 	struct config *config;        /* owned reference */
 	struct model *model;          /* owned */
 	struct sched *sched;          /* owned */
@@ -2839,4 +2841,18 @@ const char *manager_egress_status(struct manager *m)
 	if (!c->egress_enforce)
 		return "off (Enforce=no): remote calls run in the daemon's process";
 	return c->n_targets ? "off" : "not needed: no remote targets";
+}
+
+void manager_set_device_status(struct manager *m, const char *status)
+{
+	pthread_mutex_lock(&m->lock);
+	snprintf(m->device_status, sizeof(m->device_status), "%s", status ? status : "");
+	pthread_mutex_unlock(&m->lock);
+}
+
+void manager_device_status(struct manager *m, char *buf, size_t size)
+{
+	pthread_mutex_lock(&m->lock);
+	snprintf(buf, size, "%s", m->device_status[0] ? m->device_status : "off");
+	pthread_mutex_unlock(&m->lock);
 }

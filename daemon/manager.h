@@ -125,7 +125,7 @@ struct manager_caller {
 	uid_t uid;           /* (uid_t) -1 when unknown (HTTP over TCP) */
 	const char *member;  /* [Member NAME] the caller authenticated as (API key or UIDs=), or
 	                      * NULL: no member scopes apply */
-	const char *front;   /* "dbus", "http": for logs and per-front counters */
+	const char *front;   /* "dbus", "http", "dev": for logs and per-front counters */
 };
 
 /* ---- events (scheduler thread) ---- */
@@ -191,6 +191,10 @@ int manager_new_with_egress(struct config *config, struct egress_client *egress,
 /* An audit record for a connection the kernel's egress filter refused (any thread). */
 struct egress_denial;
 void manager_audit_denial(struct manager *m, const struct egress_denial *d);
+/* The /dev/molly front's state for Status ("kernel (/dev/molly-control)", "cuse",
+ * "off: <why>"); set by that front, read by any thread (copied into buf). */
+void manager_set_device_status(struct manager *m, const char *status);
+void manager_device_status(struct manager *m, char *buf, size_t size);
 /* "enforced", "disabled: <why>", "off (Enforce=no)...", for Status. */
 const char *manager_egress_status(struct manager *m);
 /* Stops the scheduler (cancelling what is left: each request gets an ERROR "cancelled"). */

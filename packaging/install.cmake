@@ -45,3 +45,16 @@ install(FILES ${CMAKE_CURRENT_LIST_DIR}/tmpfiles.d/molly.conf DESTINATION ${MOLL
         COMPONENT daemon)
 install(FILES ${CMAKE_CURRENT_LIST_DIR}/mollyd.conf.example DESTINATION ${CMAKE_INSTALL_DOCDIR}
         COMPONENT daemon)
+
+# /dev/molly: the udev rule (group molly for /dev/molly, the molly user's /dev/molly-control)
+# and, as component "dkms", kmod-shim's sources laid out for DKMS in /usr/src/molly-shim-VERSION
+# (dkms.conf; Kbuild finds the uapi header beside itself).
+set(MOLLY_INSTALL_UDEVDIR "lib/udev/rules.d" CACHE STRING "udev rules")
+install(FILES ${CMAKE_CURRENT_LIST_DIR}/udev/70-molly.rules DESTINATION ${MOLLY_INSTALL_UDEVDIR}
+        COMPONENT daemon)
+set(_molly_dkms src/molly-shim-${PROJECT_VERSION})
+install(FILES ${CMAKE_SOURCE_DIR}/kmod-shim/Kbuild ${CMAKE_SOURCE_DIR}/kmod-shim/Makefile
+              ${CMAKE_SOURCE_DIR}/kmod-shim/molly_shim.c ${CMAKE_SOURCE_DIR}/kmod-shim/dkms.conf
+        DESTINATION ${_molly_dkms} COMPONENT dkms)
+install(FILES ${CMAKE_SOURCE_DIR}/include/uapi/linux/molly.h
+        DESTINATION ${_molly_dkms}/include/uapi/linux COMPONENT dkms)

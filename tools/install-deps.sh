@@ -22,6 +22,11 @@ packages=(
 	python3-dbus                       # D-Bus Stream clients in the integration tests
 	libxml2-utils                      # xmllint: checks the D-Bus policy and polkit files
 	systemd                            # systemd-analyze verify of the unit (not run as init)
+	# /dev/molly in a qemu guest (tests/guest/run.sh): Debian's kernel and its headers for
+	# kmod-shim, busybox for the initramfs, 32-bit libc for the 32-bit client, libfuse3 for
+	# the CUSE server; ~250 MB, about 2 minutes
+	qemu-system-x86 linux-image-amd64 linux-headers-amd64 busybox-static kmod cpio
+	gcc-multilib libfuse3-dev
 )
 # the official `openai` npm client in the HTTP tests: the machine image ships Node.js with its
 # own npm; Debian's npm package conflicts with that, so install it only where npm is missing

@@ -4,6 +4,9 @@
  *
  *   molly ask PROMPT [--adapter A] [--chat] [--max-tokens N] [--temperature T] [--seed S]
  *             [--stop STR]...           streams the answer (D-Bus Stream, one JSON line each)
+ *             [--transport dev|dbus|auto] the same through libmolly: /dev/molly or D-Bus
+ *             [--transport http [--url U | --unix-socket P]]  the OpenAI front (SSE);
+ *                                       MOLLY_API_KEY: the member's key
  *   molly adapters list                 the adapters in the registry (name, version, hash,
  *                                       tier (hot, warm, loading, cold, bad), hits and
  *                                       misses per tier, bytes, pinned...)
@@ -52,6 +55,9 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/socket.h>
+
+#include <curl/curl.h>
+#include <molly/molly.h>
 
 #include "audit/audit.h"
 #include "registry/registry.h"
@@ -241,6 +247,267 @@ static int ask_line(const char *line, bool *ended_with_newline)
 	return ret;
 }
 
+/* molly ask --transport dev|dbus: through libmolly, printed as it comes. With --json, one
+ * JSON object per event (type, id, text / finish_reason, usage / error). */
+static int ask_via_libmolly(const char *prompt, const struct ask_opts *o,
+			    enum molly_transport transport)
+{
+	struct molly *h = NULL;
+	struct molly_params p;
+	struct molly_output out;
+	_cleanup_free_ char *messages = NULL;
+	bool nl = true;
+	uint64_t id;
+	int r;
+
+	if (o->n_stop > 0) {
+		fprintf(stderr, "molly ask: --stop is not part of the /dev/molly ABI v1; "
+				"use --transport dbus\n");
+		return 2;
+	}
+	r = molly_open(transport, &h);
+	if (r < 0) {
+		fprintf(stderr, "molly: cannot open the %s transport: %s\n",
+			transport == MOLLY_TRANSPORT_DEV ? "/dev/molly" : "D-Bus", strerror(-r));
+		return 1;
+	}
+	molly_params_init(&p);
+	if (o->chat) {
+		struct json_object *a = json_object_new_array(), *m = json_object_new_object();
+		json_object_object_add(m, "role", json_object_new_string("user"));
+		json_object_object_add(m, "content", json_object_new_string(prompt));
+		json_object_array_add(a, m);
+		messages = strdup(json_object_to_json_string_ext(a, JSON_C_TO_STRING_PLAIN));
+		json_object_put(a);
+		p.messages_json = messages;
+	} else {
+		p.prompt = prompt;
+	}
+	p.model = o->adapter;
+	if (o->max_tokens >= 0)
+		p.max_tokens = (uint32_t) o->max_tokens;
+	if (!isnan(o->temperature))
+		p.temperature = o->temperature;
+	p.has_seed = o->has_seed;
+	p.seed = (uint64_t) o->seed;
+	r = molly_submit(h, &p, &id);
+	if (r < 0) {
+		fprintf(stderr, "molly: ask: %s\n", molly_last_error(h)[0] ? molly_last_error(h)
+									   : strerror(-r));
+		molly_close(h);
+		return 1;
+	}
+	for (;;) {
+		r = molly_next_event(h, &out, -1);
+		if (r <= 0) {
+			fprintf(stderr, "molly: reading events: %s\n", strerror(-r));
+			molly_close(h);
+			return 1;
+		}
+		if (arg_json) {
+			struct json_object *j = json_object_new_object();
+			json_object_object_add(j, "transport",
+					       json_object_new_string(molly_transport_name(h)));
+			json_object_object_add(j, "id", json_object_new_int64((int64_t) out.id));
+			if (out.type == MOLLY_OUTPUT_TEXT) {
+				json_object_object_add(j, "type", json_object_new_string("token"));
+				json_object_object_add(j, "text", json_object_new_string_len(
+								  out.text, (int) out.text_len));
+			} else if (out.type == MOLLY_OUTPUT_DONE) {
+				json_object_object_add(j, "type", json_object_new_string("done"));
+				json_object_object_add(j, "finish_reason",
+						       json_object_new_string(out.finish_reason));
+				json_object_object_add(j, "model", json_object_new_string(out.model));
+				json_object_object_add(j, "prompt_tokens",
+						       json_object_new_int64(out.prompt_tokens));
+				json_object_object_add(j, "completion_tokens",
+						       json_object_new_int64(out.completion_tokens));
+			} else {
+				json_object_object_add(j, "type", json_object_new_string("error"));
+				json_object_object_add(j, "code",
+						       json_object_new_string(out.error_name));
+				json_object_object_add(j, "message",
+						       json_object_new_string(out.error_message));
+			}
+			printf("%s\n", json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN));
+			fflush(stdout);
+			json_object_put(j);
+		}
+		if (out.type == MOLLY_OUTPUT_TEXT) {
+			if (!arg_json) {
+				fwrite(out.text, 1, out.text_len, stdout);
+				fflush(stdout);
+				if (out.text_len)
+					nl = out.text[out.text_len - 1] == '\n';
+			}
+			continue;
+		}
+		if (!arg_json && !nl)
+			putchar('\n');
+		if (out.type == MOLLY_OUTPUT_ERROR && !arg_json)
+			fprintf(stderr, "molly: %s: %s\n", out.error_name, out.error_message);
+		molly_close(h);
+		return out.type == MOLLY_OUTPUT_DONE ? 0 : 1;
+	}
+}
+
+/* molly ask --transport http: the OpenAI-compatible front, streamed (SSE). */
+struct http_ask {
+	char *buf;           /* a partial line */
+	size_t n, cap;
+	bool chat, nl, done, failed;
+	long status;
+	char error[512];
+};
+
+/* Handles one SSE line; the text goes to stdout as it comes. */
+static void http_ask_line(struct http_ask *a, const char *line)
+{
+	struct json_object *o, *v, *c;
+	const char *text = NULL;
+
+	if (strncmp(line, "data: ", 6) != 0)
+		return;
+	line += 6;
+	if (strcmp(line, "[DONE]") == 0) {
+		a->done = true;
+		return;
+	}
+	o = json_tokener_parse(line);
+	if (!o)
+		return;
+	if (json_object_object_get_ex(o, "error", &v)) {
+		a->failed = true;
+		snprintf(a->error, sizeof(a->error), "%s",
+			 json_object_object_get_ex(v, "message", &c) ? json_object_get_string(c)
+								     : line);
+	} else if (json_object_object_get_ex(o, "choices", &v) &&
+		   json_object_array_length(v) > 0) {
+		c = json_object_array_get_idx(v, 0);
+		if (a->chat && json_object_object_get_ex(c, "delta", &c) &&
+		    json_object_object_get_ex(c, "content", &c))
+			text = json_object_get_string(c);
+		else if (!a->chat && json_object_object_get_ex(c, "text", &c))
+			text = json_object_get_string(c);
+	}
+	if (arg_json) {
+		printf("%s\n", line);
+	} else if (text && *text) {
+		fputs(text, stdout);
+		a->nl = text[strlen(text) - 1] == '\n';
+	}
+	fflush(stdout);
+	json_object_put(o);
+}
+
+static size_t http_ask_write(char *data, size_t size, size_t n, void *userdata)
+{
+	struct http_ask *a = userdata;
+	size_t len = size * n;
+	char *nl;
+
+	if (a->n + len + 1 > a->cap) {
+		size_t cap = (a->n + len + 1) * 2;
+		char *b = realloc(a->buf, cap);
+		if (!b)
+			return 0;
+		a->buf = b;
+		a->cap = cap;
+	}
+	memcpy(a->buf + a->n, data, len);
+	a->n += len;
+	a->buf[a->n] = 0;
+	while ((nl = memchr(a->buf, '\n', a->n))) {
+		*nl = 0;
+		if (nl > a->buf && nl[-1] == '\r')
+			nl[-1] = 0;
+		if (a->status < 400)
+			http_ask_line(a, a->buf);
+		else if (a->buf[0] && !a->error[0])
+			snprintf(a->error, sizeof(a->error), "%s", a->buf);
+		a->n -= (size_t) (nl + 1 - a->buf);
+		memmove(a->buf, nl + 1, a->n + 1);
+	}
+	return len;
+}
+
+static int ask_via_http(const char *prompt, const struct ask_opts *o, const char *url,
+			const char *unix_socket)
+{
+	_cleanup_free_ char *endpoint = NULL, *auth = NULL;
+	struct json_object *body = json_object_new_object();
+	struct http_ask a = { .chat = o->chat, .nl = true };
+	struct curl_slist *headers = NULL;
+	const char *key = getenv("MOLLY_API_KEY");
+	CURLcode rc;
+	CURL *curl;
+
+	if (o->chat) {
+		struct json_object *msgs = json_object_new_array(), *m = json_object_new_object();
+		json_object_object_add(m, "role", json_object_new_string("user"));
+		json_object_object_add(m, "content", json_object_new_string(prompt));
+		json_object_array_add(msgs, m);
+		json_object_object_add(body, "messages", msgs);
+	} else {
+		json_object_object_add(body, "prompt", json_object_new_string(prompt));
+	}
+	if (o->adapter)
+		json_object_object_add(body, "model", json_object_new_string(o->adapter));
+	if (o->max_tokens >= 0)
+		json_object_object_add(body, "max_tokens", json_object_new_int64(o->max_tokens));
+	if (!isnan(o->temperature))
+		json_object_object_add(body, "temperature", json_object_new_double(o->temperature));
+	if (o->has_seed)
+		json_object_object_add(body, "seed", json_object_new_int64(o->seed));
+	if (o->n_stop > 0) {
+		struct json_object *st = json_object_new_array();
+		for (size_t i = 0; i < o->n_stop; i++)
+			json_object_array_add(st, json_object_new_string(o->stop[i]));
+		json_object_object_add(body, "stop", st);
+	}
+	json_object_object_add(body, "stream", json_object_new_boolean(1));
+	if (asprintf(&endpoint, "%s%s", url,
+		     o->chat ? "/v1/chat/completions" : "/v1/completions") < 0)
+		endpoint = NULL;
+	curl = curl_easy_init();
+	if (!curl || !endpoint) {
+		json_object_put(body);
+		return 1;
+	}
+	headers = curl_slist_append(headers, "Content-Type: application/json");
+	if (key && *key && asprintf(&auth, "Authorization: Bearer %s", key) >= 0)
+		headers = curl_slist_append(headers, auth);
+	curl_easy_setopt(curl, CURLOPT_URL, endpoint);
+	if (unix_socket)
+		curl_easy_setopt(curl, CURLOPT_UNIX_SOCKET_PATH, unix_socket);
+	curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+	curl_easy_setopt(curl, CURLOPT_POSTFIELDS,
+			 json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN));
+	curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, http_ask_write);
+	curl_easy_setopt(curl, CURLOPT_WRITEDATA, &a);
+	curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+	rc = curl_easy_perform(curl);
+	curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &a.status);
+	curl_slist_free_all(headers);
+	curl_easy_cleanup(curl);
+	json_object_put(body);
+	if (a.n > 0 && a.status < 400) /* a last line without its newline */
+		http_ask_line(&a, a.buf);
+	free(a.buf);
+	if (!arg_json && !a.nl)
+		putchar('\n');
+	if (rc != CURLE_OK) {
+		fprintf(stderr, "molly: %s: %s\n", endpoint, curl_easy_strerror(rc));
+		return 1;
+	}
+	if (a.status >= 400 || a.failed || !a.done) {
+		fprintf(stderr, "molly: HTTP %ld: %s\n", a.status,
+			a.error[0] ? a.error : "the stream ended without [DONE]");
+		return 1;
+	}
+	return 0;
+}
+
 static int cmd_ask(int argc, char **argv)
 {
 	static const struct option options[] = {
@@ -250,9 +517,13 @@ static int cmd_ask(int argc, char **argv)
 		{ "temperature", required_argument, NULL, 't' },
 		{ "seed", required_argument, NULL, 's' },
 		{ "stop", required_argument, NULL, 'S' },
+		{ "transport", required_argument, NULL, 'T' },
+		{ "url", required_argument, NULL, 'U' },
+		{ "unix-socket", required_argument, NULL, 'X' },
 		{},
 	};
 	struct ask_opts o = { .max_tokens = -1, .temperature = NAN };
+	const char *transport = NULL, *url = "http://127.0.0.1:8411", *unix_socket = NULL;
 	_cleanup_free_ const char **stops = calloc((size_t) argc + 1, sizeof(char *));
 	_cleanup_free_ char *stdin_prompt = NULL;
 	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
@@ -305,6 +576,22 @@ static int cmd_ask(int argc, char **argv)
 		case 'S':
 			stops[o.n_stop++] = optarg;
 			break;
+		case 'T':
+			if (strcmp(optarg, "dev") != 0 && strcmp(optarg, "dbus") != 0 &&
+			    strcmp(optarg, "http") != 0 && strcmp(optarg, "auto") != 0) {
+				fprintf(stderr,
+					"molly ask: --transport is dev, dbus, http or auto\n");
+				return 2;
+			}
+			transport = optarg;
+			break;
+		case 'U':
+			url = optarg;
+			break;
+		case 'X':
+			unix_socket = optarg;
+			url = "http://localhost";
+			break;
 		default:
 			return 2;
 		}
@@ -313,6 +600,8 @@ static int cmd_ask(int argc, char **argv)
 	if (optind + 1 != argc) {
 		fprintf(stderr, "Usage: molly ask \"PROMPT\" [--adapter NAME] [--chat] "
 				"[--max-tokens N] [--temperature T] [--seed S] [--stop STR]...\n"
+				"  [--transport dev|dbus|auto] | [--transport http [--url URL | "
+				"--unix-socket PATH]]\n"
 				"  (PROMPT '-' reads it from standard input)\n");
 		return 2;
 	}
@@ -334,6 +623,17 @@ static int cmd_ask(int argc, char **argv)
 		prompt = stdin_prompt;
 	}
 
+	if (transport && strcmp(transport, "http") == 0)
+		return ask_via_http(prompt, &o, url, unix_socket);
+	if (transport) {
+		/* libmolly reads DBUS_SYSTEM_BUS_ADDRESS for its D-Bus transport */
+		if (arg_bus_address)
+			setenv("DBUS_SYSTEM_BUS_ADDRESS", arg_bus_address, 1);
+		return ask_via_libmolly(prompt, &o,
+					strcmp(transport, "dev") == 0	? MOLLY_TRANSPORT_DEV
+					: strcmp(transport, "dbus") == 0 ? MOLLY_TRANSPORT_DBUS
+									 : MOLLY_TRANSPORT_AUTO);
+	}
 	r = bus_open(&bus);
 	if (r < 0)
 		return 1;
@@ -1989,6 +2289,7 @@ static void usage(void)
 	       "\n"
 	       "Commands:\n"
 	       "  ask \"PROMPT\" [--adapter NAME] [--chat] [--max-tokens N] [--temperature T]\n"
+	       "      [--transport dev|dbus|http|auto] [--url URL | --unix-socket PATH]\n"
 	       "      [--seed S] [--stop STR]...     stream an answer\n"
 	       "  adapters list                       the adapters the daemon knows\n"
 	       "  adapters import PATH [--name N] [--load]\n"

@@ -9,7 +9,7 @@
 # The last line is "N passed, N skipped, N failed".
 #
 # MOLLY_TEST_LABELS=REGEX runs only the ctest tests with a matching label (unit, integration,
-# root, fuzz), e.g. MOLLY_TEST_LABELS=unit for a quick run; MOLLY_TEST_PRESETS="dev" picks
+# root, fuzz, guest: the qemu guest of tests/guest/run.sh, in the release preset), e.g. MOLLY_TEST_LABELS=unit for a quick run; MOLLY_TEST_PRESETS="dev" picks
 # the presets (default "dev release fuzz").
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -141,9 +141,13 @@ static void gemm_bf16_avx512bf16(int64_t n, const void *w, size_t ws, int64_t nr
 	}
 }
 
+/* Runs on any CPU (kernels_init() calls it before reading cpuid), so it must not use what
+ * this file's -m flags allow: quant.c copies the base level (quant_kernels_avx512vnni) first, and
+ * here only pointers are stored, unvectorised (a struct copy here was a zmm move: SIGILL on
+ * CPUs without AVX-512, such as a qemu guest). */
+__attribute__((optimize("no-tree-vectorize", "no-tree-slp-vectorize")))
 void quant_kernels_avx512bf16_init(struct quant_kernels *k)
 {
-	*k = quant_kernels_avx512vnni;
 	k->name = "avx512bf16";
 	k->dot_bf16 = dot_bf16_avx512bf16;
 	k->gemm_bf16 = gemm_bf16_avx512bf16;

@@ -143,9 +143,13 @@ static void gemm_packed_q4_0_avxvnni(int64_t n, const void *w, int64_t nr, const
 }
 
 /* The AVX2 table with the packed Q8_0/Q4_0 kernels replaced (made once, by quant.c). */
+/* Runs on any CPU (kernels_init() calls it before reading cpuid), so it must not use what
+ * this file's -m flags allow: quant.c copies the base level (quant_kernels_avx2) first, and
+ * here only pointers are stored, unvectorised (a struct copy here was a zmm move: SIGILL on
+ * CPUs without AVX-512, such as a qemu guest). */
+__attribute__((optimize("no-tree-vectorize", "no-tree-slp-vectorize")))
 void quant_kernels_avxvnni_init(struct quant_kernels *k)
 {
-	*k = quant_kernels_avx2;
 	k->name = "avxvnni";
 	k->gemm_packed_q8_0 = gemm_packed_q8_0_avxvnni;
 	k->gemm_packed_q4_0 = gemm_packed_q4_0_avxvnni;

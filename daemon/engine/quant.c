@@ -935,7 +935,10 @@ static void kernels_init(void)
 	const char *env = getenv("MOLLY_CPU_UNPROVEN");
 
 #if defined(__x86_64__)
+	/* The copies here (generic code); the inits only set their own kernels. */
+	kernels_avxvnni = quant_kernels_avx2;
 	quant_kernels_avxvnni_init(&kernels_avxvnni);
+	kernels_avx512bf16 = quant_kernels_avx512vnni;
 	quant_kernels_avx512bf16_init(&kernels_avx512bf16);
 #endif
 	cpu_features = detect_features();

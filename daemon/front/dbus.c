@@ -1034,9 +1034,11 @@ static int method_status(sd_bus_message *m, void *userdata, sd_bus_error *error)
 	struct dbus_front *f = userdata;
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
 	struct manager_stats st;
+	char device[256];
 	int k;
 
 	manager_get_stats(f->manager, &st);
+	manager_device_status(f->manager, device, sizeof(device));
 	k = sd_bus_message_new_method_return(m, &reply);
 	if (k < 0)
 		return k;
@@ -1045,9 +1047,9 @@ static int method_status(sd_bus_message *m, void *userdata, sd_bus_error *error)
 		return k;
 	k = sd_bus_message_append(
 		reply,
-		"{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}",
+		"{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}",
 		"version", "s", MOLLY_VERSION, "egress", "s",
-		manager_egress_status(f->manager), "model", "s",
+		manager_egress_status(f->manager), "device", "s", device, "model", "s",
 		manager_model_name(f->manager), "state", "s",
 		manager_is_stopping(f->manager) ? "stopping" : "running", "context_length", "u",
 		manager_context_length(f->manager), "queue_depth", "u", st.waiting,

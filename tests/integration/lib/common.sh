@@ -18,6 +18,10 @@ LORA=$MOLLY_SHARED_DIR/models/stories260K-lora-all-r8.gguf
 # Sanitizer builds: leaks at exit are checked by the unit tests; here a report must not turn an
 # exit 0 into a failure of the shutdown test.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+# A test's mollyd runs as root: on a machine with /dev/cuse it would serve /dev/molly through
+# CUSE (daemon/front/dev-cuse.c). Tests must not make system devices; the guest stage
+# (tests/guest/run.sh) tests that path.
+export MOLLY_DEV_CUSE=0
 
 # The names the packaged policy uses, mapped to accounts every Debian system has: the daemon's
 # user "molly" -> "daemon" (uid 1); the group "molly" of those who may ask -> "nogroup".
