@@ -172,7 +172,7 @@ esac
 if insmod "$T/kmod/molly_shim.ko"; then
 	# the udev rule's job in a system: clients in the asking group ("nogroup" here)
 	chgrp nogroup /dev/molly
-	if wait_log "$G/mollyd.log" 'dev: serving /dev/molly' && device_status | grep -q kernel; then
+	if wait_log "$G/mollyd.log" 'dev: serving /dev/molly' && device_status | grep >/dev/null kernel; then
 		pass module-after-daemon
 	else
 		fail module-after-daemon "the daemon did not open /dev/molly-control: $(device_status)"
@@ -259,7 +259,7 @@ bench() {
 # of a daemon that serves it, $DEATH_MODE what a client sees when the daemon is killed.
 client_suite() {
 	# 2. 64-bit client: the ABI version
-	if out=$("$CLIENT" version 2>&1) && echo "$out" | grep -q "abi 1 features $FEATURE .*64-bit"; then
+	if out=$("$CLIENT" version 2>&1) && echo "$out" | grep >/dev/null "abi 1 features $FEATURE .*64-bit"; then
 		pass "$P"version-64 "$out"
 	else
 		fail "$P"version-64 "$out"
@@ -300,7 +300,7 @@ client_suite() {
 		else
 			fail "$P"audit-kernel-uid "no dev record with uid 65534: $(tail -n 3 "$G/audit.jsonl")"
 		fi
-		if echo "$rec" | grep -q '"member":"asker"' && echo "$rec" | grep -q '"class":"personal"'; then
+		if echo "$rec" | grep >/dev/null '"member":"asker"' && echo "$rec" | grep >/dev/null '"class":"personal"'; then
 			pass "$P"member-rule-by-uid
 		else
 			fail "$P"member-rule-by-uid "record: $rec"
@@ -319,7 +319,7 @@ client_suite() {
 
 	# 7. The same from a 32-bit client
 	if [ -x "$CLIENT32" ]; then
-		if "$CLIENT32" version | grep -q '32-bit' && "$CLIENT32" hostile >"$G/hostile32.log" 2>&1; then
+		if "$CLIENT32" version | grep >/dev/null '32-bit' && "$CLIENT32" hostile >"$G/hostile32.log" 2>&1; then
 			pass "$P"client-32bit "$(grep -c '^ok' "$G/hostile32.log") checks"
 		else
 			fail "$P"client-32bit "$(grep '^not ok' "$G/hostile32.log" | head -5 | tr '\n' ';')"
@@ -369,7 +369,7 @@ client_suite() {
 
 	# 10. libmolly without the device falls back to D-Bus
 	out=$(MOLLY_DEVICE=/dev/molly-absent "$MOLLY" ask --json --transport auto "Once upon a time" --max-tokens 4 --temperature 0 2>&1)
-	if echo "$out" | grep -q '"transport":"dbus"' && echo "$out" | grep -q '"type":"done"'; then
+	if echo "$out" | grep >/dev/null '"transport":"dbus"' && echo "$out" | grep >/dev/null '"type":"done"'; then
 		pass "$P"libmolly-dbus-fallback
 	else
 		fail "$P"libmolly-dbus-fallback "$out"
