@@ -59,7 +59,7 @@ INLINE float tail(float sum, const uint16_t *a, const uint16_t *b, int64_t i, in
 	return sum;
 }
 
-static float dot_bf16_avx512bf16(int64_t n, const void *w, const void *x)
+float quant_dot_bf16_avx512bf16(int64_t n, const void *w, const void *x)
 {
 	const uint16_t *a = w, *b = x;
 	__m512 acc = _mm512_setzero_ps();
@@ -126,8 +126,8 @@ static const bt_fn bt_tiles[BT_R][BT_C] = {
 	{ bt_4x1, bt_4x2, bt_4x3, bt_4x4 },
 };
 
-static void gemm_bf16_avx512bf16(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
-				 size_t xs, int64_t nc, float *y, size_t ys)
+void quant_gemm_bf16_avx512bf16(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
+				size_t xs, int64_t nc, float *y, size_t ys)
 {
 	for (int64_t r = 0; r < nr; r += BT_R) {
 		const int R = (int) MIN((int64_t) BT_R, nr - r);
@@ -139,18 +139,6 @@ static void gemm_bf16_avx512bf16(int64_t n, const void *w, size_t ws, int64_t nr
 					       (const char *) x + (size_t) c * xs, xs, y + (size_t) c * ys + r, ys);
 		}
 	}
-}
-
-/* Runs on any CPU (kernels_init() calls it before reading cpuid), so it must not use what
- * this file's -m flags allow: quant.c copies the base level (quant_kernels_avx512vnni) first, and
- * here only pointers are stored, unvectorised (a struct copy here was a zmm move: SIGILL on
- * CPUs without AVX-512, such as a qemu guest). */
-__attribute__((optimize("no-tree-vectorize", "no-tree-slp-vectorize")))
-void quant_kernels_avx512bf16_init(struct quant_kernels *k)
-{
-	k->name = "avx512bf16";
-	k->dot_bf16 = dot_bf16_avx512bf16;
-	k->gemm_bf16 = gemm_bf16_avx512bf16;
 }
 
 #endif /* __x86_64__ */

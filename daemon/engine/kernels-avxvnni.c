@@ -130,29 +130,16 @@ static void vtile_drive(const vtile_fn *t, size_t block_bytes, int64_t n, const 
 	}
 }
 
-static void gemm_packed_q8_0_avxvnni(int64_t n, const void *w, int64_t nr, const void *x,
+void quant_gemm_packed_q8_0_avxvnni(int64_t n, const void *w, int64_t nr, const void *x,
 				     size_t xs, const int16_t *sums, int64_t nc, float *y, size_t ys)
 {
 	vtile_drive(vtiles_q8_0, QUANT_PACKED_Q8_0_BLOCK, n, w, nr, x, xs, sums, nc, y, ys);
 }
 
-static void gemm_packed_q4_0_avxvnni(int64_t n, const void *w, int64_t nr, const void *x,
+void quant_gemm_packed_q4_0_avxvnni(int64_t n, const void *w, int64_t nr, const void *x,
 				     size_t xs, const int16_t *sums, int64_t nc, float *y, size_t ys)
 {
 	vtile_drive(vtiles_q4_0, QUANT_PACKED_Q4_0_BLOCK, n, w, nr, x, xs, sums, nc, y, ys);
-}
-
-/* The AVX2 table with the packed Q8_0/Q4_0 kernels replaced (made once, by quant.c). */
-/* Runs on any CPU (kernels_init() calls it before reading cpuid), so it must not use what
- * this file's -m flags allow: quant.c copies the base level (quant_kernels_avx2) first, and
- * here only pointers are stored, unvectorised (a struct copy here was a zmm move: SIGILL on
- * CPUs without AVX-512, such as a qemu guest). */
-__attribute__((optimize("no-tree-vectorize", "no-tree-slp-vectorize")))
-void quant_kernels_avxvnni_init(struct quant_kernels *k)
-{
-	k->name = "avxvnni";
-	k->gemm_packed_q8_0 = gemm_packed_q8_0_avxvnni;
-	k->gemm_packed_q4_0 = gemm_packed_q4_0_avxvnni;
 }
 
 #endif /* __x86_64__ */

@@ -139,10 +139,17 @@ extern const struct quant_kernels quant_kernels_scalar; /* quant.c */
 extern const struct quant_kernels quant_kernels_avx2;       /* kernels-avx2.c */
 extern const struct quant_kernels quant_kernels_avx512;     /* kernels-avx512.c */
 extern const struct quant_kernels quant_kernels_avx512vnni; /* kernels-avx512.c */
-/* The "avxvnni" table: the AVX2 one with AVX-VNNI packed kernels (kernels-avxvnni.c). */
-void quant_kernels_avxvnni_init(struct quant_kernels *k);
-/* The "avx512bf16" table: "avx512vnni" with vdpbf16ps BF16 kernels (kernels-avx512bf16.c). */
-void quant_kernels_avx512bf16_init(struct quant_kernels *k);
+/* The AVX-VNNI packed kernels of the "avxvnni" table (kernels-avxvnni.c) and the vdpbf16ps
+ * BF16 kernels of the "avx512bf16" table (kernels-avx512bf16.c). quant.c builds both tables:
+ * it runs on any CPU before cpuid is read, so the tables are never made in files built with
+ * -mavx512f, where the compiler may copy a struct with a zmm move (SIGILL without AVX-512). */
+void quant_gemm_packed_q8_0_avxvnni(int64_t n, const void *w, int64_t nr, const void *x,
+				    size_t xs, const int16_t *sums, int64_t nc, float *y, size_t ys);
+void quant_gemm_packed_q4_0_avxvnni(int64_t n, const void *w, int64_t nr, const void *x,
+				    size_t xs, const int16_t *sums, int64_t nc, float *y, size_t ys);
+float quant_dot_bf16_avx512bf16(int64_t n, const void *w, const void *x);
+void quant_gemm_bf16_avx512bf16(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
+				size_t xs, int64_t nc, float *y, size_t ys);
 
 /* The AVX2 tile products, which the AVX-512 tables share (kernels-avx2.c). */
 void quant_gemm_f32_avx2(int64_t n, const void *w, size_t w_stride, int64_t nr, const void *x,

@@ -935,11 +935,16 @@ static void kernels_init(void)
 	const char *env = getenv("MOLLY_CPU_UNPROVEN");
 
 #if defined(__x86_64__)
-	/* The copies here (generic code); the inits only set their own kernels. */
+	/* Made here, in generic code (see kernels.h): the AVX2 table with the AVX-VNNI packed
+	 * kernels, the AVX-512 VNNI one with the BF16 kernels. */
 	kernels_avxvnni = quant_kernels_avx2;
-	quant_kernels_avxvnni_init(&kernels_avxvnni);
+	kernels_avxvnni.name = "avxvnni";
+	kernels_avxvnni.gemm_packed_q8_0 = quant_gemm_packed_q8_0_avxvnni;
+	kernels_avxvnni.gemm_packed_q4_0 = quant_gemm_packed_q4_0_avxvnni;
 	kernels_avx512bf16 = quant_kernels_avx512vnni;
-	quant_kernels_avx512bf16_init(&kernels_avx512bf16);
+	kernels_avx512bf16.name = "avx512bf16";
+	kernels_avx512bf16.dot_bf16 = quant_dot_bf16_avx512bf16;
+	kernels_avx512bf16.gemm_bf16 = quant_gemm_bf16_avx512bf16;
 #endif
 	cpu_features = detect_features();
 	allow_unproven = env && strcmp(env, "1") == 0;
