@@ -5,6 +5,8 @@
 #   fio --ioengine=io_uring --direct=1 --bs=1M --iodepth=8 --rw=read   (the reference)
 #   molly-bench --adapter-load --path uring            (read alone; target >= 0.90x fio)
 #   molly-bench --adapter-load --path uring --verify   (read + SHA-256; target >= 0.80x with SHA-NI)
+#   molly-bench --adapter-load --path uring [--verify] --jobs 2 --queue-depth 4
+#                                                       (two loaders, 8 reads in flight in all)
 #   molly-bench --adapter-load --path pread [--verify], --path mmap
 # over N distinct files of random bytes (default 16 x 64 MiB = 1 GiB), the page cache dropped
 # before every run (root: /proc/sys/vm/drop_caches; else POSIX_FADV_DONTNEED per file). Prints
@@ -47,7 +49,10 @@ molly_gbs() {
 	"$BIN/molly-bench" --adapter-load "${files[@]}" --json "$@" | tail -1 |
 		/usr/bin/python3 -c 'import json, sys; j = json.load(sys.stdin); print("%.4f %s" % (j["gb_s"], j["path"]))'
 }
-modes=("uring" "uring --verify" "pread" "pread --verify" "mmap")
+# "--jobs 2 --queue-depth 4": two loaders at once, as the warm tier's two loader threads,
+# with fio's 8 reads in flight in all (a SHA-256 is one core's work: two blobs hash on two)
+modes=("uring" "uring --verify" "uring --verify --jobs 2 --queue-depth 4"
+	"uring --jobs 2 --queue-depth 4" "pread" "pread --verify" "mmap")
 declare -A ratios
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs; sha_ni: $(grep -qw sha_ni /proc/cpuinfo && echo yes || echo no)"
 echo "# $N files x $MIB MiB on $(df --output=source,fstype "$D" | tail -1), $ROUNDS rounds"

@@ -2,6 +2,8 @@
 /* bench-load.c: molly-bench --adapter-load (see bench-load.h). */
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +31,127 @@ static void *reuse_alloc(size_t bytes, void *userdata)
 static void usage(FILE *f)
 {
 	fputs("usage: molly-bench --adapter-load FILE... [--path uring|pread|mmap] [--verify] [--json]\n"
-	      "                   [--queue-depth N] [--chunk BYTES]\n",
+	      "                   [--queue-depth N] [--chunk BYTES] [--jobs N]\n",
 	      f);
+}
+
+/*
+ * --jobs N: N loaders, each on its own thread, ring and destination, taking the next file
+ * in turn, as the daemon's warm tier loads with its loader threads. A blob's SHA-256 is one
+ * core's work (a hash is sequential); two loads at once hash on two cores. The rate is then
+ * the wall clock from the first open to the last byte checked; give each loader
+ * --queue-depth (default 8) / N to keep the reads in flight what fio's --iodepth is.
+ */
+struct job {
+	struct blob_loader_params p;
+	char **files;
+	int n_files;
+	atomic_int *next;
+	bool verify;
+	struct reuse reuse;
+	uint64_t bytes, hash_ns;
+	enum blob_path ran;
+	bool mixed, have_path;
+	int r;
+	char err[sizeof(((struct errmsg *) 0)->text) + 16];
+};
+
+static void *job_run(void *userdata)
+{
+	struct job *j = userdata;
+	_cleanup_(blob_loader_freep) struct blob_loader *l = NULL;
+	int i;
+
+	j->r = blob_loader_new(&j->p, &l);
+	if (j->r < 0) {
+		snprintf(j->err, sizeof(j->err), "loader: %s", strerror(-j->r));
+		return NULL;
+	}
+	while ((i = atomic_fetch_add(j->next, 1)) < j->n_files) {
+		struct blob_load_result res;
+		struct errmsg e = { { 0 } };
+
+		j->r = blob_load(l, j->files[i], j->verify, NULL, reuse_alloc, &j->reuse, &res, &e);
+		if (j->r < 0) {
+			snprintf(j->err, sizeof(j->err), "%s", e.text[0] ? e.text : strerror(-j->r));
+			return NULL;
+		}
+		if (j->have_path && res.path != j->ran)
+			j->mixed = true;
+		j->ran = res.path;
+		j->have_path = true;
+		j->bytes += res.bytes;
+		j->hash_ns += res.hash_ns;
+	}
+	return NULL;
+}
+
+static int run_jobs(const struct blob_loader_params *p, int jobs, char **files, int n_files,
+		    bool verify, size_t buf_bytes, bool json)
+{
+	struct job job[16];
+	pthread_t th[16];
+	atomic_int next = 0;
+	uint64_t t0, ns, bytes = 0, hash_ns = 0;
+	enum blob_path ran = BLOB_PATH_URING;
+	bool mixed = false, have_path = false;
+	int r = 0, started = 0;
+
+	for (int k = 0; k < jobs; k++) {
+		job[k] = (struct job){ .p = *p, .files = files, .n_files = n_files, .next = &next,
+				       .verify = verify, .reuse = { .bytes = buf_bytes } };
+		if (posix_memalign(&job[k].reuse.buf, 4096, buf_bytes) != 0) {
+			r = -ENOMEM;
+			jobs = k;
+			break;
+		}
+		memset(job[k].reuse.buf, 0, buf_bytes);
+	}
+	t0 = now_ns();
+	for (int k = 0; k < jobs && r == 0; k++) {
+		if (pthread_create(&th[k], NULL, job_run, &job[k]) != 0)
+			r = -EAGAIN;
+		else
+			started++;
+	}
+	for (int k = 0; k < started; k++)
+		pthread_join(th[k], NULL);
+	ns = now_ns() - t0;
+	for (int k = 0; k < jobs; k++) {
+		if (job[k].r < 0 && r == 0) {
+			fprintf(stderr, "molly-bench: %s\n", job[k].err);
+			r = job[k].r;
+		}
+		if (job[k].have_path) {
+			if ((have_path && job[k].ran != ran) || job[k].mixed)
+				mixed = true;
+			ran = job[k].ran;
+			have_path = true;
+		}
+		bytes += job[k].bytes;
+		hash_ns += job[k].hash_ns;
+		free(job[k].reuse.buf);
+	}
+	if (r < 0)
+		return 1;
+	{
+		double sec = (double) ns * 1e-9;
+		double gb_s = sec > 0 ? (double) bytes / sec / 1e9 : 0;
+
+		if (json)
+			printf("{\"path\":\"%s\",\"bytes\":%llu,\"seconds\":%.6f,\"gb_s\":%.4f,"
+			       "\"verify\":%s,\"hash\":\"%s\",\"hash_seconds\":%.6f,\"files\":%d,"
+			       "\"queue_depth\":%u,\"chunk_bytes\":%u,\"jobs\":%d}\n",
+			       mixed ? "mixed" : blob_path_name(ran), (unsigned long long) bytes, sec,
+			       gb_s, verify ? "true" : "false", verify ? sha256_impl() : "",
+			       (double) hash_ns * 1e-9, n_files, p->queue_depth ? p->queue_depth : 8,
+			       p->chunk_bytes ? p->chunk_bytes : (1u << 20), jobs);
+		else
+			printf("%s: %llu bytes in %.3f s = %.3f GB/s with %d loaders%s%s\n",
+			       mixed ? "mixed" : blob_path_name(ran), (unsigned long long) bytes, sec,
+			       gb_s, jobs, verify ? ", hashed with " : "", verify ? sha256_impl() : "");
+	}
+	return 0;
 }
 
 int bench_adapter_load(int argc, char **argv)
@@ -40,6 +161,7 @@ int bench_adapter_load(int argc, char **argv)
 		{ "verify", no_argument, NULL, 'v' },       { "json", no_argument, NULL, 'j' },
 		{ "queue-depth", required_argument, NULL, 'q' },
 		{ "chunk", required_argument, NULL, 'c' },  { "help", no_argument, NULL, 'h' },
+		{ "jobs", required_argument, NULL, 'J' },
 		{},
 	};
 	/* one destination for all files, alive until the loader is gone */
@@ -47,6 +169,7 @@ int bench_adapter_load(int argc, char **argv)
 	_cleanup_(blob_loader_freep) struct blob_loader *l = NULL;
 	struct reuse reuse = { 0 };
 	bool verify = false, json = false, mixed = false, have_path = false;
+	int jobs = 1;
 	enum blob_path ran = BLOB_PATH_URING;
 	uint64_t bytes = 0, ns = 0, hash_ns = 0;
 	int c, r;
@@ -75,6 +198,13 @@ int bench_adapter_load(int argc, char **argv)
 		case 'c':
 			p.chunk_bytes = (uint32_t) strtoul(optarg, NULL, 0);
 			break;
+		case 'J':
+			jobs = atoi(optarg);
+			if (jobs < 1 || jobs > 16) {
+				fprintf(stderr, "molly-bench: --jobs is 1 to 16\n");
+				return 2;
+			}
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -96,6 +226,8 @@ int bench_adapter_load(int argc, char **argv)
 		}
 		reuse.bytes = MAX(reuse.bytes, ALIGN_UP((size_t) st.st_size + 1, 4096));
 	}
+	if (jobs > 1)
+		return run_jobs(&p, jobs, argv + optind, argc - optind, verify, reuse.bytes, json);
 	if (posix_memalign(&reuse.buf, 4096, reuse.bytes) != 0)
 		return 1;
 	memset(reuse.buf, 0, reuse.bytes);
