@@ -1144,6 +1144,30 @@ static int adapters_history(sd_bus *bus, const char *name)
 	return 0;
 }
 
+/* The daemon's store STATE/SUB (registry, audit, priors): STATE from --state-dir, else the
+ * configuration's StateDirectory= (*ret_cfg keeps it alive). Says what is missing, as cmd. */
+static int store_dir(const char *cmd, const char *state_dir, const char *config_file,
+		     const char *sub, struct config **ret_cfg, char **ret_dir)
+{
+	struct errmsg e = { { 0 } };
+	int r;
+
+	if (!state_dir) {
+		r = config_load(config_file, ret_cfg, &e);
+		if (r < 0) {
+			fprintf(stderr, "%s: %s (or pass --state-dir DIR)\n", cmd, e.text);
+			return r;
+		}
+		state_dir = (*ret_cfg)->state_directory;
+	}
+	if (!state_dir || asprintf(ret_dir, "%s/%s", state_dir, sub) < 0) {
+		*ret_dir = NULL;
+		fprintf(stderr, "%s: no state directory: pass --state-dir DIR\n", cmd);
+		return -ENOENT;
+	}
+	return 0;
+}
+
 static void fsck_report(enum registry_finding kind, const char *text, void *ud)
 {
 	static const char *const what[] = { "error", "warning", "repaired" };
@@ -1198,18 +1222,8 @@ static int adapters_fsck(int argc, char **argv)
 		fprintf(stderr, "molly adapters fsck: unexpected argument '%s'\n", argv[optind]);
 		return 2;
 	}
-	if (!state_dir) {
-		r = config_load(config_file, &cfg, &e);
-		if (r < 0) {
-			fprintf(stderr, "molly adapters fsck: %s (or pass --state-dir DIR)\n", e.text);
-			return 1;
-		}
-		state_dir = cfg->state_directory;
-	}
-	if (!state_dir || asprintf(&dir, "%s/registry", state_dir) < 0) {
-		fprintf(stderr, "molly adapters fsck: no state directory: pass --state-dir DIR\n");
+	if (store_dir("molly adapters fsck", state_dir, config_file, "registry", &cfg, &dir) < 0)
 		return 1;
-	}
 	r = registry_fsck(dir, repair, fsck_report, NULL, &warnings, &e);
 	if (r < 0) {
 		fprintf(stderr, "molly adapters fsck: %s\n", e.text[0] ? e.text : strerror(-r));
@@ -2144,18 +2158,8 @@ static int cmd_priors(int argc, char **argv)
 		fprintf(stderr, "molly priors record: give --domain, --target and --score\n");
 		return 2;
 	}
-	if (!state_dir) {
-		r = config_load(config_file, &cfg, &e);
-		if (r < 0) {
-			fprintf(stderr, "molly priors: %s (or pass --state-dir DIR)\n", e.text);
-			return 1;
-		}
-		state_dir = cfg->state_directory;
-	}
-	if (!state_dir || asprintf(&dir, "%s/priors", state_dir) < 0) {
-		fprintf(stderr, "molly priors: no state directory: pass --state-dir DIR\n");
+	if (store_dir("molly priors", state_dir, config_file, "priors", &cfg, &dir) < 0)
 		return 1;
-	}
 	r = priors_open(dir, &(struct priors_options){ .read_only = !record }, &p, &e);
 	if (r == -ENOENT && !record)
 		return 0; /* nothing recorded yet: an empty list */
@@ -2252,19 +2256,8 @@ static int cmd_audit(int argc, char **argv)
 		fprintf(stderr, "molly audit: unexpected argument '%s'\n", argv[optind]);
 		return 2;
 	}
-	if (!state_dir) {
-		/* The daemon's own StateDirectory=, from its configuration. */
-		r = config_load(config_file, &cfg, &e);
-		if (r < 0) {
-			fprintf(stderr, "molly audit: %s (or pass --state-dir DIR)\n", e.text);
-			return 1;
-		}
-		state_dir = cfg->state_directory;
-	}
-	if (!state_dir || asprintf(&dir, "%s/audit", state_dir) < 0) {
-		fprintf(stderr, "molly audit: no state directory: pass --state-dir DIR\n");
+	if (store_dir("molly audit", state_dir, config_file, "audit", &cfg, &dir) < 0)
 		return 1;
-	}
 	r = audit_open(dir, &(struct audit_options){ .read_only = true }, &a, &e);
 	if (r < 0) {
 		fprintf(stderr, "molly audit: %s\n", e.text);
