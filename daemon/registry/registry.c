@@ -1164,6 +1164,33 @@ int registry_history(struct registry *r, const char *name,
 
 /* ---- mutations ---- */
 
+/* A mutation's start: name checked, the lock taken, a write transaction begun in *t and the
+ * name's record read. On failure the lock is released and e says why (*t, if begun, is the
+ * caller's to abort). */
+static int mutation_begin(struct registry *r, const char *name, MDB_txn **t, struct name_rec *nr,
+			  struct errmsg *e)
+{
+	int rc, k;
+
+	if (!registry_name_valid(name))
+		return errmsg_set(e, -ENOENT, "no adapter '%.80s' in the registry", name);
+	pthread_mutex_lock(&r->lock);
+	rc = mdb_txn_begin(r->env, NULL, 0, t);
+	if (rc != MDB_SUCCESS) {
+		k = map_err(r, rc, "begin", e);
+		goto fail;
+	}
+	k = get_name(*t, r, name, nr);
+	if (k < 0) {
+		k = errmsg_set(e, k, "no adapter '%s' in the registry", name);
+		goto fail;
+	}
+	return 0;
+fail:
+	pthread_mutex_unlock(&r->lock);
+	return k;
+}
+
 int registry_rollback(struct registry *r, const char *name, uint32_t version, struct errmsg *e)
 {
 	_cleanup_(mdb_txn_abortp) MDB_txn *t = NULL;
@@ -1171,19 +1198,9 @@ int registry_rollback(struct registry *r, const char *name, uint32_t version, st
 	struct name_rec nr;
 	int rc, k;
 
-	if (!registry_name_valid(name))
-		return errmsg_set(e, -ENOENT, "no adapter '%.80s' in the registry", name);
-	pthread_mutex_lock(&r->lock);
-	rc = mdb_txn_begin(r->env, NULL, 0, &t);
-	if (rc != MDB_SUCCESS) {
-		k = map_err(r, rc, "begin", e);
-		goto out;
-	}
-	k = get_name(t, r, name, &nr);
-	if (k < 0) {
-		k = errmsg_set(e, k, "no adapter '%s' in the registry", name);
-		goto out;
-	}
+	k = mutation_begin(r, name, &t, &nr, e);
+	if (k < 0)
+		return k;
 	k = get_version(t, r, name, version, nr.active, &rv);
 	if (k < 0) {
 		k = errmsg_set(e, k, "adapter '%s' has no version %u", name, version);
@@ -1211,20 +1228,10 @@ int registry_remove(struct registry *r, const char *name, struct errmsg *e)
 	MDB_val k, v;
 	int rc, res;
 
-	if (!registry_name_valid(name))
-		return errmsg_set(e, -ENOENT, "no adapter '%.80s' in the registry", name);
+	res = mutation_begin(r, name, &t, &nr, e);
+	if (res < 0)
+		return res;
 	nl = strlen(name);
-	pthread_mutex_lock(&r->lock);
-	rc = mdb_txn_begin(r->env, NULL, 0, &t);
-	if (rc != MDB_SUCCESS) {
-		res = map_err(r, rc, "begin", e);
-		goto out;
-	}
-	res = get_name(t, r, name, &nr);
-	if (res < 0) {
-		res = errmsg_set(e, res, "no adapter '%s' in the registry", name);
-		goto out;
-	}
 	rc = mdb_cursor_open(t, r->versions, &c);
 	k = (MDB_val){ version_key(kb, name, 0), kb };
 	for (rc = rc ?: mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); rc == MDB_SUCCESS;
@@ -1287,19 +1294,9 @@ static int update_version(struct registry *r, const char *name, uint32_t version
 	MDB_val k, v;
 	int rc, res;
 
-	if (!registry_name_valid(name))
-		return errmsg_set(e, -ENOENT, "no adapter '%.80s' in the registry", name);
-	pthread_mutex_lock(&r->lock);
-	rc = mdb_txn_begin(r->env, NULL, 0, &t);
-	if (rc != MDB_SUCCESS) {
-		res = map_err(r, rc, "begin", e);
-		goto out;
-	}
-	res = get_name(t, r, name, &nr);
-	if (res < 0) {
-		res = errmsg_set(e, res, "no adapter '%s' in the registry", name);
-		goto out;
-	}
+	res = mutation_begin(r, name, &t, &nr, e);
+	if (res < 0)
+		return res;
 	if (version == 0)
 		version = nr.active;
 	k = (MDB_val){ version_key(kb, name, version), kb };
