@@ -344,15 +344,23 @@ client_suite() {
 	n0=$(audit_count '"finish":"cancelled"')
 	coproc SLOW { "$CLIENT" slow 2>&1; }
 	slow_pid=$SLOW_PID
+	# our own copies of its pipes: bash unsets SLOW the moment the client exits, which a
+	# fast client may do before the last read below
+	if [ -n "${SLOW[0]:-}" ]; then
+		exec {slow_out}<&"${SLOW[0]}" {slow_in}>&"${SLOW[1]}"
+	else
+		exec {slow_out}</dev/null {slow_in}>/dev/null # it is gone already: a failure below
+	fi
 	slow_log=
-	while IFS= read -r -t "$WAIT_S" line <&"${SLOW[0]}"; do
+	while IFS= read -r -t "$WAIT_S" line <&"$slow_out"; do
 		slow_log+="$line;"
 		case $line in SUBMITTED*) break ;; esac
 	done
 	if wait_until_s "$WAIT_S" audit_more '"finish":"cancelled"' "$n0"; then
-		echo go >&"${SLOW[1]}"
-		while IFS= read -r -t "$WAIT_S" line <&"${SLOW[0]}"; do slow_log+="$line;"; done
+		echo go >&"$slow_in"
+		while IFS= read -r -t "$WAIT_S" line <&"$slow_out"; do slow_log+="$line;"; done
 	fi
+	exec {slow_out}<&- {slow_in}>&-
 	if wait "$slow_pid" && kill -0 "$MOLLYD_PID" 2>/dev/null; then
 		pass "$P"client-not-reading "$slow_log"
 	else
