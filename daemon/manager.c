@@ -650,6 +650,7 @@ int manager_new_with_egress(struct config *config, struct egress_client *egress,
 	sp.hot_bytes = config->hot_bytes ? config->hot_bytes : SCHED_HOT_BYTES_HALF;
 	sp.warm_bytes = config->warm_bytes;
 	sp.eviction = (enum evict_policy) config->eviction;
+	sp.hot_type = (enum lora_hot_type) config->hot_type;
 	sp.loader.path = (enum blob_path) config->load_path;
 	sp.loader.queue_depth = config->load_queue_depth;
 	sp.on_adapter_bad = adapter_blob_bad;
@@ -818,9 +819,9 @@ int manager_reload(struct manager *m, struct config *c, struct errmsg *e)
 	CHANGED(old->bus != c->bus, "[DBus] Bus=");
 	CHANGED(!streq_null(old->user, c->user), "[Daemon] User=");
 	CHANGED(old->warm_bytes != c->warm_bytes || old->hot_bytes != c->hot_bytes ||
-			old->eviction != c->eviction || old->load_path != c->load_path ||
-			old->load_queue_depth != c->load_queue_depth,
-		"[Adapters] WarmBytes=, HotBytes=, Eviction=, LoadPath=, LoadQueueDepth=");
+			old->eviction != c->eviction || old->hot_type != c->hot_type ||
+			old->load_path != c->load_path || old->load_queue_depth != c->load_queue_depth,
+		"[Adapters] WarmBytes=, HotBytes=, Eviction=, HotType=, LoadPath=, LoadQueueDepth=");
 	CHANGED(old->registry_map_bytes != c->registry_map_bytes ||
 			!streq_null(old->state_directory, c->state_directory),
 		"[Adapters] RegistryMapBytes=, [Paths] StateDirectory=");

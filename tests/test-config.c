@@ -9,6 +9,7 @@
 #include "basic/sha256.h"
 #include "core/config.h"
 #include "loader/blob-load.h"
+#include "lora/resident.h"
 #include "sched/evict.h"
 #include "test.h"
 
@@ -260,7 +261,7 @@ TEST(adapter_tier_keys)
 {
 	_cleanup_(config_unrefp) struct config *c = NULL, *d = NULL;
 	static const char text[] = "[Adapters]\nWarmBytes=512M\nHotBytes=64M\nEviction=lru\n"
-				   "LoadPath=pread\nLoadQueueDepth=32\n";
+				   "LoadPath=pread\nLoadQueueDepth=32\nHotType=q8_0\n";
 	struct errmsg e = { { 0 } };
 
 	ASSERT_OK(config_new(&d));
@@ -269,6 +270,7 @@ TEST(adapter_tier_keys)
 	ASSERT_EQ(d->eviction, EVICT_GDSF);
 	ASSERT_EQ(d->load_path, BLOB_PATH_URING);
 	ASSERT_EQ(d->load_queue_depth, 8);
+	ASSERT_EQ(d->hot_type, LORA_HOT_STORED);
 	ASSERT_OK(config_new(&c));
 	ASSERT_OK(config_parse_text(c, text, strlen(text), "test.conf", &e));
 	ASSERT_EQ(c->warm_bytes, 512ull << 20);
@@ -276,6 +278,8 @@ TEST(adapter_tier_keys)
 	ASSERT_EQ(c->eviction, EVICT_LRU);
 	ASSERT_EQ(c->load_path, BLOB_PATH_PREAD);
 	ASSERT_EQ(c->load_queue_depth, 32);
+	ASSERT_EQ(c->hot_type, LORA_HOT_Q8_0);
+	ASSERT_OK(expect_error("[Adapters]\nHotType=q4_0\n", "not one of stored, q8_0"));
 	ASSERT_OK(expect_error("[Adapters]\nEviction=lfu\n", "not one of gdsf, lru"));
 	ASSERT_OK(expect_error("[Adapters]\nLoadPath=mmap\n", "not one of uring, pread"));
 	ASSERT_OK(expect_error("[Adapters]\nLoadQueueDepth=0\n", "LoadQueueDepth"));
@@ -494,7 +498,7 @@ TEST(example_and_docs_cover_every_key)
 		"StateDirectory=", "RuntimeDirectory=", "User=", "AdminGroup=", "StopTimeoutSec=",
 		"LogLevel=", "KeyHash=", "UIDs=", "Models=", "Admin=", "Judge=", "JudgeBand=",
 		"JudgeTimeoutMs=", "KeepVersions=", "RegistryMapBytes=", "WarmBytes=", "HotBytes=",
-		"Eviction=", "LoadPath=", "LoadQueueDepth=",
+		"Eviction=", "HotType=", "LoadPath=", "LoadQueueDepth=",
 	};
 
 	ASSERT_TRUE(example != NULL);

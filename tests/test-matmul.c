@@ -23,7 +23,9 @@
 
 #include "test.h"
 
+#include "engine/kernels.h"
 #include "engine/matmul.h"
+#include "engine/sgmv.h"
 #include "engine/quant.h"
 #include "engine/threadpool.h"
 #include "lora/resident.h"
@@ -840,5 +842,101 @@ TEST(matmul_group_same_bits_as_matmul_then_sgmv)
 		    check_group(GGML_TYPE_Q4_K, false, 512, n_tok))
 			return 1;
 	}
+	return 0;
+}
+
+/* Q8_0 rows for sgmv: n values (a multiple of 32) at dst, random in ±0.1, via the scalar
+ * quantizer as lora/resident.c makes them */
+static void q8_0_row(void *dst, int64_t n)
+{
+	float v[4096];
+
+	for (int64_t i = 0; i < n; i++)
+		v[i] = (float) (test_uniform() * 2 - 1) * 0.1f;
+	quant_quantize_row_ref(GGML_TYPE_Q8_0, v, dst, n);
+}
+
+static float q8_0_at(const void *row, int64_t i)
+{
+	const struct block_q8_0 *b = (const struct block_q8_0 *) row + i / QK8_0;
+
+	return fp16_to_f32(b->d) * (float) b->qs[i % QK8_0];
+}
+
+/*
+ * Hot adapters in Q8_0 ([Adapters] HotType=q8_0) at every level: the shrink against a double
+ * reference of the dequantized rows, the expand bit for bit against its scalar definition
+ * (y = fma(scale·tmp_k·d_block, q, y) over k in order), also over a column range that starts
+ * and ends inside blocks (the threads' split), for ranks that are and are not multiples of 4.
+ */
+TEST(sgmv_q8_0_all_levels)
+{
+	static const uint32_t ranks[] = { 16, 5, 1 };
+	enum { N_IN = 96, N_OUT = 160, N_ROWS = 3 };
+	const size_t row_in = N_IN / QK8_0 * sizeof(struct block_q8_0);
+	const size_t row_out = N_OUT / QK8_0 * sizeof(struct block_q8_0);
+	const char *orig = quant_simd_level();
+	float x[N_ROWS * N_IN];
+
+	seed_rng();
+	for (size_t i = 0; i < ELEMENTSOF(x); i++)
+		x[i] = (float) ((test_uniform() * 2 - 1) * 3);
+	for (size_t ri = 0; ri < ELEMENTSOF(ranks); ri++) {
+		const uint32_t rank = ranks[ri];
+		_cleanup_free_ char *mem = malloc(rank * (row_in + row_out));
+		const void *a_rows[16], *bt_rows[16];
+		struct lora_resident_mat mat = { .rank = rank, .n_in = N_IN, .n_out = N_OUT,
+						 .dtype = GGML_TYPE_Q8_0, .scale = 0.75f,
+						 .a_rows = a_rows, .bt_rows = bt_rows };
+		struct lora_pair pairs[2] = { { .mat = &mat, .row = 0, .scale = 1.5f },
+					      { .mat = &mat, .row = 2, .scale = -0.5f } };
+
+		ASSERT_TRUE(mem);
+		for (uint32_t k = 0; k < rank; k++) {
+			a_rows[k] = mem + k * row_in;
+			bt_rows[k] = mem + rank * row_in + k * row_out;
+			q8_0_row(mem + k * row_in, N_IN);
+			q8_0_row(mem + rank * row_in + k * row_out, N_OUT);
+		}
+		for (size_t l = 0; l < n_levels; l++) {
+			float tmp[2][16], y[N_ROWS * N_OUT], yref[N_ROWS * N_OUT];
+
+			if (quant_force_simd_level(levels[l]) < 0)
+				continue;
+			for (int pi = 0; pi < 2; pi++) {
+				lora_shrink_pair(x, N_IN, &pairs[pi], tmp[pi]);
+				for (uint32_t k = 0; k < rank; k++) {
+					double d = 0;
+
+					for (int i = 0; i < N_IN; i++)
+						d += (double) x[pairs[pi].row * N_IN + i] * q8_0_at(a_rows[k], i);
+					if (fabs(tmp[pi][k] - d) > 1e-5 * (1 + fabs(d)))
+						TEST_FAIL_("%s rank %u: shrink row %u: %g vs %g", levels[l], rank,
+							   k, tmp[pi][k], d);
+				}
+			}
+			for (size_t i = 0; i < ELEMENTSOF(y); i++)
+				y[i] = yref[i] = (float) (i % 7) * 0.25f;
+			/* two column ranges, as two threads would split them */
+			lora_expand_range(y, N_OUT, pairs, 2, &tmp[0][0], 16, 0, 37);
+			lora_expand_range(y, N_OUT, pairs, 2, &tmp[0][0], 16, 37, N_OUT);
+			for (int pi = 0; pi < 2; pi++)
+				for (int64_t c = 0; c < N_OUT; c++) {
+					float *v = &yref[pairs[pi].row * N_OUT + c];
+
+					for (uint32_t k = 0; k < rank; k++) {
+						const struct block_q8_0 *b =
+							(const struct block_q8_0 *) bt_rows[k] + c / QK8_0;
+
+						*v = fmaf(pairs[pi].scale * tmp[pi][k] * fp16_to_f32(b->d),
+							  (float) b->qs[c % QK8_0], *v);
+					}
+				}
+			if (memcmp(y, yref, sizeof(y)))
+				TEST_FAIL_("%s rank %u: Q8_0 expand differs from its scalar definition",
+					   levels[l], rank);
+		}
+	}
+	ASSERT_OK(quant_force_simd_level(orig));
 	return 0;
 }

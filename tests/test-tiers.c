@@ -513,7 +513,7 @@ static int working_set(enum evict_policy pol)
 		_cleanup_(lora_adapter_freep) struct lora_adapter *a = NULL;
 
 		ASSERT_OK(lora_adapter_open(blob_path[i], &oo, &a, NULL, NULL));
-		hot_pages = MAX(hot_pages, (size_t) lora_resident_pages_needed(a, page_bytes));
+		hot_pages = MAX(hot_pages, (size_t) lora_resident_pages_needed(a, LORA_HOT_STORED, page_bytes));
 		warm += ALIGN_UP(blob_bytes(i), 4096);
 	}
 	ASSERT_OK(sched_new(m, &(struct sched_params){ .max_sequences = 4, .n_threads = 2,

@@ -30,7 +30,7 @@
  * server load test) belong in their own function beside it.
  *
  *   molly-bench --serve --model M --adapters DIR|N --concurrency C [--prompt-tokens P]
- *               [--tokens T] [--sequential] [--threads T] [--json]
+ *               [--tokens T] [--sequential] [--threads T] [--hot-type stored|q8_0] [--json]
  *
  * --serve: C sequences (prompt P = 16 and T = 64 generated tokens by default), each on one of
  * the adapters (DIR: every adapter file or PEFT directory in it; N: N generated ones, rank 16
@@ -466,6 +466,7 @@ static int run_serve(int argc, char **argv)
 		{ "tokens", required_argument, NULL, 'n' },
 		{ "sequential", no_argument, NULL, 'q' },
 		{ "threads", required_argument, NULL, 't' },
+		{ "hot-type", required_argument, NULL, 'H' },
 		{ "json", no_argument, NULL, 'j' },
 		{}
 	};
@@ -499,11 +500,19 @@ static int run_serve(int argc, char **argv)
 		case 'n': o.gen_tokens = (uint32_t) v; break;
 		case 'q': o.sequential = true; break;
 		case 't': o.n_threads = (int) v; break;
+		case 'H':
+			if (strcmp(optarg, "q8_0") == 0)
+				o.hot_type = LORA_HOT_Q8_0;
+			else if (strcmp(optarg, "stored") != 0) {
+				fprintf(stderr, "molly-bench: --hot-type is stored or q8_0\n");
+				return -EINVAL;
+			}
+			break;
 		case 'j': json = true; break;
 		default:
 			fprintf(stderr, "usage: molly-bench --serve --model M --adapters DIR|N "
 					"--concurrency C [--prompt-tokens P] [--tokens T] [--sequential] "
-					"[--threads T] [--json]\n");
+					"[--threads T] [--hot-type stored|q8_0] [--json]\n");
 			return -EINVAL;
 		}
 	}

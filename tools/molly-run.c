@@ -399,13 +399,14 @@ static int load_loras(const struct options *o, const struct model *m, struct loa
 			return r;
 		}
 		/* a page must hold the longest row */
-		size_t need = lora_resident_pages_needed(l->adapters[i], l->page_bytes);
+		size_t need = lora_resident_pages_needed(l->adapters[i], LORA_HOT_STORED,
+							 l->page_bytes);
 		while (need == (size_t) -1 && l->page_bytes < (1u << 26)) {
 			l->page_bytes *= 2;
-			need = lora_resident_pages_needed(l->adapters[i], l->page_bytes);
+			need = lora_resident_pages_needed(l->adapters[i], LORA_HOT_STORED, l->page_bytes);
 		}
-		r = lora_resident_new(l->adapters[i], m->hp.n_layer, l->page_bytes, malloc_page, l,
-				      &l->res[i], &e);
+		r = lora_resident_new(l->adapters[i], LORA_HOT_STORED, m->hp.n_layer, l->page_bytes,
+				      malloc_page, l, &l->res[i], &e);
 		if (r < 0) {
 			fprintf(stderr, "molly-run: adapter %s: %s\n", o->loras[i], e.text);
 			return r;

@@ -25,6 +25,7 @@
 #include "../basic/sha256.h"
 #include "../engine/chat.h"
 #include "../loader/blob-load.h"
+#include "../lora/resident.h"
 #include "../policy/policy.h"
 #include "../policy/rules.h"
 #include "../sched/evict.h"
@@ -871,6 +872,16 @@ static int parse_eviction(struct pctx *x, const char *v, void *field)
 	*(int *) field = (int) pol;
 	return 0;
 }
+static int parse_hot_type(struct pctx *x, const char *v, void *field)
+{
+	if (strcmp(v, "stored") == 0)
+		*(int *) field = LORA_HOT_STORED;
+	else if (strcmp(v, "q8_0") == 0)
+		*(int *) field = LORA_HOT_Q8_0;
+	else
+		return perr(x, -EINVAL, "'%s' is not one of stored, q8_0", v);
+	return 0;
+}
 static int parse_load_path(struct pctx *x, const char *v, void *field)
 {
 	enum blob_path p;
@@ -890,6 +901,7 @@ static const struct key_def adapters_keys[] = {
 	{ "WarmBytes", parse_size, C(warm_bytes) },
 	{ "HotBytes", parse_size, C(hot_bytes) },
 	{ "Eviction", parse_eviction, C(eviction) },
+	{ "HotType", parse_hot_type, C(hot_type) },
 	{ "LoadPath", parse_load_path, C(load_path) },
 	{ "LoadQueueDepth", parse_load_queue_depth, C(load_queue_depth) },
 	{},

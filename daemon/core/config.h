@@ -136,6 +136,7 @@ struct config {
 	uint64_t warm_bytes;         /* WarmBytes=: warm copies in host memory; default 2 GiB */
 	uint64_t hot_bytes;          /* HotBytes=: adapter weights in the pool; 0: half of it */
 	int eviction;                /* Eviction=: enum evict_policy, gdsf (default) or lru */
+	int hot_type;                /* HotType=: enum lora_hot_type, stored (default) or q8_0 */
 	int load_path;               /* LoadPath=: enum blob_path, uring (default) or pread */
 	uint32_t load_queue_depth;   /* LoadQueueDepth=: reads in flight; default 8 */
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../basic/macro.h"
+#include "kernels.h"
 #include "quant.h"
 #include "sgmv.h"
 #include "threadpool.h"
@@ -14,6 +15,11 @@
 
 #define LORA_EXPAND_MAX_RANK 512
 
+/*
+ * Element i of a row. A Q8_0 row's element is d·q, exact in float (an 11-bit fp16 mantissa
+ * times an 8-bit integer fits 24 bits): a Q8_0 row computes exactly as an F32 row holding
+ * its dequantized values would, at every level.
+ */
 static float load_elem(const void *row, uint32_t dtype, size_t i)
 {
 	switch (dtype) {
@@ -21,66 +27,158 @@ static float load_elem(const void *row, uint32_t dtype, size_t i)
 		return fp16_to_f32(((const uint16_t *) row)[i]);
 	case GGML_TYPE_BF16:
 		return bf16_to_f32(((const uint16_t *) row)[i]);
+	case GGML_TYPE_Q8_0: {
+		const struct block_q8_0 *blk = (const struct block_q8_0 *) row + i / QK8_0;
+
+		return fp16_to_f32(blk->d) * (float) blk->qs[i % QK8_0];
+	}
 	default:
 		return ((const float *) row)[i];
 	}
 }
 
-__attribute__((target("avx2,fma,f16c"))) static float dot_avx2(const float *x, const void *row,
-							      uint32_t dtype, size_t n)
+/* Elements i..i+7 (i a multiple of 8, so a Q8_0 chunk lies within one block). */
+static inline __attribute__((always_inline, target("avx2,fma,f16c"))) __m256
+load8(const void *row, uint32_t dtype, size_t i)
 {
-	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-	size_t i = 0;
+	if (dtype == GGML_TYPE_F16)
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) ((const uint16_t *) row + i)));
+	if (dtype == GGML_TYPE_BF16)
+		return _mm256_castsi256_ps(_mm256_slli_epi32(
+			_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *) ((const uint16_t *) row + i))),
+			16));
+	if (dtype == GGML_TYPE_Q8_0) {
+		const struct block_q8_0 *blk = (const struct block_q8_0 *) row + i / QK8_0;
+		__m128i q = _mm_loadl_epi64((const __m128i *) (blk->qs + i % QK8_0));
+		__m256 d = _mm256_cvtph_ps(_mm_set1_epi16((short) blk->d));
 
-	for (; i + 16 <= n; i += 16) {
-		__m256 w0, w1;
-
-		if (dtype == GGML_TYPE_F16) {
-			w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) ((const uint16_t *) row + i)));
-			w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) ((const uint16_t *) row + i + 8)));
-		} else if (dtype == GGML_TYPE_BF16) {
-			__m128i h0 = _mm_loadu_si128((const __m128i *) ((const uint16_t *) row + i));
-			__m128i h1 = _mm_loadu_si128((const __m128i *) ((const uint16_t *) row + i + 8));
-			w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h0), 16));
-			w1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h1), 16));
-		} else {
-			w0 = _mm256_loadu_ps((const float *) row + i);
-			w1 = _mm256_loadu_ps((const float *) row + i + 8);
-		}
-		acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), w0, acc0);
-		acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), w1, acc1);
+		return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
 	}
-	acc0 = _mm256_add_ps(acc0, acc1);
-	__m128 s = _mm_add_ps(_mm256_castps256_ps128(acc0), _mm256_extractf128_ps(acc0, 1));
-	s = _mm_hadd_ps(s, s);
-	s = _mm_hadd_ps(s, s);
-	float sum = _mm_cvtss_f32(s);
-	for (; i < n; i++)
-		sum += x[i] * load_elem(row, dtype, i);
-	return sum;
+	return _mm256_loadu_ps((const float *) row + i);
+}
+
+/*
+ * The expand's term for element i with coefficient a: y = fma(coef, val, y). For Q8_0 the
+ * block's scale goes with the coefficient, coef = a·d and val = q, so the SIMD loop scales
+ * once per block and row; every level computes the same (coef, val), hence the same bits.
+ */
+static inline float expand_coef(float a, const void *row, uint32_t dtype, size_t i)
+{
+	if (dtype == GGML_TYPE_Q8_0)
+		return a * fp16_to_f32(((const struct block_q8_0 *) row)[i / QK8_0].d);
+	return a;
+}
+
+static inline float expand_val(const void *row, uint32_t dtype, size_t i)
+{
+	if (dtype == GGML_TYPE_Q8_0)
+		return (float) ((const struct block_q8_0 *) row)[i / QK8_0].qs[i % QK8_0];
+	return load_elem(row, dtype, i);
+}
+
+static inline float expand_term(float y, float a, const void *row, uint32_t dtype, size_t i)
+{
+	return fmaf(expand_coef(a, row, dtype, i), expand_val(row, dtype, i), y);
+}
+
+/* expand_coef() inside the SIMD loops (F16C's conversion is exact, as fp16_to_f32() is) */
+static inline __attribute__((always_inline, target("avx2,fma,f16c"))) float
+expand_coef_avx2(float a, const void *row, uint32_t dtype, size_t i)
+{
+	if (dtype == GGML_TYPE_Q8_0)
+		return a * _cvtsh_ss(((const struct block_q8_0 *) row)[i / QK8_0].d);
+	return a;
+}
+
+/* expand_val() of elements i..i+7 (i a multiple of 8) */
+static inline __attribute__((always_inline, target("avx2,fma,f16c"))) __m256
+expand_val8(const void *row, uint32_t dtype, size_t i)
+{
+	if (dtype == GGML_TYPE_Q8_0) {
+		const struct block_q8_0 *blk = (const struct block_q8_0 *) row + i / QK8_0;
+
+		return _mm256_cvtepi32_ps(
+			_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) (blk->qs + i % QK8_0))));
+	}
+	return load8(row, dtype, i);
 }
 
 __attribute__((target("avx2,fma,f16c"))) static void axpy_avx2(float *y, float a, const void *row,
 							       uint32_t dtype, size_t b, size_t e)
 {
-	__m256 va = _mm256_set1_ps(a);
 	size_t i = b;
 
+	for (; i + 8 <= e && i % 8; i++)
+		y[i] = expand_term(y[i], a, row, dtype, i);
 	for (; i + 8 <= e; i += 8) {
-		__m256 w;
+		__m256 va = _mm256_set1_ps(expand_coef_avx2(a, row, dtype, i));
 
-		if (dtype == GGML_TYPE_F16)
-			w = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) ((const uint16_t *) row + i)));
-		else if (dtype == GGML_TYPE_BF16)
-			w = _mm256_castsi256_ps(_mm256_slli_epi32(
-				_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *) ((const uint16_t *) row + i))),
-				16));
-		else
-			w = _mm256_loadu_ps((const float *) row + i);
-		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, w, _mm256_loadu_ps(y + i)));
+		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, expand_val8(row, dtype, i),
+							_mm256_loadu_ps(y + i)));
 	}
 	for (; i < e; i++)
-		y[i] = fmaf(a, load_elem(row, dtype, i), y[i]);
+		y[i] = expand_term(y[i], a, row, dtype, i);
+}
+
+/*
+ * Four rows' dots with x at once, each row with two chains of 8 lanes (per 16 values, or per
+ * Q8_0 block, scaled once per block), then summed: x is
+ * loaded once for the four, and 4 rows stream together, with the next 4 prefetched, so more
+ * cache misses are in flight than a row at a time allows (distinct adapters' rows come from
+ * memory in a decode step). next may be NULL.
+ */
+__attribute__((target("avx2,fma,f16c"))) static void dot4_avx2(const float *x,
+								const void *const *rows,
+								const void *const *next,
+								uint32_t dtype, size_t n, float *out)
+{
+	__m256 acc[4][2];
+	size_t i = 0, eb = dtype == GGML_TYPE_F32 ? 4 : dtype == GGML_TYPE_Q8_0 ? 1 : 2;
+
+	for (int r = 0; r < 4; r++)
+		acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+	/* Q8_0: a block's products summed unscaled, then times its scale once */
+	for (; dtype == GGML_TYPE_Q8_0 && i + QK8_0 <= n; i += QK8_0) {
+		const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+		const __m256 x2 = _mm256_loadu_ps(x + i + 16), x3 = _mm256_loadu_ps(x + i + 24);
+
+		if (next)
+			for (int r = 0; r < 4; r++)
+				_mm_prefetch((const char *) next[r] + i / QK8_0 * sizeof(struct block_q8_0),
+					     _MM_HINT_T0);
+		for (int r = 0; r < 4; r++) {
+			__m256 t0 = _mm256_mul_ps(x0, expand_val8(rows[r], dtype, i));
+			__m256 t1 = _mm256_mul_ps(x1, expand_val8(rows[r], dtype, i + 8));
+
+			t0 = _mm256_fmadd_ps(x2, expand_val8(rows[r], dtype, i + 16), t0);
+			t1 = _mm256_fmadd_ps(x3, expand_val8(rows[r], dtype, i + 24), t1);
+			acc[r][i / QK8_0 % 2] = _mm256_fmadd_ps(
+				_mm256_add_ps(t0, t1),
+				_mm256_set1_ps(_cvtsh_ss(((const struct block_q8_0 *) rows[r])[i / QK8_0].d)),
+				acc[r][i / QK8_0 % 2]);
+		}
+	}
+	for (; i + 16 <= n; i += 16) {
+		const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+
+		if (next && (i * eb) % 64 == 0)
+			for (int r = 0; r < 4; r++)
+				_mm_prefetch((const char *) next[r] + i * eb, _MM_HINT_T0);
+		for (int r = 0; r < 4; r++) {
+			acc[r][0] = _mm256_fmadd_ps(x0, load8(rows[r], dtype, i), acc[r][0]);
+			acc[r][1] = _mm256_fmadd_ps(x1, load8(rows[r], dtype, i + 8), acc[r][1]);
+		}
+	}
+	for (int r = 0; r < 4; r++) {
+		__m256 a = _mm256_add_ps(acc[r][0], acc[r][1]);
+		__m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+		s = _mm_hadd_ps(s, s);
+		s = _mm_hadd_ps(s, s);
+		float sum = _mm_cvtss_f32(s);
+		for (size_t j = i; j < n; j++)
+			sum += x[j] * load_elem(rows[r], dtype, j);
+		out[r] = sum;
+	}
 }
 
 static float dot_scalar(const float *x, const void *row, uint32_t dtype, size_t n)
@@ -95,18 +193,15 @@ static float dot_scalar(const float *x, const void *row, uint32_t dtype, size_t 
 static void axpy_scalar(float *y, float a, const void *row, uint32_t dtype, size_t b, size_t e)
 {
 	for (size_t i = b; i < e; i++)
-		y[i] = fmaf(a, load_elem(row, dtype, i), y[i]);
+		y[i] = expand_term(y[i], a, row, dtype, i);
 }
 
 static bool have_avx2(void)
 {
-	static int cached = -1;
-
 	/* quant's dispatch already checked AVX2 + FMA + F16C for its avx2 level and above (clang
-	 * has no "f16c" for __builtin_cpu_supports) */
-	if (cached < 0)
-		cached = strcmp(quant_simd_level(), "scalar") != 0;
-	return cached;
+	 * has no "f16c" for __builtin_cpu_supports); asked each time, so that a level forced by
+	 * quant_force_simd_level() (the tests) holds here too */
+	return strcmp(quant_simd_level(), "scalar") != 0;
 }
 
 void lora_shrink_pair(const float *x, uint32_t n_in, const struct lora_pair *p, float *tmp)
@@ -114,21 +209,25 @@ void lora_shrink_pair(const float *x, uint32_t n_in, const struct lora_pair *p, 
 	const float *xr = x + (size_t) p->row * n_in;
 	bool avx2 = have_avx2();
 
-	for (uint32_t k = 0; k < p->mat->rank; k++)
-		tmp[k] = avx2 ? dot_avx2(xr, p->mat->a_rows[k], p->mat->dtype, n_in)
-			      : dot_scalar(xr, p->mat->a_rows[k], p->mat->dtype, n_in);
-}
+	uint32_t k = 0, rank = p->mat->rank;
 
-static inline __attribute__((always_inline, target("avx2,fma,f16c"))) __m256
-load8(const void *row, uint32_t dtype, size_t i)
-{
-	if (dtype == GGML_TYPE_F16)
-		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) ((const uint16_t *) row + i)));
-	if (dtype == GGML_TYPE_BF16)
-		return _mm256_castsi256_ps(_mm256_slli_epi32(
-			_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *) ((const uint16_t *) row + i))),
-			16));
-	return _mm256_loadu_ps((const float *) row + i);
+	if (!avx2) {
+		for (; k < rank; k++)
+			tmp[k] = dot_scalar(xr, p->mat->a_rows[k], p->mat->dtype, n_in);
+		return;
+	}
+	for (; k + 4 <= rank; k += 4)
+		dot4_avx2(xr, p->mat->a_rows + k, k + 8 <= rank ? p->mat->a_rows + k + 4 : NULL,
+			  p->mat->dtype, n_in, tmp + k);
+	if (k < rank) { /* the last 1-3 rows, padded with copies of the last (same bits per row) */
+		const void *rows[4];
+		float out[4];
+
+		for (uint32_t r = 0; r < 4; r++)
+			rows[r] = p->mat->a_rows[MIN(k + r, rank - 1)];
+		dot4_avx2(xr, rows, NULL, p->mat->dtype, n_in, out);
+		memcpy(tmp + k, out, (rank - k) * sizeof(float));
+	}
 }
 
 /*
@@ -137,21 +236,43 @@ load8(const void *row, uint32_t dtype, size_t i)
  */
 static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
 expand_avx2_k(float *y, const void *const *rows, const float *a, uint32_t k0, uint32_t k1,
-	      uint32_t dtype, size_t b, size_t e)
+	      uint32_t dtype, size_t b, size_t e, const void *const *next, uint32_t n_next)
 {
 	size_t i = b;
 
+	/* to a multiple of 32 (8 for the 2-byte types), where a pass of 32 is one Q8_0 block (the
+	 * same chain per value) */
+	for (; i < e && i % (dtype == GGML_TYPE_Q8_0 ? QK8_0 : 8); i++) {
+		float v = y[i];
+
+		for (uint32_t k = k0; k < k1; k++)
+			v = expand_term(v, a[k], rows[k], dtype, i);
+		y[i] = v;
+	}
 	for (; i + 32 <= e; i += 32) {
 		__m256 y0 = _mm256_loadu_ps(y + i), y1 = _mm256_loadu_ps(y + i + 8);
 		__m256 y2 = _mm256_loadu_ps(y + i + 16), y3 = _mm256_loadu_ps(y + i + 24);
 
-		for (uint32_t k = k0; k < k1; k++) {
-			const __m256 va = _mm256_set1_ps(a[k]);
+		/* the rows after these, as far ahead as these are (short rows end before the
+		 * hardware prefetcher has ramped up) */
+		for (uint32_t j = 0; j < n_next; j++) {
+			const char *nr = next[j];
 
-			y0 = _mm256_fmadd_ps(va, load8(rows[k], dtype, i), y0);
-			y1 = _mm256_fmadd_ps(va, load8(rows[k], dtype, i + 8), y1);
-			y2 = _mm256_fmadd_ps(va, load8(rows[k], dtype, i + 16), y2);
-			y3 = _mm256_fmadd_ps(va, load8(rows[k], dtype, i + 24), y3);
+			if (dtype == GGML_TYPE_Q8_0)
+				_mm_prefetch(nr + i / QK8_0 * sizeof(struct block_q8_0), _MM_HINT_T0);
+			else if (dtype == GGML_TYPE_F32) {
+				_mm_prefetch(nr + i * 4, _MM_HINT_T0);
+				_mm_prefetch(nr + i * 4 + 64, _MM_HINT_T0);
+			} else
+				_mm_prefetch(nr + i * 2, _MM_HINT_T0);
+		}
+		for (uint32_t k = k0; k < k1; k++) {
+			const __m256 va = _mm256_set1_ps(expand_coef_avx2(a[k], rows[k], dtype, i));
+
+			y0 = _mm256_fmadd_ps(va, expand_val8(rows[k], dtype, i), y0);
+			y1 = _mm256_fmadd_ps(va, expand_val8(rows[k], dtype, i + 8), y1);
+			y2 = _mm256_fmadd_ps(va, expand_val8(rows[k], dtype, i + 16), y2);
+			y3 = _mm256_fmadd_ps(va, expand_val8(rows[k], dtype, i + 24), y3);
 		}
 		_mm256_storeu_ps(y + i, y0);
 		_mm256_storeu_ps(y + i + 8, y1);
@@ -162,14 +283,15 @@ expand_avx2_k(float *y, const void *const *rows, const float *a, uint32_t k0, ui
 		__m256 y0 = _mm256_loadu_ps(y + i);
 
 		for (uint32_t k = k0; k < k1; k++)
-			y0 = _mm256_fmadd_ps(_mm256_set1_ps(a[k]), load8(rows[k], dtype, i), y0);
+			y0 = _mm256_fmadd_ps(_mm256_set1_ps(expand_coef_avx2(a[k], rows[k], dtype, i)),
+					     expand_val8(rows[k], dtype, i), y0);
 		_mm256_storeu_ps(y + i, y0);
 	}
 	for (; i < e; i++) {
 		float v = y[i];
 
 		for (uint32_t k = k0; k < k1; k++)
-			v = fmaf(a[k], load_elem(rows[k], dtype, i), v);
+			v = expand_term(v, a[k], rows[k], dtype, i);
 		y[i] = v;
 	}
 }
@@ -184,25 +306,37 @@ expand_avx2_k(float *y, const void *const *rows, const float *a, uint32_t k0, ui
 
 static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
 expand_avx2_t(float *y, const void *const *rows, const float *a, uint32_t rank, uint32_t dtype,
-	      size_t b, size_t e)
+	      size_t b, size_t e, const void *const *after, uint32_t n_after)
 {
-	for (uint32_t k0 = 0; k0 < rank; k0 += EXPAND_K_GROUP)
-		expand_avx2_k(y, rows, a, k0, MIN(k0 + EXPAND_K_GROUP, rank), dtype, b, e);
+	for (uint32_t k0 = 0; k0 < rank; k0 += EXPAND_K_GROUP) {
+		uint32_t k1 = MIN(k0 + EXPAND_K_GROUP, rank);
+
+		if (k1 < rank)
+			expand_avx2_k(y, rows, a, k0, k1, dtype, b, e, rows + k1,
+				      MIN(rank - k1, (uint32_t) EXPAND_K_GROUP));
+		else
+			expand_avx2_k(y, rows, a, k0, k1, dtype, b, e, after,
+				      MIN(n_after, (uint32_t) EXPAND_K_GROUP));
+	}
 }
 
-__attribute__((target("avx2,fma,f16c"))) static void expand_avx2(float *y, const void *const *rows,
-								 const float *a, uint32_t rank,
-								 uint32_t dtype, size_t b, size_t e)
+/* after: the rows the caller expands next (n_after of them), to prefetch during the last group */
+__attribute__((target("avx2,fma,f16c"))) static void
+expand_avx2(float *y, const void *const *rows, const float *a, uint32_t rank, uint32_t dtype,
+	    size_t b, size_t e, const void *const *after, uint32_t n_after)
 {
 	switch (dtype) {
 	case GGML_TYPE_F16:
-		expand_avx2_t(y, rows, a, rank, GGML_TYPE_F16, b, e);
+		expand_avx2_t(y, rows, a, rank, GGML_TYPE_F16, b, e, after, n_after);
 		break;
 	case GGML_TYPE_BF16:
-		expand_avx2_t(y, rows, a, rank, GGML_TYPE_BF16, b, e);
+		expand_avx2_t(y, rows, a, rank, GGML_TYPE_BF16, b, e, after, n_after);
+		break;
+	case GGML_TYPE_Q8_0:
+		expand_avx2_t(y, rows, a, rank, GGML_TYPE_Q8_0, b, e, after, n_after);
 		break;
 	default:
-		expand_avx2_t(y, rows, a, rank, GGML_TYPE_F32, b, e);
+		expand_avx2_t(y, rows, a, rank, GGML_TYPE_F32, b, e, after, n_after);
 		break;
 	}
 }
@@ -223,7 +357,11 @@ void lora_expand_range(float *y, uint32_t n_out, const struct lora_pair *pairs, 
 		if (avx2 && rank <= LORA_EXPAND_MAX_RANK) {
 			for (uint32_t k = 0; k < rank; k++)
 				a[k] = p->scale * tmp[pi * max_rank + k];
-			expand_avx2(yr, p->mat->bt_rows, a, rank, p->mat->dtype, b, e);
+			if (pi + 1 < n_pairs && pairs[pi + 1].mat != p->mat)
+				expand_avx2(yr, p->mat->bt_rows, a, rank, p->mat->dtype, b, e,
+					    pairs[pi + 1].mat->bt_rows, pairs[pi + 1].mat->rank);
+			else
+				expand_avx2(yr, p->mat->bt_rows, a, rank, p->mat->dtype, b, e, NULL, 0);
 			continue;
 		}
 		for (uint32_t k = 0; k < rank; k++) {

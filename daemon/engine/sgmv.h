@@ -5,7 +5,9 @@
  * structures from an opened adapter (any format), the forward pass only reads them.
  *
  * Layout: for every (layer, target) the adapter covers, A as `rank` rows of n_in values and
- * B transposed (Bᵀ) as `rank` rows of n_out values, rows in F32, F16 or BF16. Rows are
+ * B transposed (Bᵀ) as `rank` rows of n_out values, rows in F32, F16, BF16 or Q8_0 (blocks of
+ * 32 values along the row; a Q8_0 row computes as the F32 row of its dequantized values
+ * would, at half the bytes of F16: a decode step streams every distinct adapter's rows). Rows are
  * packed into fixed-size pages handed out by a page provider (the scheduler's page pool, or
  * plain malloc for single-sequence use), never straddling a page, so an adapter's memory is
  * a set of pool pages like a sequence's KV blocks. Bᵀ makes the expand step an axpy over
@@ -36,7 +38,7 @@ struct lora_resident_mat {
 	uint32_t rank;
 	uint32_t n_in;
 	uint32_t n_out;
-	uint32_t dtype;     /* row type: GGML_TYPE_F32, F16 or BF16 */
+	uint32_t dtype;     /* row type: GGML_TYPE_F32, F16, BF16 or Q8_0 */
 	float scale;        /* alpha/rank etc. (user scale applied per request) */
 	const void **a_rows; /* [rank] → n_in values */
 	const void **bt_rows; /* [rank] → n_out values */

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "../engine/kernels.h"
 #include "../engine/quant.h"
 #include "resident.h"
 
@@ -33,9 +34,37 @@ static void scratch_freep(struct scratch *s)
 		(void) munmap(s->p, s->bytes);
 }
 
-static size_t dtype_bytes(uint32_t dtype)
+/* The row type matrix m has in the hot form: Q8_0 when asked and both its row lengths are
+ * whole blocks, else the type it is stored in. */
+static uint32_t hot_row_type(const struct lora_mat *m, enum lora_hot_type hot)
 {
-	return dtype == GGML_TYPE_F32 ? 4 : 2;
+	if (hot == LORA_HOT_Q8_0 && m->n_in % QK8_0 == 0 && m->n_out % QK8_0 == 0)
+		return GGML_TYPE_Q8_0;
+	return m->dtype;
+}
+
+static size_t row_bytes(uint32_t type, uint32_t n)
+{
+	switch (type) {
+	case GGML_TYPE_F32:
+		return (size_t) n * 4;
+	case GGML_TYPE_Q8_0:
+		return (size_t) n / QK8_0 * sizeof(struct block_q8_0);
+	default:
+		return (size_t) n * 2;
+	}
+}
+
+static float stored_value(const void *src, uint32_t dtype, size_t i)
+{
+	switch (dtype) {
+	case GGML_TYPE_F32:
+		return ((const float *) src)[i];
+	case GGML_TYPE_BF16:
+		return bf16_to_f32(((const uint16_t *) src)[i]);
+	default:
+		return fp16_to_f32(((const uint16_t *) src)[i]);
+	}
 }
 
 /* Packs rows into pages: a page holds floor(page_bytes / row_bytes) rows of one matrix. */
@@ -70,14 +99,16 @@ static void *packer_row(struct packer *p, size_t row_bytes)
 }
 
 /* Walks the matrices as lora_resident_new() lays them out, counting pages. */
-size_t lora_resident_pages_needed(const struct lora_adapter *a, size_t page_bytes)
+size_t lora_resident_pages_needed(const struct lora_adapter *a, enum lora_hot_type hot,
+				  size_t page_bytes)
 {
 	size_t pages = 0, used = page_bytes; /* forces a first page */
 
 	for (size_t i = 0; i < a->n_mats; i++) {
 		const struct lora_mat *m = &a->mats[i];
-		size_t eb = dtype_bytes(m->dtype);
-		size_t rows[2] = { ALIGN_UP(m->n_in * eb, 64), ALIGN_UP(m->n_out * eb, 64) };
+		uint32_t type = hot_row_type(m, hot);
+		size_t rows[2] = { ALIGN_UP(row_bytes(type, m->n_in), 64),
+				   ALIGN_UP(row_bytes(type, m->n_out), 64) };
 
 		for (int w = 0; w < 2; w++) {
 			if (rows[w] > page_bytes)
@@ -122,14 +153,29 @@ static void transpose(const void *src, void **dst_rows, uint32_t n_out, uint32_t
 		transpose32(src, dst_rows, n_out, rank);
 }
 
-int lora_resident_new(const struct lora_adapter *a, uint32_t n_layer, size_t page_bytes,
-		      lora_page_alloc_fn alloc, void *userdata, struct lora_resident **ret,
-		      struct errmsg *e)
+/* Row k of the matrix in buf (rows × cols in dtype; Bᵀ's row k is B's column k when
+ * transposed) as one Q8_0 row at dst, through the scalar quantizer: the hot form has the same
+ * bits on every CPU. */
+static void quantize_row_q8_0(const void *buf, uint32_t dtype, uint32_t rows, uint32_t cols,
+			      bool transposed, uint32_t k, float *tmp, void *dst)
+{
+	uint32_t n = transposed ? rows : cols;
+
+	for (uint32_t i = 0; i < n; i++)
+		tmp[i] = stored_value(buf, dtype,
+				      transposed ? (size_t) i * cols + k : (size_t) k * cols + i);
+	quant_quantize_row_ref(GGML_TYPE_Q8_0, tmp, dst, n);
+}
+
+int lora_resident_new(const struct lora_adapter *a, enum lora_hot_type hot, uint32_t n_layer,
+		      size_t page_bytes, lora_page_alloc_fn alloc, void *userdata,
+		      struct lora_resident **ret, struct errmsg *e)
 {
 	struct lora_resident *r;
 	struct packer p = { .page_bytes = page_bytes, .alloc = alloc, .userdata = userdata };
 	_cleanup_(scratch_freep) struct scratch buf = { NULL, 0 };
-	size_t need = lora_resident_pages_needed(a, page_bytes);
+	_cleanup_free_ float *tmp = NULL;
+	size_t need = lora_resident_pages_needed(a, hot, page_bytes);
 	int res = 0;
 
 	assert_return(a && ret && alloc && page_bytes > 0, -EINVAL);
@@ -162,11 +208,22 @@ int lora_resident_new(const struct lora_adapter *a, uint32_t n_layer, size_t pag
 		if (res < 0)
 			return res;
 	}
+	if (hot == LORA_HOT_Q8_0) {
+		uint32_t max_len = 0;
+
+		for (size_t i = 0; i < a->n_mats; i++)
+			max_len = MAX(max_len, MAX(a->mats[i].n_in, a->mats[i].n_out));
+		tmp = malloc((size_t) max_len * sizeof(float) + 1);
+		if (!tmp)
+			return -ENOMEM;
+	}
 
 	for (size_t i = 0; i < a->n_mats && res == 0; i++) {
 		const struct lora_mat *m = &a->mats[i];
-		size_t eb = dtype_bytes(m->dtype);
+		uint32_t type = hot_row_type(m, hot);
+		size_t a_row = row_bytes(type, m->n_in), bt_row = row_bytes(type, m->n_out);
 		size_t a_bytes = lora_mat_bytes(m, false), b_bytes = lora_mat_bytes(m, true);
+		size_t eb = row_bytes(m->dtype, 1);
 		struct lora_resident_mat *rm;
 
 		if (m->layer >= n_layer || m->target >= LORA_TARGET_COUNT_)
@@ -180,7 +237,7 @@ int lora_resident_new(const struct lora_adapter *a, uint32_t n_layer, size_t pag
 			return -ENOMEM;
 		r->mats[(size_t) m->layer * LORA_TARGET_COUNT_ + m->target] = rm;
 		*rm = (struct lora_resident_mat){ .rank = m->rank, .n_in = m->n_in, .n_out = m->n_out,
-						  .dtype = m->dtype, .scale = m->scale };
+						  .dtype = type, .scale = m->scale };
 		rm->a_rows = (const void **) (rm + 1);
 		rm->bt_rows = rm->a_rows + m->rank;
 
@@ -189,10 +246,13 @@ int lora_resident_new(const struct lora_adapter *a, uint32_t n_layer, size_t pag
 			return errmsg_set(e, res, "adapter '%s': reading A of matrix %zu: %s", r->name, i,
 					  strerror(-res));
 		for (uint32_t k = 0; k < m->rank; k++) {
-			void *row = packer_row(&p, m->n_in * eb);
+			void *row = packer_row(&p, a_row);
 			if (!row)
 				return errmsg_set(e, -ENOSPC, "adapter '%s': out of pages", r->name);
-			memcpy(row, (char *) buf.p + (size_t) k * m->n_in * eb, m->n_in * eb);
+			if (type == GGML_TYPE_Q8_0)
+				quantize_row_q8_0(buf.p, m->dtype, m->rank, m->n_in, false, k, tmp, row);
+			else
+				memcpy(row, (char *) buf.p + (size_t) k * m->n_in * eb, a_row);
 			rm->a_rows[k] = row;
 		}
 		res = lora_adapter_read(a, i, true, buf.p, b_bytes);
@@ -200,13 +260,16 @@ int lora_resident_new(const struct lora_adapter *a, uint32_t n_layer, size_t pag
 			return errmsg_set(e, res, "adapter '%s': reading B of matrix %zu: %s", r->name, i,
 					  strerror(-res));
 		for (uint32_t k = 0; k < m->rank; k++) {
-			void *row = packer_row(&p, m->n_out * eb);
+			void *row = packer_row(&p, bt_row);
 			if (!row)
 				return errmsg_set(e, -ENOSPC, "adapter '%s': out of pages", r->name);
 			rm->bt_rows[k] = row;
+			if (type == GGML_TYPE_Q8_0) /* B is [n_out][rank]: Bᵀ row k is its column k */
+				quantize_row_q8_0(buf.p, m->dtype, m->n_out, m->rank, true, k, tmp, row);
 		}
-		transpose(buf.p, (void **) rm->bt_rows, m->n_out, m->rank, eb);
-		r->bytes += a_bytes + b_bytes;
+		if (type != GGML_TYPE_Q8_0)
+			transpose(buf.p, (void **) rm->bt_rows, m->n_out, m->rank, eb);
+		r->bytes += (size_t) m->rank * (a_row + bt_row);
 	}
 	return res;
 }

@@ -132,6 +132,7 @@ int bench_serve_run(const struct bench_serve_opts *o, struct bench_serve_result 
 		.queue_length = conc + 1,
 		.max_context = P + T + 1,
 		.n_threads = o->n_threads,
+		.hot_type = o->hot_type,
 	};
 	_cleanup_(sched_freep) struct sched *s = NULL;
 	static char names[MAX_ADAPTERS][32];
@@ -157,7 +158,7 @@ int bench_serve_run(const struct bench_serve_opts *o, struct bench_serve_result 
 	 * measures serving with the adapters resident, not eviction. */
 	pages = (size_t) sp.max_sequences * ((sp.max_context + 15) / 16) + 4;
 	for (uint32_t i = 0; i < op.n; i++)
-		pages += lora_resident_pages_needed(op.a[i], page_bytes);
+		pages += lora_resident_pages_needed(op.a[i], o->hot_type, page_bytes);
 	sp.pool_bytes = pages * page_bytes;
 	if (r == 0)
 		r = sched_new(o->m, &sp, &s, e);

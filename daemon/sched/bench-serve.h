@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "../basic/errmsg.h"
+#include "../lora/resident.h"
 
 struct model;
 
@@ -23,6 +24,7 @@ struct bench_serve_opts {
 	bool sequential;          /* one after another instead of together */
 	int n_threads;
 	uint64_t seed;
+	enum lora_hot_type hot_type; /* the adapters' hot form (--hot-type) */
 };
 
 struct bench_serve_result {

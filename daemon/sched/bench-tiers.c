@@ -427,7 +427,7 @@ int bench_tier_serve(int argc, char **argv)
 		if (r >= 0)
 			r = hash_file(set.paths[i], set.sha[i]);
 		if (r >= 0) {
-			size_t pages = lora_resident_pages_needed(a, page_bytes);
+			size_t pages = lora_resident_pages_needed(a, LORA_HOT_STORED, page_bytes);
 
 			set.max_pages = MAX(set.max_pages, pages);
 			set.sum_pages += pages;
@@ -482,7 +482,7 @@ int bench_tier_serve(int argc, char **argv)
 			_cleanup_(lora_adapter_freep) struct lora_adapter *a = NULL;
 
 			if (lora_adapter_open(set.paths[i], &oo, &a, NULL, NULL) >= 0) {
-				size_t pg = lora_resident_pages_needed(a, page_bytes);
+				size_t pg = lora_resident_pages_needed(a, LORA_HOT_STORED, page_bytes);
 
 				sum_pages += pg;
 				max_pages = MAX(max_pages, pg);

@@ -319,7 +319,7 @@ static uint64_t hot_used(const struct sched *s)
 static int adapter_make_resident(struct sched *s, struct adapter_entry *a, const struct seq *keep)
 {
 	size_t page_bytes = page_pool_page_bytes(s->pool);
-	size_t need = lora_resident_pages_needed(a->adapter, page_bytes);
+	size_t need = lora_resident_pages_needed(a->adapter, s->p.hot_type, page_bytes);
 	struct lora_resident *res = NULL;
 	const void *image = NULL;
 	size_t image_bytes = 0;
@@ -345,8 +345,8 @@ static int adapter_make_resident(struct sched *s, struct adapter_entry *a, const
 	t0 = now_ns();
 	if (image)
 		(void) lora_adapter_set_image(a->adapter, image, image_bytes);
-	r = lora_resident_new(a->adapter, s->m->hp.n_layer, page_bytes, pool_page_for_adapter, s,
-			      &res, NULL);
+	r = lora_resident_new(a->adapter, s->p.hot_type, s->m->hp.n_layer, page_bytes,
+			      pool_page_for_adapter, s, &res, NULL);
 	if (image) {
 		(void) lora_adapter_set_image(a->adapter, NULL, 0);
 		tiers_put(s->tiers, a->blob);
@@ -383,7 +383,8 @@ static uint64_t adapter_hot_bytes(const struct sched *s, const struct adapter_en
 {
 	size_t page_bytes = page_pool_page_bytes(s->pool);
 
-	return (uint64_t) lora_resident_pages_needed(a->adapter, page_bytes) * page_bytes;
+	return (uint64_t) lora_resident_pages_needed(a->adapter, s->p.hot_type, page_bytes) *
+	       page_bytes;
 }
 
 /* Reserves a's pages (evicting by the policy, never what `keep` needs) and queues its hot
@@ -392,7 +393,7 @@ static uint64_t adapter_hot_bytes(const struct sched *s, const struct adapter_en
 static int adapter_start_build(struct sched *s, struct adapter_entry *a, const struct seq *keep)
 {
 	size_t page_bytes = page_pool_page_bytes(s->pool);
-	size_t need = lora_resident_pages_needed(a->adapter, page_bytes);
+	size_t need = lora_resident_pages_needed(a->adapter, s->p.hot_type, page_bytes);
 	const void *image;
 	size_t image_bytes = 0;
 
@@ -501,8 +502,8 @@ static void *builder_thread(void *arg)
 		int r;
 
 		(void) lora_adapter_set_image(a->adapter, a->build_image, a->build_image_bytes);
-		r = lora_resident_new(a->adapter, s->m->hp.n_layer, page_pool_page_bytes(s->pool),
-				      build_page, ud, &res, NULL);
+		r = lora_resident_new(a->adapter, s->p.hot_type, s->m->hp.n_layer,
+				      page_pool_page_bytes(s->pool), build_page, ud, &res, NULL);
 		(void) lora_adapter_set_image(a->adapter, NULL, 0);
 
 		pthread_mutex_lock(&s->lock);

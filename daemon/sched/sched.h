@@ -32,6 +32,7 @@
 #include "../basic/errmsg.h"
 #include "../basic/macro.h"
 #include "../engine/sampler.h"
+#include "../lora/resident.h"
 #include "tiers.h"
 
 struct model;
@@ -54,6 +55,7 @@ struct sched_params {
 	uint64_t hot_bytes;      /* SCHED_HOT_BYTES_HALF: half the pool */
 	uint64_t warm_bytes;
 	enum evict_policy eviction;
+	enum lora_hot_type hot_type; /* the hot form's rows: as stored (default) or Q8_0 */
 	struct blob_loader_params loader;
 	const struct numa_topology *topology; /* tests: NULL = the system's */
 	/* warm → hot builds of adapters at least this big in the pool run on the builder thread
