@@ -247,6 +247,7 @@ class Server:
             conf = (f"[Model]\nPath={model}\nName=base\nThreads={a.threads}\n"
                     f"[Engine]\nMaxSequences=8\n"
                     f"[Adapters]\nDirectory={a.models}/adapters\nLoad={' '.join(self.adapter_names)}\n"
+                    f"HotType={a.hot_type}\n"
                     f"[HTTP]\nListen=127.0.0.1:{self.port}\n[DBus]\nBus=none\n"
                     f"[Paths]\nStateDirectory={d}/state\nRuntimeDirectory={d}/run\n")
             with open(f"{d}/mollyd.conf", "w") as f:
@@ -462,6 +463,8 @@ def main():
     p.add_argument("--max-tries", type=int, default=5)
     p.add_argument("--engine-models", default=",".join(ENGINE_MODELS))
     p.add_argument("--no-serve", action="store_true")
+    p.add_argument("--hot-type", choices=["stored", "q8_0"], default="stored",
+                   help="mollyd's [Adapters] HotType= (llama.cpp gets the same F16 files)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--save", metavar="FILE", help="also write the JSON there")
     p.add_argument("--no-priority", action="store_true")
@@ -503,6 +506,7 @@ def run(a):
                               re.search(r"(.*)", a.llama_bin)).group(1),
               "molly_simd": next((r["molly"].get("simd") for r in engine_rows), None),
               "threads": a.threads, "rounds": a.rounds, "min_share": a.min_share,
+              "hot_type": a.hot_type,
               "max_tries": a.max_tries, "engine": [], "serve": [],
               "raw": {"engine": engine_rows, "serve": serve_rows}}
     for name in models:

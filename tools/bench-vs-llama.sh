@@ -5,7 +5,7 @@
 #
 #   tools/bench-vs-llama.sh [--rounds N (5)] [--json] [--no-serve] [--threads T (2)]
 #                           [--engine-models 1b-q8_0,...] [--streams 4,8] [--max-tries 5]
-#                           [--save FILE.json]
+#                           [--save FILE.json] [--hot-type stored|q8_0]
 #
 # 1. Builds the pinned llama.cpp with ../shared/peers/llama-cpp.sh (cached after the first
 #    build, which takes 10-20 minutes on 2 cores).
