@@ -264,6 +264,7 @@ static int authorize(struct dbus_front *f, sd_bus_message *m, sd_bus_error *erro
 enum job_kind {
 	JOB_IMPORT,
 	JOB_LOAD,
+	JOB_PIN,  /* may wait for a cold adapter's blob: never on the bus loop */
 };
 
 struct job {
@@ -328,7 +329,8 @@ static void job_done(struct dbus_front *f, struct dbus_post *p)
 	else
 		(void) sd_bus_reply_method_return(j->call, "");
 	if (j->r >= 0)
-		log_info("adapter %s: %s", j->kind == JOB_IMPORT ? "imported" : "loaded",
+		log_info("adapter %s: %s",
+			 j->kind == JOB_IMPORT ? "imported" : j->kind == JOB_PIN ? "pinned" : "loaded",
 			 j->result_name ? j->result_name : j->name);
 	job_free(j);
 }
@@ -347,7 +349,9 @@ static void *job_thread(void *arg)
 			if (j->load_r == -EEXIST)
 				j->load_r = 0;
 		}
-	} else
+	} else if (j->kind == JOB_PIN)
+		j->r = manager_adapter_pin(m, j->name, true, &j->err);
+	else
 		j->r = manager_adapter_load(m, j->name, NULL, &j->err);
 	if (j->progress_fd >= 0) {
 		close(j->progress_fd); /* EOF tells the client the copy is over */
@@ -573,7 +577,7 @@ static int do_unload(struct dbus_front *f, sd_bus_message *m, sd_bus_error *erro
 	return sd_bus_reply_method_return(m, "");
 }
 
-static int do_pin(struct dbus_front *f, sd_bus_message *m, sd_bus_error *error, bool pin)
+static int do_pin_false(struct dbus_front *f, sd_bus_message *m, sd_bus_error *error)
 {
 	struct manager_error err = { 0 };
 	const char *name;
@@ -582,21 +586,38 @@ static int do_pin(struct dbus_front *f, sd_bus_message *m, sd_bus_error *error, 
 	r = sd_bus_message_read(m, "s", &name);
 	if (r < 0)
 		return r;
-	r = manager_adapter_pin(f->manager, name, pin, &err);
+	r = manager_adapter_pin(f->manager, name, false, &err);
 	if (r < 0)
 		return sd_bus_error_set(error, manager_err_dbus_name(err.kind), err.message);
 	return sd_bus_reply_method_return(m, "");
 }
 
+/* Pin makes a cold adapter hot first, which reads its blob from disk: a job thread waits for
+ * that and the reply comes when it is done, while the loop serves everyone else. */
 static int do_pin_true(struct dbus_front *f, sd_bus_message *m, sd_bus_error *error)
 {
-	return do_pin(f, m, error, true);
+	struct job *j;
+	const char *name;
+	int r;
+
+	r = sd_bus_message_read(m, "s", &name);
+	if (r < 0)
+		return r;
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	j->front = f;
+	j->kind = JOB_PIN;
+	j->progress_fd = -EBADF;
+	j->name = strdup(name);
+	if (!j->name) {
+		job_free(j);
+		return -ENOMEM;
+	}
+	j->call = sd_bus_message_ref(m);
+	return job_start(f, j, error);
 }
 
-static int do_pin_false(struct dbus_front *f, sd_bus_message *m, sd_bus_error *error)
-{
-	return do_pin(f, m, error, false);
-}
 
 /* Prefetch: read a loaded adapter toward the hot tier now (the call returns at once). */
 static int do_prefetch(struct dbus_front *f, sd_bus_message *m, sd_bus_error *error)
