@@ -450,14 +450,19 @@ static int submit(struct sched *s, const struct model *m, int adapter, uint32_t 
 	return r;
 }
 
+/* the hot form the working-set runs and their solo references use */
+static enum lora_hot_type hot_type;
+
 /* The request alone, its adapter read straight from the blob (no tiers). */
 static int solo(const struct model *m, int adapter, uint32_t n_tokens, uint64_t seed,
 		struct result *res)
 {
 	_cleanup_(sched_freep) struct sched *s = NULL;
 
-	ASSERT_OK(sched_new(m, &(struct sched_params){ .max_sequences = 1, .n_threads = 1 }, &s,
-			    NULL));
+	ASSERT_OK(sched_new(m,
+			    &(struct sched_params){ .max_sequences = 1, .n_threads = 1,
+						    .hot_type = hot_type },
+			    &s, NULL));
 	if (adapter >= 0)
 		ASSERT_OK(add_adapter(s, m, adapter, false));
 	ASSERT_OK(submit(s, m, adapter, n_tokens, seed, res));
@@ -513,7 +518,8 @@ static int working_set(enum evict_policy pol)
 		_cleanup_(lora_adapter_freep) struct lora_adapter *a = NULL;
 
 		ASSERT_OK(lora_adapter_open(blob_path[i], &oo, &a, NULL, NULL));
-		hot_pages = MAX(hot_pages, (size_t) lora_resident_pages_needed(a, LORA_HOT_STORED, page_bytes));
+		hot_pages = MAX(hot_pages,
+				(size_t) lora_resident_pages_needed(a, hot_type, page_bytes));
 		warm += ALIGN_UP(blob_bytes(i), 4096);
 	}
 	ASSERT_OK(sched_new(m, &(struct sched_params){ .max_sequences = 4, .n_threads = 2,
@@ -522,6 +528,7 @@ static int working_set(enum evict_policy pol)
 						       .hot_bytes = 3 * hot_pages * page_bytes,
 						       .warm_bytes = warm / 2,
 						       .eviction = pol,
+						       .hot_type = hot_type,
 						       /* GDSF: hot builds on the builder thread,
 							* hashing on the hashing thread; LRU: both
 							* inline (the defaults for blobs this small) */
@@ -598,6 +605,17 @@ TEST(working_set_larger_than_hot_gdsf)
 TEST(working_set_larger_than_hot_lru)
 {
 	return working_set(EVICT_LRU);
+}
+
+/* [Adapters] HotType=q8_0: the same, each output equal to its solo run's with Q8_0 too */
+TEST(working_set_larger_than_hot_q8_0)
+{
+	int r;
+
+	hot_type = LORA_HOT_Q8_0;
+	r = working_set(EVICT_GDSF);
+	hot_type = LORA_HOT_STORED;
+	return r;
 }
 
 TEST(cold_adapter_waits_alone)
