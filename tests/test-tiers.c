@@ -890,3 +890,60 @@ TEST(blob_larger_than_warm_tier_is_read_directly)
 	ASSERT_OK(solo(m, 2, 6, 9, &alone));
 	return same(&big, &alone, 0);
 }
+
+/*
+ * One request on two cold adapters whose blobs fit the warm tier one at a time but not
+ * together: the first copy is made hot and let go before the second is read, so the request
+ * runs (no wait for room that only its own adapter holds), and its output equals the same
+ * request with both adapters read straight from their blobs.
+ */
+static int run_two(struct sched *s, const struct model *m, struct result *res)
+{
+	static const char prompt[] = "Once upon a time";
+	int32_t ids[64];
+	int64_t n = vocab_tokenize(m->vocab, prompt, strlen(prompt), true, false, ids, 64);
+	struct sched_lora loras[2] = { { "a1", 1.0f }, { "a4", 0.5f } };
+	struct sched_request req = { .prompt = ids, .n_prompt = (size_t) n, .max_tokens = 8,
+				     .loras = loras, .n_loras = 2, .on_event = on_event,
+				     .userdata = res, .ignore_eos = true };
+	struct errmsg e = { { 0 } };
+
+	sampler_params_default(&req.sampling);
+	req.sampling.temperature = 0.0f;
+	memset(res, 0, sizeof(*res));
+	if (sched_submit(s, &req, &res->id, &e) < 0)
+		TEST_FAIL_("submit: %s", e.text);
+	ASSERT_TRUE(TEST_WAIT_UNTIL((sched_step(s), res->done)));
+	if (res->error)
+		TEST_FAIL_("two adapters: %s", res->message);
+	return 0;
+}
+
+TEST(two_adapters_wider_than_warm_tier_together)
+{
+	_cleanup_(model_freep) struct model *m = load_model();
+	_cleanup_(sched_freep) struct sched *s = NULL, *direct = NULL;
+	struct result two, ref;
+	size_t warm;
+
+	if (!m)
+		return TEST_SKIP;
+	ASSERT_OK(make_blobs(m));
+	/* a1 and a4 are rank 16: room for one copy, not two */
+	warm = MAX(ALIGN_UP(blob_bytes(1), 4096), ALIGN_UP(blob_bytes(4), 4096)) + 4096;
+	ASSERT_TRUE(warm < ALIGN_UP(blob_bytes(1), 4096) + ALIGN_UP(blob_bytes(4), 4096));
+	ASSERT_OK(sched_new(m, &(struct sched_params){ .max_sequences = 2, .n_threads = 2,
+						       .max_context = 128, .warm_bytes = warm },
+			    &s, NULL));
+	ASSERT_OK(add_adapter(s, m, 1, true));
+	ASSERT_OK(add_adapter(s, m, 4, true));
+	if (run_two(s, m, &two))
+		return 1;
+	ASSERT_OK(sched_new(m, &(struct sched_params){ .max_sequences = 1, .n_threads = 1 },
+			    &direct, NULL));
+	ASSERT_OK(add_adapter(direct, m, 1, false));
+	ASSERT_OK(add_adapter(direct, m, 4, false));
+	if (run_two(direct, m, &ref))
+		return 1;
+	return same(&two, &ref, 0);
+}

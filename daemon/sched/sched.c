@@ -550,8 +550,14 @@ static int seq_adapters_ready(struct sched *s, struct seq *q, char *msg, size_t 
 					q->wait_since_ns = now_ns();
 			}
 		}
-		if (a->res || !a->blob)
+		if (a->res || !a->blob) {
+			/* hot already: its warm copy may go (see below) */
+			if (q->loras[i].needs_warm) {
+				tiers_need(s->tiers, a->blob, false);
+				q->loras[i].needs_warm = false;
+			}
 			continue;
+		}
 		if (a->build_error < 0) {
 			int r = a->build_error;
 
@@ -589,6 +595,22 @@ static int seq_adapters_ready(struct sched *s, struct seq *q, char *msg, size_t 
 			ready = 0;
 	}
 	q->counted = true;
+	/* Several adapters, some still being read: the warm ones are made hot now, so that their
+	 * warm copies can make room for the rest. Otherwise a request whose adapters fit the warm
+	 * tier one at a time but not together would hold one copy while waiting for room that
+	 * only that copy takes. (Built with q's other hot adapters kept.) */
+	if (ready == 0 && q->n_loras > 1)
+		for (uint32_t i = 0; i < q->n_loras; i++) {
+			struct adapter_entry *a = q->loras[i].entry;
+
+			if (a->res || !a->blob || a->building ||
+			    tiers_want(s->tiers, a->blob, false) != TIER_WARM)
+				continue;
+			if (adapter_hot_bytes(s, a) >= s->p.build_thread_min_bytes)
+				(void) adapter_start_build(s, a, q);
+			else
+				(void) adapter_make_resident(s, a, q);
+		}
 	return ready;
 }
 
