@@ -39,6 +39,7 @@
  * the same C sequences one after another (max one running) for the unbatched comparison.
  *
  *   molly-bench --kernels [--reps R] [--json]
+ *   molly-bench --sgmv [--reps R] [--json]     (8 rows on 8 adapters: the LoRA part of a step)
  *   molly-bench --adapter-load FILE... [--path uring|pread|mmap] [--verify] [--json]
  *               (daemon/loader/bench-load.h)
  *   molly-bench --tier-sim [--adapters N] [--hot N] [--requests N] [--zipf S] ...
@@ -66,6 +67,7 @@
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/quant.h"
+#include "engine/sgmv.h"
 #include "engine/threadpool.h"
 #include "loader/bench-load.h"
 #include "sched/bench-serve.h"
@@ -660,6 +662,157 @@ static int run_kernels(int argc, char **argv)
 	return 0;
 }
 
+/*
+ * molly-bench --sgmv [--reps R] [--json]: the LoRA part of one decode step of 8 sequences on
+ * 8 adapters, on one thread: rank 16 on all seven projections of the 100m shape (768 wide,
+ * FFN 2048, 12 layers), every pair's shrink, then its expand, pair by pair as the matrix
+ * product job runs them. "distinct": 8 different adapters (45 MB of F16, more than the caches:
+ * what a step streams from memory); "same": one adapter 8 times (in cache: the arithmetic
+ * alone). Thread CPU time, best of R; also the adapter bytes one step reads per second.
+ */
+enum { SG_ADAPTERS = 8, SG_LAYERS = 12, SG_RANK = 16, SG_TARGETS = 7 };
+
+struct sg_set {
+	struct lora_resident_mat mats[SG_ADAPTERS][SG_LAYERS][SG_TARGETS];
+	const void *rows[SG_ADAPTERS][SG_LAYERS][SG_TARGETS][2 * SG_RANK];
+	char *mem;
+	size_t bytes; /* of distinct adapters */
+};
+
+static size_t sg_row_bytes(uint32_t type, uint32_t n)
+{
+	return ALIGN_UP(type == GGML_TYPE_Q8_0 ? (size_t) n / 32 * 34 : (size_t) n * 2, 64);
+}
+
+static const uint32_t sg_in[SG_TARGETS] = { 768, 768, 768, 768, 768, 768, 2048 };
+static const uint32_t sg_out[SG_TARGETS] = { 768, 768, 768, 768, 2048, 2048, 768 };
+
+static int sg_set_make(struct sg_set *st, uint32_t type, bool same, uint64_t *rng)
+{
+	size_t per = 0, off = 0;
+	float v[2048];
+
+	for (int t = 0; t < SG_TARGETS; t++)
+		per += SG_RANK * (sg_row_bytes(type, sg_in[t]) + sg_row_bytes(type, sg_out[t]));
+	per *= SG_LAYERS;
+	st->bytes = per * (same ? 1 : SG_ADAPTERS);
+	st->mem = aligned_alloc(64, st->bytes);
+	if (!st->mem)
+		return -ENOMEM;
+	for (int a = 0; a < SG_ADAPTERS; a++)
+		for (int l = 0; l < SG_LAYERS; l++)
+			for (int t = 0; t < SG_TARGETS; t++) {
+				struct lora_resident_mat *m = &st->mats[a][l][t];
+				const void **rows = st->rows[a][l][t];
+
+				*m = (struct lora_resident_mat){ .rank = SG_RANK, .n_in = sg_in[t],
+								 .n_out = sg_out[t], .dtype = type,
+								 .scale = 1.0f, .a_rows = rows,
+								 .bt_rows = rows + SG_RANK };
+				if (same && a > 0) {
+					memcpy(rows, st->rows[0][l][t], sizeof(st->rows[0][l][t]));
+					continue;
+				}
+				/* a matrix's rows contiguous, as lora/resident.c packs them */
+				for (int k = 0; k < 2 * SG_RANK; k++) {
+					uint32_t n = k < SG_RANK ? sg_in[t] : sg_out[t];
+
+					for (uint32_t i = 0; i < n; i++) {
+						*rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+						v[i] = (float) ((double) (*rng >> 11) / 9007199254740992.0 - 0.5) * 0.02f;
+					}
+					quant_quantize_row(type, v, st->mem + off, n);
+					rows[k] = st->mem + off;
+					off += sg_row_bytes(type, n);
+				}
+			}
+	return 0;
+}
+
+static int run_sgmv(int argc, char **argv)
+{
+	static const uint32_t types[] = { GGML_TYPE_F16, GGML_TYPE_Q8_0 };
+	int reps = 10;
+	bool json = false, first = true;
+	uint64_t rng = 0x9e3779b97f4a7c15ull;
+	float *x = malloc(sizeof(float) * SG_ADAPTERS * 2048), *y = malloc(sizeof(float) * SG_ADAPTERS * 2048);
+	float tmp[SG_ADAPTERS * SG_RANK];
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+			reps = atoi(argv[++i]);
+		else if (strcmp(argv[i], "--json") == 0)
+			json = true;
+		else if (strcmp(argv[i], "--sgmv") != 0) {
+			fprintf(stderr, "usage: molly-bench --sgmv [--reps R] [--json]\n");
+			free(x), free(y);
+			return -EINVAL;
+		}
+	}
+	if (!x || !y || reps < 1) {
+		free(x), free(y);
+		return reps < 1 ? -EINVAL : -ENOMEM;
+	}
+	for (int i = 0; i < SG_ADAPTERS * 2048; i++)
+		x[i] = (float) (i % 97) * 0.01f, y[i] = 0;
+	if (json)
+		printf("[");
+	for (size_t ti = 0; ti < ELEMENTSOF(types); ti++)
+		for (int same = 0; same < 2; same++) {
+			struct sg_set *st = calloc(1, sizeof(*st));
+			double best = 1e30;
+			int r;
+
+			if (!st)
+				return -ENOMEM;
+			r = sg_set_make(st, types[ti], same, &rng);
+			if (r < 0) {
+				free(st);
+				return r;
+			}
+			for (int rep = 0; rep < reps; rep++) {
+				double t0 = thread_cpu_s();
+
+				for (int l = 0; l < SG_LAYERS; l++)
+					for (int t = 0; t < SG_TARGETS; t++) {
+						struct lora_pair p[SG_ADAPTERS];
+
+						for (int a = 0; a < SG_ADAPTERS; a++) {
+							p[a] = (struct lora_pair){ .mat = &st->mats[a][l][t],
+										   .row = (uint32_t) a,
+										   .scale = 1.0f };
+							lora_shrink_pair(x, sg_in[t], &p[a], tmp + a * SG_RANK);
+						}
+						for (int a = 0; a < SG_ADAPTERS; a++)
+							lora_expand_range(y, sg_out[t], &p[a], 1, tmp + a * SG_RANK,
+									  SG_RANK, 0, sg_out[t]);
+					}
+				best = MIN(best, thread_cpu_s() - t0);
+			}
+			/* bytes one step reads: every pair's rows (the same adapter's only once in
+			 * memory, but read 8 times from the caches) */
+			double step_bytes = (double) st->bytes * (same ? SG_ADAPTERS : 1);
+
+			if (json)
+				printf("%s{\"type\":\"%s\",\"adapters\":\"%s\",\"ms_per_step\":%.3f,"
+				       "\"gb_per_cpu_s\":%.2f,\"simd\":\"%s\"}",
+				       first ? "" : ",", quant_type_name(types[ti]), same ? "same" : "distinct",
+				       best * 1e3, step_bytes / best * 1e-9, quant_simd_level());
+			else
+				printf("sgmv %-4s %-8s adapters: %.3f ms per step (8 rows, rank 16, 100m "
+				       "shape; %.1f GB of adapter rows per CPU-second; best of %d; %s)\n",
+				       quant_type_name(types[ti]), same ? "same" : "distinct", best * 1e3,
+				       step_bytes / best * 1e-9, reps, quant_simd_level());
+			first = false;
+			free(st->mem);
+			free(st);
+		}
+	if (json)
+		printf("]\n");
+	free(x), free(y);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++) {
@@ -667,6 +820,8 @@ int main(int argc, char **argv)
 			return run_serve(argc, argv) < 0 ? 1 : 0;
 		if (strcmp(argv[i], "--kernels") == 0)
 			return run_kernels(argc, argv) < 0 ? 1 : 0;
+		if (strcmp(argv[i], "--sgmv") == 0)
+			return run_sgmv(argc, argv) < 0 ? 1 : 0;
 		if (strcmp(argv[i], "--adapter-load") == 0)
 			return bench_adapter_load(argc, argv);
 		if (strcmp(argv[i], "--tier-sim") == 0)
