@@ -187,15 +187,18 @@ class HTMLText(html.parser.HTMLParser):
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
-        self.out, self.skip, self.pre = [], 0, 0
+        self.out, self.skip, self.pre, self.skip_tag = [], 0, 0, None
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
-        if tag in self.SKIP or (tag == "div" and a.get("class") in
-                                ("related", "sphinxsidebar", "navheader", "navfooter",
-                                 "footer", "toc")):
-            self.skip += 1
-            self.skip_tag = tag
+        if self.skip:
+            if tag == self.skip_tag:
+                self.skip += 1  # nested inside what is skipped
+            return
+        if tag in self.SKIP or (tag == "div" and set((a.get("class") or "").split()) &
+                                {"related", "sphinxsidebar", "navheader", "navfooter",
+                                 "footer", "toc", "mobile-nav"}):
+            self.skip, self.skip_tag = 1, tag
             return
         if tag == "pre":
             self.pre += 1
@@ -203,8 +206,9 @@ class HTMLText(html.parser.HTMLParser):
             self.out.append("\n\n" if tag.startswith("h") or tag == "p" else "\n")
 
     def handle_endtag(self, tag):
-        if self.skip and tag == getattr(self, "skip_tag", None):
-            self.skip -= 1
+        if self.skip:
+            if tag == self.skip_tag:
+                self.skip -= 1
             return
         if tag == "pre" and self.pre:
             self.pre -= 1
@@ -219,7 +223,7 @@ class HTMLText(html.parser.HTMLParser):
         self.out.append(data)
 
     def text(self):
-        t = "".join(self.out)
+        t = "".join(self.out).replace("\u00b6", "")  # Sphinx's heading anchors
         return "\n".join(ln.strip() if not ln.startswith("    ") else ln for ln in t.split("\n"))
 
 

@@ -7,7 +7,7 @@
  *
  *   molly-bpe-train --data F.jsonl [--split train] --vocab-size N [--min-count C]
  *                   [--pre NAME] --out TOK.gguf
- *                   [--eval F.jsonl [--eval-split heldout]] [--verbose]
+ *                   [--eval F.jsonl [--eval-split heldout] [--eval-by lang]] [--verbose]
  *
  * Each JSONL line is an object with "text" (a string), and optionally "split" and "lang"
  * (tools/build-corpus.sh's docs.jsonl has both). With --split S only lines whose "split" is
@@ -29,9 +29,11 @@
 #include "engine/gguf.h"
 #include "engine/vocab.h"
 
-#define MAX_LANGS 16
+#define MAX_LANGS 64
 
 /* Calls fn(text, len, lang, userdata) for every selected line of path; -errno or fn's. */
+static const char *group_key = "lang";
+
 static int for_each_doc(const char *path, const char *split,
 			int (*fn)(const char *, size_t, const char *, void *), void *userdata)
 {
@@ -70,7 +72,7 @@ static int for_each_doc(const char *path, const char *split,
 			json_object_put(o);
 			continue;
 		}
-		if (json_object_object_get_ex(o, "lang", &lv))
+		if (json_object_object_get_ex(o, group_key, &lv))
 			lang = json_object_get_string(lv);
 		r = fn(json_object_get_string(v), (size_t) json_object_get_string_len(v), lang,
 		       userdata);
@@ -89,7 +91,7 @@ static int add_doc(const char *text, size_t len, const char *lang, void *userdat
 /* ---- evaluation ---- */
 
 struct lang_stats {
-	char name[16];
+	char name[32];
 	uint64_t docs, bytes, tokens, bad;
 };
 
@@ -175,7 +177,8 @@ static void usage(FILE *f)
 	      "  --pre NAME      pre-tokenizer, a tokenizer.ggml.pre llama.cpp knows (llama-bpe)\n"
 	      "  --out F         the vocabulary-only GGUF\n"
 	      "  --eval F        bytes per token and round trip per \"lang\" on F's lines\n"
-	      "  --eval-split S  only lines whose \"split\" is S (heldout)\n",
+	      "  --eval-split S  only lines whose \"split\" is S (heldout)\n"
+	      "  --eval-by KEY   group the figures by this field (lang)\n",
 	      f);
 }
 
@@ -190,6 +193,7 @@ int main(int argc, char **argv)
 		{ "out", required_argument, NULL, 'o' },
 		{ "eval", required_argument, NULL, 'e' },
 		{ "eval-split", required_argument, NULL, 'E' },
+		{ "eval-by", required_argument, NULL, 'b' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{},
@@ -238,6 +242,9 @@ int main(int argc, char **argv)
 			break;
 		case 'E':
 			eval_split = optarg;
+			break;
+		case 'b':
+			group_key = optarg;
 			break;
 		case 'v':
 			verbose = true;
@@ -327,7 +334,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "molly-bpe-train: %s: %s\n", eval_path, strerror(-r));
 		return 1;
 	}
-	printf("lang\tdocs\tbytes\ttokens\tbytes/token\tround_trip_failures\n");
+	printf("%s\tdocs\tbytes\ttokens\tbytes/token\tround_trip_failures\n", group_key);
 	for (size_t i = 0; i <= MAX_LANGS; i++) {
 		const struct lang_stats *s = &ev.langs[i];
 
