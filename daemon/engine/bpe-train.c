@@ -56,6 +56,11 @@ struct pair {
 	uint32_t stamp;  /* last merge that raised its count (+1) */
 };
 
+struct merge {
+	uint64_t count; /* the pair's count when it was chosen */
+	uint32_t pair;  /* index in pairs[] */
+};
+
 struct heap_entry {
 	int64_t count;
 	uint32_t pair;
@@ -89,7 +94,7 @@ struct bpe_train {
 	struct heap_entry *heap;
 	size_t n_heap, cap_heap;
 
-	uint64_t *merge_counts;
+	struct merge *merges; /* owned: n_merges of them */
 	bool ran;
 
 	/* for the GGUF: texts of every token (stand-ins) and merges, built by run */
@@ -192,7 +197,7 @@ struct bpe_train *bpe_train_free(struct bpe_train *t)
 	free(t->pairs);
 	free(t->pair_slots);
 	free(t->heap);
-	free(t->merge_counts);
+	free(t->merges);
 	for (size_t i = 0; t->tok_text && i < t->n_tokens + BPE_TRAIN_N_SPECIAL; i++)
 		free(t->tok_text[i]);
 	free(t->tok_text);
@@ -462,26 +467,21 @@ static struct heap_entry heap_pop(struct bpe_train *t)
 
 /* ---- training ---- */
 
-/* Appends a token made of the bytes of a then b. */
-static int token_append(struct bpe_train *t, size_t *cap_tokens, const uint8_t *a, size_t an,
-			const uint8_t *b, size_t bn)
+/* Appends a token of n bytes (which must not point into tok_bytes: it may move). */
+static int token_append(struct bpe_train *t, size_t *cap_tokens, const uint8_t *bytes, size_t n)
 {
 	size_t off = t->n_tok_bytes;
 	int r;
 
-	if (an + bn > UINT32_MAX)
+	if (n > UINT32_MAX)
 		return -E2BIG;
 	if ((r = grow((void **) &t->tokens, cap_tokens, t->n_tokens + 1, sizeof(*t->tokens))) <
 		0 ||
-	    (r = grow((void **) &t->tok_bytes, &t->cap_tok_bytes, t->n_tok_bytes + an + bn, 1)) <
-		0)
+	    (r = grow((void **) &t->tok_bytes, &t->cap_tok_bytes, t->n_tok_bytes + n, 1)) < 0)
 		return r;
-	/* a and b never point into tok_bytes, which grow() may have moved */
-	memcpy(t->tok_bytes + off, a, an);
-	if (bn)
-		memcpy(t->tok_bytes + off + an, b, bn);
-	t->tokens[t->n_tokens++] = (struct token){ .off = off, .len = (uint32_t) (an + bn) };
-	t->n_tok_bytes += an + bn;
+	memcpy(t->tok_bytes + off, bytes, n);
+	t->tokens[t->n_tokens++] = (struct token){ .off = off, .len = (uint32_t) n };
+	t->n_tok_bytes += n;
 	return 0;
 }
 
@@ -605,8 +605,8 @@ static int build_texts(struct bpe_train *t)
 		if (!(t->tok_text[t->n_tokens + i] = strdup(bpe_train_special[i])))
 			return -ENOMEM;
 	for (uint32_t i = 0; i < t->n_merges; i++) {
-		/* merge i made token 256 + i from the pair recorded in merge_pair[] */
-		const struct pair *p = &t->pairs[t->merge_counts[2 * i + 1]];
+		/* merge i made token 256 + i */
+		const struct pair *p = &t->pairs[t->merges[i].pair];
 
 		if (asprintf(&t->merge_text[i], "%s %s", t->tok_text[p->left],
 			     t->tok_text[p->right]) < 0) {
@@ -632,14 +632,13 @@ int64_t bpe_train_run(struct bpe_train *t, uint32_t n_merges, uint64_t min_count
 	if (n_merges > UINT32_MAX - 256 - BPE_TRAIN_N_SPECIAL)
 		return -EINVAL;
 
-	/* merge_counts holds (count, pair index) per merge */
-	t->merge_counts = calloc(2 * (size_t) MAX(n_merges, 1), sizeof(*t->merge_counts));
-	if (!t->merge_counts)
+	t->merges = calloc(MAX(n_merges, 1), sizeof(*t->merges));
+	if (!t->merges)
 		return -ENOMEM;
 	for (int b = 0; b < 256; b++) {
 		uint8_t byte = (uint8_t) b;
 
-		if ((r = token_append(t, &cap_tokens, &byte, 1, NULL, 0)) < 0)
+		if ((r = token_append(t, &cap_tokens, &byte, 1)) < 0)
 			return r;
 	}
 	r = init_symbols(t);
@@ -674,12 +673,11 @@ int64_t bpe_train_run(struct bpe_train *t, uint32_t n_merges, uint64_t min_count
 			memcpy(tmp, t->tok_bytes + loff, t->tokens[left].len);
 			memcpy(tmp + t->tokens[left].len, t->tok_bytes + t->tokens[right].off,
 			       t->tokens[right].len);
-			if ((r = token_append(t, &cap_tokens, tmp, lrlen, NULL, 0)) < 0)
+			if ((r = token_append(t, &cap_tokens, tmp, lrlen)) < 0)
 				return r;
 		}
-		t->merge_counts[2 * t->n_merges] = (uint64_t) top.count;
-		t->merge_counts[2 * t->n_merges + 1] = top.pair;
-		t->n_merges++;
+		t->merges[t->n_merges++] = (struct merge){ .count = (uint64_t) top.count,
+							   .pair = top.pair };
 
 		/* every word that may hold the pair: take its pairs out, merge, put them back */
 		n_rise = 0;
@@ -747,9 +745,9 @@ const char *bpe_train_merge_text(const struct bpe_train *t, uint32_t i)
 
 uint64_t bpe_train_merge_count(const struct bpe_train *t, uint32_t i)
 {
-	if (!t || !t->merge_counts || i >= t->n_merges)
+	if (!t || !t->merges || i >= t->n_merges)
 		return 0;
-	return t->merge_counts[2 * i];
+	return t->merges[i].count;
 }
 
 int bpe_train_write_gguf(const struct bpe_train *t, struct gguf_writer *w, struct errmsg *e)
