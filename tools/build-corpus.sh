@@ -15,7 +15,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 out=${1:-$root/build/corpus}
 
-# shellcheck source=install-deps.sh
 mapfile -t pkgs < <(MOLLY_DEPS_LIST=corpus "$here/install-deps.sh")
 missing=()
 for p in "${pkgs[@]}"; do

@@ -180,6 +180,9 @@ def man_pages(path):
     yield os.path.basename(path), dedent("\n".join(lines), 7)
 
 
+PRE_MARK = "\x00"  # starts a line of <pre> text; NUL never survives parsing or clean()
+
+
 class HTMLText(html.parser.HTMLParser):
     BLOCK = {"p", "div", "br", "li", "ul", "ol", "dt", "dd", "dl", "h1", "h2", "h3", "h4", "h5",
              "h6", "pre", "table", "tr", "blockquote", "section", "title", "hr"}
@@ -200,10 +203,11 @@ class HTMLText(html.parser.HTMLParser):
                                  "footer", "toc", "mobile-nav"}):
             self.skip, self.skip_tag = 1, tag
             return
-        if tag == "pre":
-            self.pre += 1
         if tag in self.BLOCK:
             self.out.append("\n\n" if tag.startswith("h") or tag == "p" else "\n")
+        if tag == "pre":
+            self.pre += 1
+            self.out.append(PRE_MARK)
 
     def handle_endtag(self, tag):
         if self.skip:
@@ -218,13 +222,16 @@ class HTMLText(html.parser.HTMLParser):
     def handle_data(self, data):
         if self.skip:
             return
-        if not self.pre:
+        if self.pre:
+            data = data.replace("\n", "\n" + PRE_MARK)  # these lines keep their spaces
+        else:
             data = re.sub(r"\s+", " ", data)
         self.out.append(data)
 
     def text(self):
         t = "".join(self.out).replace("\u00b6", "")  # Sphinx's heading anchors
-        return "\n".join(ln.strip() if not ln.startswith("    ") else ln for ln in t.split("\n"))
+        return "\n".join(ln.replace(PRE_MARK, "") if ln.startswith(PRE_MARK) else ln.strip()
+                         for ln in t.split("\n"))
 
 
 def html_pages(path):
