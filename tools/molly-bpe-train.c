@@ -146,8 +146,11 @@ static int eval_doc(const char *text, size_t len, const char *lang, void *userda
 			return -ENOMEM;
 	}
 	for (int64_t i = 0; i < n; i++) {
-		int64_t k = vocab_token_to_piece(ev->vocab, ev->ids[i], false, ev->back + blen,
-						 blen < ev->cap_back ? ev->cap_back - blen : 0);
+		/* past the buffer (a decoding longer than the text) only the length counts */
+		bool room = blen < ev->cap_back;
+		int64_t k = vocab_token_to_piece(ev->vocab, ev->ids[i], false,
+						 room ? ev->back + blen : ev->back,
+						 room ? ev->cap_back - blen : 0);
 		if (k < 0)
 			return (int) k;
 		blen += (size_t) k;
