@@ -12,10 +12,10 @@
 #   --prepare   stop before training (corpus, tokenizer, initial model: no molly-train needed)
 #
 # The recipe (change it here, and docs/model.md with it):
-#   corpus     tools/build-corpus.sh: 26.2 MB of train text in 5,212 documents (en 18.6 MB,
+#   corpus     tools/build-corpus.sh: 26.2 MB of train text in 5,233 documents (en 18.6 MB,
 #              it 3.5 MB, es 4.1 MB), 8.9M tokens; 5% held out by hash
 #   tokenizer  byte-level BPE, 4096 tokens (256 bytes, 3836 merges, 4 special), llama-bpe
-#              pre-tokenizer: 2.93 bytes per token on the held-out text
+#              pre-tokenizer: 2.90 bytes per token on the held-out text
 #   model      llama, 320 hidden, 8 layers, 8 heads (MHA, head size 40), SwiGLU 864, tied
 #              embeddings, context 256: 11.2M parameters (molly-mkmodel --preset mini)
 #   training   2400 steps of 8 x 256 tokens (4.9M tokens, 0.55 of an epoch), AdamW lr 6e-4,
