@@ -94,6 +94,10 @@ if $prepare; then
 	say "prepared: $work/corpus, $work/tokenizer.gguf, $work/init.gguf"
 	exit 0
 fi
+if [ -s "$out" ]; then
+	say "$out is there already (remove it to train again)"
+	exit 0
+fi
 
 # 4. training: a calibration run first (a few steps in a scratch directory) for the ETA
 train_args=(--model "$work/init.gguf" --data "$work/corpus/train.jsonl" --full
@@ -116,6 +120,8 @@ if [ ! -e "$work/calibration.txt" ]; then
 fi
 say "$(cat "$work/calibration.txt")"
 
+# a run that was stopped (SIGINT, a crash) continues from molly-train's last checkpoint in
+# $work/train (issue 19: --resume continues bit-identically)
 resume=()
 [ -e "$work/train/.started" ] && resume=(--resume)
 mkdir -p "$work/train"
