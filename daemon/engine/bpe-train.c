@@ -547,25 +547,22 @@ static int init_symbols(struct bpe_train *t)
 	return 0;
 }
 
-/* GPT-2's bytes_to_unicode(): printable Latin-1 bytes stand for themselves, the others
- * get U+0100 onwards in byte order. */
+static bool byte_printable(unsigned b)
+{
+	return (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+}
+
+/* GPT-2's bytes_to_unicode(): printable Latin-1 bytes stand for themselves, the others get
+ * U+0100 onwards in byte order. Only used to write the vocabulary, so counting is fine. */
 static size_t byte_stand_in(uint8_t b, char out[2])
 {
-	static uint16_t cp_of[256];
-	static bool done;
-	uint32_t cp;
+	uint32_t cp = b;
 
-	if (!done) { /* pure function of b: a race only writes the same values */
-		uint16_t n = 0;
-
-		for (int i = 0; i < 256; i++) {
-			bool printable = (i >= 0x21 && i <= 0x7e) || (i >= 0xa1 && i <= 0xac) ||
-					 (i >= 0xae && i <= 0xff);
-			cp_of[i] = printable ? (uint16_t) i : (uint16_t) (256 + n++);
-		}
-		done = true;
+	if (!byte_printable(b)) {
+		cp = 256;
+		for (unsigned i = 0; i < b; i++)
+			cp += !byte_printable(i);
 	}
-	cp = cp_of[b];
 	if (cp < 0x80) {
 		out[0] = (char) cp;
 		return 1;
