@@ -28,6 +28,26 @@ packages=(
 	qemu-system-x86 linux-image-amd64 linux-headers-amd64 busybox-static kmod cpio
 	gcc-multilib libfuse3-dev
 )
+# ---- corpus of Molly's own model (tools/build-corpus.sh, docs/model.md) ----
+# Text sources, not build or test dependencies: installed only with MOLLY_DEPS=corpus (the
+# tokenizer's peers test skips without them). MOLLY_DEPS_LIST=corpus prints them and exits.
+corpus_packages=(
+	groff-base man-db                                   # man page rendering (groff, preconv, tbl)
+	manpages manpages-dev python3.11-doc debian-reference-en maint-guide
+	dict-gcide dict-foldoc fortunes-min fortunes         # English
+	manpages-it debian-reference-it maint-guide-it fortunes-it
+	dict-freedict-eng-ita dict-freedict-ita-eng          # Italian
+	manpages-es debian-reference-es maint-guide-es fortunes-es
+	dict-freedict-eng-spa dict-freedict-spa-eng          # Spanish
+	dict-jargon dict-elements                           # reserved for the specialists
+)
+if [ "${MOLLY_DEPS_LIST:-}" = corpus ]; then
+	printf '%s\n' "${corpus_packages[@]}"
+	exit 0
+fi
+[ "${MOLLY_DEPS:-}" != corpus ] || packages+=("${corpus_packages[@]}")
+# ---- end corpus ----
+
 # the official `openai` npm client in the HTTP tests: the machine image ships Node.js with its
 # own npm; Debian's npm package conflicts with that, so install it only where npm is missing
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)

@@ -3,7 +3,7 @@
  * molly-mkmodel: writes a llama- (or qwen2-) architecture GGUF with seeded random weights,
  * for benchmarks and tests at sizes the shared models do not cover.
  *
- *   molly-mkmodel [--preset 100m|1b] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k] [--seed S]
+ *   molly-mkmodel [--preset 100m|1b|mini] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k] [--seed S]
  *                 [--vocab VOCAB.gguf] [--hidden N] [--layers N] [--heads N] [--kv-heads N]
  *                 [--ffn N] [--vocab-size N] [--context N] [--arch llama|qwen2]
  *                 [--rope-base F] [--tied] [--name NAME] --out FILE
@@ -47,6 +47,9 @@ struct preset {
 static const struct preset presets[] = {
 	{ "100m", { "llama", 768, 12, 12, 12, 2048, 32000, 2048, 10000.0f, false } },
 	{ "1b", { "llama", 2048, 16, 32, 8, 8192, 32000, 2048, 10000.0f, false } },
+	/* Molly's own small model (docs/model.md, tools/train-default-model.sh): 11.2M
+	 * parameters with the 4096-token tokenizer of molly-bpe-train, embeddings tied */
+	{ "mini", { "llama", 320, 8, 8, 8, 864, 4096, 256, 10000.0f, true } },
 };
 
 /* ---- random numbers ---- */
@@ -390,10 +393,12 @@ static int parse_u32(const char *opt, const char *s, uint32_t max, uint32_t *ret
 
 static void usage(FILE *f)
 {
-	fputs("Usage: molly-mkmodel [--preset 100m|1b] [--type TYPE] [--seed S] [--vocab V.gguf]\n"
+	fputs("Usage: molly-mkmodel [--preset 100m|1b|mini] [--type TYPE] [--seed S] [--vocab V.gguf]\n"
 	      "                     [shape options] --out FILE\n"
 	      "Writes a GGUF model with seeded random weights.\n"
-	      "  --preset P        100m (768 hidden, 12 layers) or 1b (2048, 16 layers, GQA 32/8)\n"
+	      "  --preset P        100m (768 hidden, 12 layers), 1b (2048, 16 layers, GQA 32/8)\n"
+	      "                    or mini (320, 8 layers, ffn 864, context 256, tied; with the\n"
+	      "                    tokenizer of molly-bpe-train: docs/model.md)\n"
 	      "  --type T          f32 f16 bf16 q8_0 q4_0 q4_k q6_k, for every 2-D matrix (f32)\n"
 	      "  --seed S          random seed (0)\n"
 	      "  --vocab V.gguf    copy tokenizer.* keys from V; the vocabulary size follows it\n"
@@ -561,7 +566,8 @@ int main(int argc, char **argv)
 			if (strcmp(presets[i].name, preset) == 0)
 				p = &presets[i];
 		if (!p) {
-			fprintf(stderr, "molly-mkmodel: --preset: unknown preset '%s' (100m, 1b)\n",
+			fprintf(stderr,
+				"molly-mkmodel: --preset: unknown preset '%s' (100m, 1b, mini)\n",
 				preset);
 			return 2;
 		}

@@ -11,6 +11,9 @@
 # MOLLY_TEST_LABELS=REGEX runs only the ctest tests with a matching label (unit, integration,
 # root, fuzz, guest: the qemu guest of tests/guest/run.sh, in the release preset), e.g. MOLLY_TEST_LABELS=unit for a quick run; MOLLY_TEST_PRESETS="dev" picks
 # the presets (default "dev release fuzz").
+# --peers runs only the tests against the pinned llama.cpp (label peers, tests/peers/*.sh; the
+# first run builds llama.cpp with ../shared/peers/llama-cpp.sh), in the release preset unless
+# MOLLY_TEST_PRESETS says otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +27,11 @@ fuzz_seconds=${MOLLY_FUZZ_SECONDS:-60}
 presets=${MOLLY_TEST_PRESETS:-dev release fuzz}
 label_args=()
 [ -n "${MOLLY_TEST_LABELS:-}" ] && label_args=(-L "$MOLLY_TEST_LABELS")
+if [ "${1:-}" = --peers ]; then
+	# the presets exclude gpu|peers; a command-line -LE replaces that
+	label_args=(-L peers -LE gpu)
+	presets=${MOLLY_TEST_PRESETS:-release}
+fi
 report=$(mktemp -d)
 # Debian's python3 when there (a pyenv shim on PATH costs seconds a start on a busy machine)
 py=/usr/bin/python3
