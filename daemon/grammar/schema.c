@@ -199,8 +199,9 @@ static void new_rule(struct schema_gbnf *b, char name[static 32])
 	snprintf(name, 32, "s%u", b->next_rule++);
 }
 
-/* The rules every schema shares. A bounded run of whitespace keeps even a random model's
- * output moving toward the end. \u escapes exclude surrogates, so one escape is one
+/* The rules every schema shares. Documents are compact: at most one space where JSON allows
+ * white space, none around the whole (a model that wanders into white space would otherwise
+ * spend its tokens there, and clients parse either). \u escapes exclude surrogates, so one escape is one
  * character (minLength/maxLength count characters). */
 static int add_common(struct schema_gbnf *b)
 {
@@ -208,7 +209,7 @@ static int add_common(struct schema_gbnf *b)
 		return 0;
 	b->have_common = true;
 	return rules_append(
-	    b, "ws ::= [ \\t\\n]{0,4}\n"
+	    b, "ws ::= \" \"?\n"
 	       "json-char ::= [^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" json-hex4)\n"
 	       "json-hex4 ::= ([0-9a-cA-CeEfF] [0-9a-fA-F]{3}) | ([dD] [0-7] [0-9a-fA-F]{2})\n"
 	       "json-string ::= \"\\\"\" json-char* \"\\\"\"\n"
@@ -1034,7 +1035,7 @@ int schema_to_gbnf(struct json_object *schema, char **ret, size_t *ret_len, stru
 	if (k >= 0)
 		k = schema_gbnf_add(b, schema, &rule, e);
 	if (k >= 0)
-		k = rulef(b, "root", "ws %s ws", rule);
+		k = rulef(b, "root", "%s", rule);
 	if (k < 0)
 		return k;
 	*ret_len = b->rules.len;
@@ -1052,7 +1053,7 @@ int schema_json_object_gbnf(char **ret, size_t *ret_len)
 		return k;
 	if (!schema_gbnf_any(b, true))
 		return -ENOMEM;
-	k = schema_gbnf_append(b, "root ::= ws json-object ws\n");
+	k = schema_gbnf_append(b, "root ::= json-object\n");
 	if (k < 0)
 		return k;
 	*ret_len = b->rules.len;
