@@ -755,6 +755,7 @@ TEST(property_random_model)
 	struct model *m = NULL;
 	struct errmsg e = {};
 	int n_stop = 0, n_length = 0, n_free = 0;
+	uint64_t n_tokens = 0, n_masks = 0;
 
 	snprintf(path, sizeof(path), "%s/models/tiny/tiny-llama-q8_0.gguf", MOLLY_SHARED_DIR);
 	if (access(path, R_OK) != 0) {
@@ -791,6 +792,12 @@ TEST(property_random_model)
 			sampler_params_default(&req.sampling);
 			req.sampling.temperature = (float) (round % 4) * 0.5f; /* 0 (greedy) .. 1.5 */
 			req.sampling.seed = (uint64_t) (round * 8 + i);
+			if (round % 2) {
+				/* untruncated sampling: the draw-then-check path of the scheduler */
+				req.sampling.top_k = 0;
+				req.sampling.top_p = 1;
+				req.sampling.min_p = 0;
+			}
 			req.max_tokens = max_tokens[i] = 16 + (uint32_t) rnd(100);
 			/* every fourth row free: constrained and free rows in one batch */
 			req.grammar = i % 4 == 3 ? NULL : grammars[i];
@@ -798,6 +805,13 @@ TEST(property_random_model)
 		}
 		while (sched_step(s) > 0)
 			;
+		{
+			struct sched_stats st;
+
+			sched_get_stats(s, &st);
+			n_tokens += st.grammar_tokens;
+			n_masks += st.grammar_masks;
+		}
 		for (int i = 0; i < 8; i++) {
 			ASSERT_TRUE(rows[i].done);
 			ASSERT_EQ(rows[i].error, 0);
@@ -825,7 +839,9 @@ TEST(property_random_model)
 		}
 	}
 	printf("  %d stop (all valid), %d length (valid prefixes, budget below the shortest "
-	       "document), %d free rows\n", n_stop, n_length, n_free);
+	       "document), %d free rows; %llu constrained tokens, %llu whole masks\n", n_stop,
+	       n_length, n_free, (unsigned long long) n_tokens, (unsigned long long) n_masks);
+	ASSERT_TRUE(n_masks < n_tokens); /* some draws were kept without the mask */
 	model_free(m);
 	return 0;
 }

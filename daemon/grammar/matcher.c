@@ -35,6 +35,18 @@ struct grammar_vocab {
 	int32_t *same_next;    /* owned [n_tokens]: next token with the same bytes, -1 */
 };
 
+#define MATCHER_CACHE 8
+#define MINB_NONE     UINT16_MAX       /* not allowed */
+#define MINB_MAX      (UINT16_MAX - 1) /* at least this many bytes to complete */
+
+struct mask_entry {
+	uint32_t *key;  /* owned: state_key() */
+	uint32_t n_key;
+	uint64_t hash;
+	uint16_t *minb; /* owned [n_tokens]: fewest bytes to complete after each token */
+	uint64_t used;
+};
+
 struct node {
 	uint32_t elem;
 	uint32_t parent;
@@ -61,6 +73,10 @@ struct matcher {
 	uint32_t cap_seen, n_seen;
 	bool seen_empty;    /* the empty stack was met in this advance */
 	bool too_many;
+	/* the walks of recent states: inside a long string, or any loop, the state after a
+	 * token is one seen before, and its mask is a lookup */
+	struct mask_entry cache[MATCHER_CACHE];
+	uint64_t clock;
 };
 
 /* ---- growable arrays ---- */
@@ -516,6 +532,10 @@ struct matcher *matcher_free(struct matcher *m)
 	if (!m)
 		return NULL;
 	grammar_unref(m->g);
+	for (uint32_t i = 0; i < MATCHER_CACHE; i++) {
+		free(m->cache[i].key);
+		free(m->cache[i].minb);
+	}
 	free(m->nodes);
 	free(m->set);
 	free(m->buf);
@@ -619,7 +639,9 @@ static int load_state(struct matcher *m, struct walk *w)
 	return 0;
 }
 
-int matcher_accept_bytes(struct matcher *m, const char *s, size_t n)
+/* Feeds s[0..n) from the committed state; commits when it is allowed and (tokens_left not
+ * UINT32_MAX) the shortest completion after it fits in tokens_left - 1 bytes. */
+static int accept_within(struct matcher *m, const char *s, size_t n, uint32_t tokens_left)
 {
 	uint32_t nodes_mark = m->n_nodes;
 	struct walk w;
@@ -632,22 +654,39 @@ int matcher_accept_bytes(struct matcher *m, const char *s, size_t n)
 		bool alive;
 
 		k = feed_byte(m, &w, (uint8_t) s[i], &alive);
-		if (k < 0 || !alive) {
-			m->n_nodes = nodes_mark;
-			m->n_buf = 0;
-			return k < 0 ? k : -EINVAL;
-		}
+		if (k < 0 || !alive)
+			goto refuse;
+	}
+	if (tokens_left != UINT32_MAX && set_min_bytes(m, &w) > tokens_left - 1) {
+		k = 0;
+		goto refuse;
 	}
 	k = commit(m, w.from, w.n, &w);
 	m->n_buf = 0;
 	return k;
+refuse:
+	m->n_nodes = nodes_mark;
+	m->n_buf = 0;
+	m->n_work = 0;
+	return k < 0 ? k : -EINVAL;
+}
+
+int matcher_accept_bytes(struct matcher *m, const char *s, size_t n)
+{
+	return accept_within(m, s, n, UINT32_MAX);
 }
 
 int matcher_accept_token(struct matcher *m, int32_t id)
 {
+	return matcher_try_token(m, id, UINT32_MAX);
+}
+
+int matcher_try_token(struct matcher *m, int32_t id, uint32_t tokens_left)
+{
+	assert_return(tokens_left >= 1, -EINVAL);
 	if (id < 0 || (uint32_t) id >= m->tv->n_tokens || !m->tv->piece[id])
 		return -EINVAL;
-	return matcher_accept_bytes(m, m->tv->piece[id], m->tv->piece_len[id]);
+	return accept_within(m, m->tv->piece[id], m->tv->piece_len[id], tokens_left);
 }
 
 bool matcher_accepting(const struct matcher *m)
@@ -682,16 +721,17 @@ struct frame {
 	uint32_t buf_mark, nodes_mark; /* scratch to rewind to when leaving it */
 };
 
-static int64_t mask_walk(struct matcher *m, uint32_t tokens_left, bool budget, uint8_t *allowed)
+/* One walk over the trie from the committed state: for every token the grammar allows, the
+ * fewest bytes that complete the grammar after it (MINB_NONE: not allowed). */
+static int mask_walk(struct matcher *m, uint16_t *minb)
 {
 	const struct grammar_vocab *tv = m->tv;
 	_cleanup_free_ struct frame *fr = NULL;
 	uint32_t cap_fr = 0, sp = 0, nodes_base = m->n_nodes;
-	uint32_t after = tokens_left == UINT32_MAX ? UINT32_MAX : tokens_left - 1;
-	int64_t n_allowed = 0;
 	int k;
 
-	memset(allowed, 0, tv->n_tokens);
+	for (uint32_t t = 0; t < tv->n_tokens; t++)
+		minb[t] = MINB_NONE;
 	if (grow((void **) &fr, &cap_fr, 1, sizeof(*fr)) < 0)
 		return -ENOMEM;
 	k = load_state(m, &fr[0].w);
@@ -723,12 +763,13 @@ static int64_t mask_walk(struct matcher *m, uint32_t tokens_left, bool budget, u
 			goto fail;
 		if (!alive)
 			continue;
-		if (tv->trie[c].token >= 0 &&
-		    (!budget || after == UINT32_MAX || set_min_bytes(m, &w) <= after))
-			for (int32_t t = tv->trie[c].token; t >= 0; t = tv->same_next[t]) {
-				allowed[t] = 1;
-				n_allowed++;
-			}
+		if (tv->trie[c].token >= 0) {
+			uint32_t mb = set_min_bytes(m, &w);
+			uint16_t v = mb >= MINB_MAX ? MINB_MAX : (uint16_t) mb;
+
+			for (int32_t t = tv->trie[c].token; t >= 0; t = tv->same_next[t])
+				minb[t] = v;
+		}
 		if (tv->trie[c].first_child == NONE)
 			continue;
 		k = grow((void **) &fr, &cap_fr, (uint64_t) sp + 1, sizeof(*fr));
@@ -740,7 +781,7 @@ static int64_t mask_walk(struct matcher *m, uint32_t tokens_left, bool budget, u
 	}
 	m->n_nodes = nodes_base;
 	m->n_buf = 0;
-	return n_allowed;
+	return 0;
 fail:
 	m->n_nodes = nodes_base;
 	m->n_buf = 0;
@@ -748,13 +789,125 @@ fail:
 	return k;
 }
 
+/* The committed state in a canonical form (stacks sorted by their chain's hash, each as its
+ * elements top to bottom, then the unfinished character): equal forms, equal masks. */
+static int state_key(struct matcher *m, uint32_t **ret, uint32_t *ret_n)
+{
+	uint32_t n = 4, at = 0, *key, *order;
+
+	for (uint32_t i = 0; i < m->n_set; i++) {
+		n += 1;
+		for (uint32_t st = m->set[i]; st != NONE; st = m->nodes[st].parent)
+			n++;
+	}
+	key = malloc(sizeof(*key) * n);
+	order = malloc(sizeof(*order) * (m->n_set ? m->n_set : 1));
+	if (!key || !order) {
+		free(key);
+		free(order);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < m->n_set; i++)
+		order[i] = m->set[i];
+	/* insertion sort by hash: sets are small */
+	for (uint32_t i = 1; i < m->n_set; i++)
+		for (uint32_t j = i; j > 0; j--) {
+			uint64_t a = order[j - 1] == NONE ? 0 : m->nodes[order[j - 1]].hash,
+				 b = order[j] == NONE ? 0 : m->nodes[order[j]].hash;
+
+			if (a <= b)
+				break;
+			uint32_t t = order[j - 1];
+			order[j - 1] = order[j], order[j] = t;
+		}
+	key[at++] = m->part_cp;
+	key[at++] = m->part_left | ((uint32_t) m->part_len << 8);
+	key[at++] = m->n_set;
+	key[at++] = 0;
+	for (uint32_t i = 0; i < m->n_set; i++) {
+		uint32_t mark = at++, depth = 0;
+
+		for (uint32_t st = order[i]; st != NONE; st = m->nodes[st].parent)
+			key[at++] = m->nodes[st].elem, depth++;
+		key[mark] = depth;
+	}
+	free(order);
+	*ret = key;
+	*ret_n = n;
+	return 0;
+}
+
+/* The cached walk of the committed state, computed on a miss (least recently used out). */
+static int cached_minb(struct matcher *m, const uint16_t **ret)
+{
+	_cleanup_free_ uint32_t *key = NULL;
+	uint32_t n_key, victim = 0;
+	uint64_t h = 0xcbf29ce484222325ull;
+	struct mask_entry *en;
+	int k;
+
+	k = state_key(m, &key, &n_key);
+	if (k < 0)
+		return k;
+	for (uint32_t i = 0; i < n_key; i++)
+		h = (h ^ key[i]) * 0x100000001b3ull;
+	for (uint32_t i = 0; i < MATCHER_CACHE; i++) {
+		en = &m->cache[i];
+		if (en->minb && en->hash == h && en->n_key == n_key &&
+		    memcmp(en->key, key, sizeof(*key) * n_key) == 0) {
+			en->used = ++m->clock;
+			*ret = en->minb;
+			return 0;
+		}
+		if (!en->minb || en->used < m->cache[victim].used)
+			victim = i;
+	}
+	en = &m->cache[victim];
+	if (!en->minb) {
+		en->minb = malloc(sizeof(*en->minb) * m->tv->n_tokens);
+		if (!en->minb)
+			return -ENOMEM;
+	}
+	free(en->key);
+	en->key = NULL;
+	en->used = 0;
+	k = mask_walk(m, en->minb);
+	if (k < 0) {
+		free(en->minb);
+		en->minb = NULL;
+		return k;
+	}
+	en->key = TAKE_PTR(key);
+	en->n_key = n_key;
+	en->hash = h;
+	en->used = ++m->clock;
+	*ret = en->minb;
+	return 0;
+}
+
 int64_t matcher_mask(struct matcher *m, uint32_t tokens_left, uint8_t *allowed)
 {
-	int64_t n;
+	uint32_t n_tokens, after;
+	const uint16_t *minb;
+	int64_t n = 0, n_any = 0;
+	int k;
 
 	assert_return(m && allowed && tokens_left >= 1, -EINVAL);
-	n = mask_walk(m, tokens_left, true, allowed);
-	if (n == 0 && tokens_left != UINT32_MAX && !matcher_accepting(m))
-		n = mask_walk(m, tokens_left, false, allowed); /* cannot close in time: a valid prefix */
+	k = cached_minb(m, &minb);
+	if (k < 0)
+		return k;
+	n_tokens = m->tv->n_tokens;
+	after = tokens_left == UINT32_MAX || tokens_left - 1 >= MINB_MAX ? MINB_MAX : tokens_left - 1;
+	for (uint32_t t = 0; t < n_tokens; t++) {
+		allowed[t] = minb[t] <= after;
+		n += allowed[t];
+		n_any += minb[t] != MINB_NONE;
+	}
+	if (n == 0 && n_any > 0 && !matcher_accepting(m)) {
+		/* it cannot close in time: any allowed token, a valid prefix */
+		for (uint32_t t = 0; t < n_tokens; t++)
+			allowed[t] = minb[t] != MINB_NONE;
+		n = n_any;
+	}
 	return n;
 }

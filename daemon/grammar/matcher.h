@@ -64,6 +64,9 @@ int64_t matcher_mask(struct matcher *m, uint32_t tokens_left, uint8_t *allowed);
 
 /* Advances by one token. -EINVAL (state unchanged) if the grammar does not allow it. */
 int matcher_accept_token(struct matcher *m, int32_t id);
+/* The same, and only if the mask with tokens_left (this one included) would allow it: the
+ * check of one sampled token, without computing the whole mask. */
+int matcher_try_token(struct matcher *m, int32_t id, uint32_t tokens_left);
 /* Advances by bytes (tests, prompts). -EINVAL (state unchanged) if not allowed. */
 int matcher_accept_bytes(struct matcher *m, const char *s, size_t n);
 

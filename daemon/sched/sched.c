@@ -97,6 +97,7 @@ struct seq {
 	uint32_t n_loras;
 	struct sampler *sampler; /* owned */
 	struct matcher *matcher; /* owned: constrained decoding (NULL: free) */
+	bool grammar_fast;       /* sample first, mask only when the draw is refused */
 	struct detok detok;
 	uint32_t max_tokens;
 	bool ignore_eos;
@@ -1031,7 +1032,27 @@ static int sample_constrained(struct sched *s, struct seq *q, const float *logit
 
 	if (q->max_tokens)
 		left = MIN(left, q->max_tokens - q->n_generated);
-	n = matcher_mask(q->matcher, MAX(left, 1u), s->mask);
+	left = MAX(left, 1u);
+	s->stats.grammar_tokens++;
+	if (q->grammar_fast) {
+		/* Draw from the whole distribution first and keep the token if the grammar (and
+		 * the budget) allows it; else draw again from the masked one. Without truncation
+		 * (top-k, top-p, min-p) that is exactly a draw from the masked distribution
+		 * (rejection sampling), and greedy picks the same argmax; it spares the mask on
+		 * most steps of a model that mostly keeps to the format. */
+		id = sampler_sample(q->sampler, logits);
+		if (id >= 0 && (uint32_t) id < n_vocab && vocab_is_eog(s->m->vocab, id)) {
+			if (accepting && !q->ignore_eos) {
+				*ret_id = id;
+				return 1;
+			}
+		} else if (matcher_try_token(q->matcher, id, left) == 0) {
+			*ret_id = id;
+			return 1;
+		}
+	}
+	s->stats.grammar_masks++;
+	n = matcher_mask(q->matcher, left, s->mask);
 	if (n < 0)
 		return (int) n;
 	if (accepting && !q->ignore_eos)
@@ -1521,6 +1542,9 @@ int sched_submit(struct sched *s, const struct sched_request *req, uint64_t *ret
 		r = grammar_setup(s);
 		if (r >= 0)
 			r = matcher_new(req->grammar, s->gvocab, &q->matcher);
+		q->grammar_fast = req->sampling.temperature <= 0 ||
+				  (req->sampling.top_k <= 0 && req->sampling.top_p >= 1 &&
+				   req->sampling.min_p <= 0);
 		if (r < 0) {
 			seq_free(q);
 			return errmsg_set(e, r, "cannot start the grammar: %s", strerror(-r));

@@ -168,6 +168,8 @@ struct sched_stats {
 	uint64_t steps;
 	uint64_t tokens_prefilled;
 	uint64_t tokens_generated;
+	uint64_t grammar_tokens;    /* tokens generated under a grammar */
+	uint64_t grammar_masks;     /* of those, the steps that computed the whole mask */
 	uint64_t preemptions;
 	uint64_t adapter_evictions;
 	size_t pool_pages_total;
