@@ -1438,6 +1438,11 @@ static int validate_request(struct manager *m, const struct manager_request *r,
 			       "budget must be a finite number >= 0, not %g", r->budget);
 	if (r->messages && r->n_messages == 0)
 		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL, "messages is empty");
+	if (r->grammar && r->n_stop > 0)
+		/* a stop string could cut the document short, and "stop" promises a whole one */
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+			       "stop strings cannot be combined with a grammar, a schema or a "
+			       "required tool call (they could cut the output short)");
 	if (!isfinite(r->temperature) || r->temperature < 0 || r->temperature > 100)
 		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
 			       "temperature must be between 0 and 100, not %g",

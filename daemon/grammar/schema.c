@@ -143,9 +143,47 @@ _printf_(3, 4) static int rulef(struct schema_gbnf *b, const char *name, const c
 	return k < 0 ? k : sb_append(b, &b->rules, "\n", 1);
 }
 
+/* Whole UTF-8 characters only (no overlongs, surrogates or code points past U+10FFFF): the
+ * grammar matches characters, and json-c passes invalid bytes in strings through. */
+static bool utf8_ok(const unsigned char *s, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		uint32_t cp, len;
+
+		if (s[i] < 0x80) {
+			i++;
+			continue;
+		}
+		if (s[i] >= 0xC2 && s[i] <= 0xDF)
+			cp = s[i] & 0x1F, len = 2;
+		else if (s[i] >= 0xE0 && s[i] <= 0xEF)
+			cp = s[i] & 0x0F, len = 3;
+		else if (s[i] >= 0xF0 && s[i] <= 0xF4)
+			cp = s[i] & 0x07, len = 4;
+		else
+			return false;
+		if (n - i < len)
+			return false;
+		for (uint32_t j = 1; j < len; j++) {
+			if ((s[i + j] & 0xC0) != 0x80)
+				return false;
+			cp = (cp << 6) | (s[i + j] & 0x3F);
+		}
+		if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10FFFF ||
+		    (cp >= 0xD800 && cp <= 0xDFFF))
+			return false;
+		i += len;
+	}
+	return true;
+}
+
 int schema_gbnf_literal(struct schema_gbnf *b, const char *s, size_t n)
 {
-	int k = append_len(b, "\"", 1);
+	int k;
+
+	if (!utf8_ok((const unsigned char *) s, n))
+		return errmsg_set(b->e, -EINVAL, "a name or value in the schema is not valid UTF-8");
+	k = append_len(b, "\"", 1);
 
 	for (size_t i = 0; i < n && k >= 0; i++) {
 		unsigned char c = (unsigned char) s[i];

@@ -82,7 +82,10 @@ ht_expect_json 'j["choices"][0]["finish_reason"]' stop "molly.grammar finish"
 ht_req POST /v1/completions '{"prompt": "x", "molly": {"grammar": "root ::= root \"a\""}}'
 ht_expect_error 400 "" "left-recursive grammar"
 ht_expect_json 'j["error"]["param"]' molly.grammar "left-recursive grammar param"
-ht_ok "molly.grammar: GBNF output, bad grammar 400"
+ht_req POST /v1/completions '{"prompt": "x", "stop": ["}"], "response_format": {"type": "json_object"}}'
+ht_expect_error 400 "" "stop with a schema"
+grep -q 'stop strings cannot be combined' "$HT_TMP/body" || ht_fail "stop with a schema: $(cat "$HT_TMP/body")"
+ht_ok "molly.grammar: GBNF output, bad grammar 400, stop strings with a grammar 400"
 
 # hostile schemas: 400 naming the problem, each within 10 s
 python3 - "$HT_TMP" <<'PY'
