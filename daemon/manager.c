@@ -34,6 +34,7 @@
 #include "engine/chat-tools.h"
 #include "engine/model.h"
 #include "grammar/grammar.h"
+#include "grammar/matcher.h"
 #include "engine/quant.h"
 #include "engine/vocab.h"
 #include "lora/adapter.h"
@@ -1820,6 +1821,20 @@ static int submit_local(struct manager *m, const struct manager_request *r,
 		if (k < 0)
 			k = set_err(err, k == -ENOMEM ? MANAGER_ERR_INTERNAL : MANAGER_ERR_INVALID_REQUEST,
 				    k, "grammar: %s", e.text);
+		if (k >= 0) {
+			/* its start must be within the matcher's bounds (a grammar can be ambiguous
+			 * enough to need more parses at once than it keeps) */
+			struct matcher *probe = NULL;
+
+			k = matcher_new(grammar, NULL, &probe);
+			matcher_free(probe);
+			if (k < 0)
+				k = set_err(err,
+					    k == -ENOMEM ? MANAGER_ERR_INTERNAL
+							 : MANAGER_ERR_INVALID_REQUEST,
+					    k, "grammar: too ambiguous (more than %d parses at once)",
+					    MATCHER_MAX_STACKS);
+		}
 		e = (struct errmsg){ { 0 } };
 	}
 	if (k >= 0)

@@ -258,6 +258,24 @@ TEST(gbnf_syntax)
 	ASSERT_EQ(parse_err("root ::= \"a\" root", "no finite text"), 0);
 	ASSERT_EQ(parse_err("root ::= \"\\q\"", "unknown escape"), 0);
 	ASSERT_EQ(parse_err("root ::= ((((\"a\"){4000}){4000}){4000})", "no finite text"), 0);
+
+	/* 50,000 rules chained in the worst order for a fixpoint (each refers to the next one
+	 * defined after it): linear work, so this finishes at once */
+	{
+		size_t cap = 50000 * 40, at = 0;
+		char *t = malloc(cap);
+		struct grammar *g = NULL;
+		struct errmsg e = {};
+
+		ASSERT_NOT_NULL(t);
+		at += (size_t) sprintf(t + at, "root ::= r0\n");
+		for (int i = 0; i < 50000; i++)
+			at += (size_t) (i + 1 < 50000 ? sprintf(t + at, "r%d ::= r%d \"a\" | \"b\"\n", i, i + 1)
+						     : sprintf(t + at, "r%d ::= \"a\"\n", i));
+		ASSERT_OK(grammar_parse(t, at, &g, &e));
+		grammar_unref(g);
+		free(t);
+	}
 	return 0;
 }
 

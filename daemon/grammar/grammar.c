@@ -613,28 +613,6 @@ static uint32_t alt_count(const struct grammar *g, uint32_t r)
 	return g->rule_alt_first[r + 1] - g->rule_alt_first[r];
 }
 
-/* Nullable rules (they can match the empty string), by fixpoint. */
-static void compute_nullable(const struct grammar *g, bool *nullable)
-{
-	bool changed = true;
-
-	while (changed) {
-		changed = false;
-		for (uint32_t r = 0; r < g->n_rules; r++) {
-			if (nullable[r])
-				continue;
-			for (uint32_t a = 0; a < alt_count(g, r) && !nullable[r]; a++) {
-				uint32_t i = g->alts[g->rule_alt_first[r] + a];
-
-				while (g->elems[i].type == GRAMMAR_RULE_REF && nullable[g->elems[i].value])
-					i++;
-				if (g->elems[i].type == GRAMMAR_END)
-					nullable[r] = changed = true;
-			}
-		}
-	}
-}
-
 /* Left recursion: rule r reaches itself through leftmost references (past nullable ones).
  * Iterative DFS with colours over the "leftmost reference" graph; a frame is (rule,
  * alternative, offset in it). */
@@ -711,39 +689,130 @@ static uint32_t add_sat(uint32_t a, uint32_t b)
 	return (a == GRAMMAR_MIN_INF || b == GRAMMAR_MIN_INF || a + b < a) ? GRAMMAR_MIN_INF : a + b;
 }
 
-/* min_bytes[i] for every element, by fixpoint over the rules' minima. */
+/* A binary min-heap of (value, rule) for compute_min_bytes(). */
+struct heap_item {
+	uint32_t value, rule;
+};
+
+static void heap_push(struct heap_item *h, uint32_t *n, struct heap_item x)
+{
+	uint32_t i = (*n)++;
+
+	while (i > 0 && h[(i - 1) / 2].value > x.value) {
+		h[i] = h[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	h[i] = x;
+}
+
+static struct heap_item heap_pop(struct heap_item *h, uint32_t *n)
+{
+	struct heap_item top = h[0], x = h[--*n];
+	uint32_t i = 0;
+
+	for (;;) {
+		uint32_t c = 2 * i + 1;
+
+		if (c >= *n)
+			break;
+		if (c + 1 < *n && h[c + 1].value < h[c].value)
+			c++;
+		if (h[c].value >= x.value)
+			break;
+		h[i] = h[c];
+		i = c;
+	}
+	if (*n)
+		h[i] = x;
+	return top;
+}
+
+/*
+ * The fewest bytes each rule matches, then min_bytes[i] for every element. Knuth's
+ * generalisation of Dijkstra's algorithm to grammars: an alternative's value is known once
+ * every rule it refers to is; a rule is final when it is the smallest candidate left. Linear
+ * up to the heap, whatever order the rules come in (a fixpoint over passes would be
+ * quadratic in a hostile chain of rules).
+ */
 static int compute_min_bytes(struct grammar *g)
 {
-	_cleanup_free_ uint32_t *rule_min = malloc(sizeof(uint32_t) * g->n_rules);
-	bool changed = true;
+	uint32_t n_alts = g->rule_alt_first[g->n_rules], n_heap = 0, n_refs = 0;
+	_cleanup_free_ uint32_t *rule_min = malloc(sizeof(uint32_t) * (g->n_rules + 1));
+	_cleanup_free_ uint32_t *pending = calloc(n_alts + 1, sizeof(uint32_t));
+	_cleanup_free_ uint32_t *sum = calloc(n_alts + 1, sizeof(uint32_t));
+	_cleanup_free_ uint32_t *owner = malloc(sizeof(uint32_t) * (n_alts + 1));
+	_cleanup_free_ uint32_t *users_first = calloc(g->n_rules + 2, sizeof(uint32_t));
+	_cleanup_free_ uint32_t *users = NULL;
+	_cleanup_free_ struct heap_item *heap = NULL;
+	_cleanup_free_ bool *final = calloc(g->n_rules + 1, sizeof(bool));
 
-	g->min_bytes = malloc(sizeof(uint32_t) * g->n_elems);
-	if (!rule_min || !g->min_bytes)
+	g->min_bytes = malloc(sizeof(uint32_t) * (g->n_elems + 1));
+	if (!rule_min || !pending || !sum || !owner || !users_first || !final || !g->min_bytes)
 		return -ENOMEM;
-	for (uint32_t r = 0; r < g->n_rules; r++)
+	/* per alternative: its rule, its references still unknown, the bytes known so far; per
+	 * rule: the alternatives that refer to it (once per reference) */
+	for (uint32_t r = 0; r < g->n_rules; r++) {
 		rule_min[r] = GRAMMAR_MIN_INF;
-	while (changed) {
-		changed = false;
-		/* each alternative backwards: min_bytes[i] = cost(i) + min_bytes[i + 1] */
-		for (uint32_t i = g->n_elems; i-- > 0;) {
-			const struct grammar_elem *el = &g->elems[i];
-			uint32_t v;
-
-			if (el->type == GRAMMAR_END)
-				v = 0;
-			else if (el->type == GRAMMAR_CHAR)
-				v = add_sat(char_min_bytes(g, el), g->min_bytes[i + 1]);
-			else
-				v = add_sat(rule_min[el->value], g->min_bytes[i + 1]);
-			g->min_bytes[i] = v;
+		for (uint32_t a = g->rule_alt_first[r]; a < g->rule_alt_first[r + 1]; a++) {
+			owner[a] = r;
+			for (uint32_t i = g->alts[a]; g->elems[i].type != GRAMMAR_END; i++)
+				if (g->elems[i].type == GRAMMAR_RULE_REF) {
+					pending[a]++;
+					users_first[g->elems[i].value + 1]++;
+					n_refs++;
+				} else {
+					sum[a] = add_sat(sum[a], char_min_bytes(g, &g->elems[i]));
+				}
 		}
-		for (uint32_t r = 0; r < g->n_rules; r++)
-			for (uint32_t a = 0; a < alt_count(g, r); a++) {
-				uint32_t v = g->min_bytes[g->alts[g->rule_alt_first[r] + a]];
+	}
+	for (uint32_t r = 0; r < g->n_rules; r++)
+		users_first[r + 1] += users_first[r];
+	users = malloc(sizeof(uint32_t) * (n_refs + 1));
+	heap = malloc(sizeof(*heap) * (n_alts + 1));
+	if (!users || !heap)
+		return -ENOMEM;
+	{
+		_cleanup_free_ uint32_t *fill = calloc(g->n_rules + 1, sizeof(uint32_t));
 
-				if (v < rule_min[r])
-					rule_min[r] = v, changed = true;
-			}
+		if (!fill)
+			return -ENOMEM;
+		for (uint32_t a = 0; a < n_alts; a++)
+			for (uint32_t i = g->alts[a]; g->elems[i].type != GRAMMAR_END; i++)
+				if (g->elems[i].type == GRAMMAR_RULE_REF) {
+					uint32_t r = g->elems[i].value;
+
+					users[users_first[r] + fill[r]++] = a;
+				}
+	}
+	/* each alternative enters the heap once, when its last reference becomes known */
+	for (uint32_t a = 0; a < n_alts; a++)
+		if (pending[a] == 0 && sum[a] != GRAMMAR_MIN_INF)
+			heap_push(heap, &n_heap, (struct heap_item){ sum[a], owner[a] });
+	while (n_heap) {
+		struct heap_item x = heap_pop(heap, &n_heap);
+
+		if (final[x.rule])
+			continue;
+		final[x.rule] = true;
+		rule_min[x.rule] = x.value;
+		for (uint32_t u = users_first[x.rule]; u < users_first[x.rule + 1]; u++) {
+			uint32_t a = users[u];
+
+			sum[a] = add_sat(sum[a], x.value);
+			if (--pending[a] == 0 && sum[a] != GRAMMAR_MIN_INF && !final[owner[a]])
+				heap_push(heap, &n_heap, (struct heap_item){ sum[a], owner[a] });
+		}
+	}
+	/* each alternative backwards: min_bytes[i] = cost(i) + min_bytes[i + 1] */
+	for (uint32_t i = g->n_elems; i-- > 0;) {
+		const struct grammar_elem *el = &g->elems[i];
+
+		if (el->type == GRAMMAR_END)
+			g->min_bytes[i] = 0;
+		else if (el->type == GRAMMAR_CHAR)
+			g->min_bytes[i] = add_sat(char_min_bytes(g, el), g->min_bytes[i + 1]);
+		else
+			g->min_bytes[i] = add_sat(rule_min[el->value], g->min_bytes[i + 1]);
 	}
 	return 0;
 }
@@ -844,11 +913,14 @@ int grammar_parse(const char *text, size_t len, struct grammar **ret, struct err
 	g->ranges = TAKE_PTR(p.ranges);
 	g->n_ranges = p.n_ranges;
 
-	compute_nullable(g, nullable);
-	k = check_left_recursion(g, nullable, names, e);
+	k = compute_min_bytes(g);
 	if (k < 0)
 		goto out;
-	k = compute_min_bytes(g);
+	/* a rule is nullable when it can match zero bytes (characters cost at least one) */
+	for (uint32_t r = 0; r < g->n_rules; r++)
+		for (uint32_t a = 0; a < alt_count(g, r) && !nullable[r]; a++)
+			nullable[r] = g->min_bytes[g->alts[g->rule_alt_first[r] + a]] == 0;
+	k = check_left_recursion(g, nullable, names, e);
 	if (k < 0)
 		goto out;
 	if (g->min_bytes[g->alts[g->rule_alt_first[root]]] == GRAMMAR_MIN_INF) {

@@ -1134,7 +1134,10 @@ static void step_locked_finish(struct sched *s)
 			int r = sample_constrained(s, q, logits, &id);
 
 			if (r < 0) {
-				seq_finish(s, q, SCHED_FINISH_STOP, r, "constrained decoding failed");
+				seq_finish(s, q, SCHED_FINISH_STOP, r,
+					   r == -E2BIG ? "the grammar became too ambiguous (more than "
+							 "4096 parses at once)"
+						       : "constrained decoding failed");
 				continue;
 			}
 			if (r == 0) {
