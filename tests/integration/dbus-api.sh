@@ -56,6 +56,14 @@ grep -qE '^sa\{sv\} "ok[0-9]"' <<<"$out" || fail "Generate with grammar: $out"
 expect_fail "unsupported JSON Schema keyword 'pattern'" call Inference1 Generate 'a{sv}' 2 prompt s "x" response_format s '{"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a"}}}'
 pass "Generate with response_format (validates) and grammar; a refused schema names the keyword"
 
+# the policy reads a tool result like any other message
+out=$(gdbus call --address "$BUS_ADDR" --dest org.molly.Daemon1 --object-path /org/molly/Daemon1 \
+	--method org.molly.Policy1.Explain \
+	"{'messages': <[{'role': 'user', 'content': 'Who wrote?'}, {'role': 'tool', 'content': 'mail from mario.rossi@example.com'}]>}")
+grep -q "'class': <'personal'>" <<<"$out" || fail "Explain of a tool result: $out"
+grep -q "'kind': <'email'>" <<<"$out" || fail "Explain of a tool result: no email finding: $out"
+pass "the policy sees tool results"
+
 # dbus-send cannot build a{sv} (no variants in containers): it reads the state instead.
 out=$(dbus-send --bus="$BUS_ADDR" --print-reply --dest=org.molly.Daemon1 /org/molly/Daemon1 \
 	org.molly.Daemon1.Status)
