@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test-chat-tools: tool use in the chat families (chat-tools.h): the rendered prompt of each
- * family against its reference template's text (written out by hand from the templates in
- * shared/reference/chat-templates), the parser of the model's calls, and the call grammar:
- * it accepts the family's call and nothing else.
+ * family against its reference template's text (rendered by Jinja2 configured as Hugging Face
+ * transformers does, from shared/reference/chat-templates, with the conversation below; the
+ * llama3 text without the template's date lines, as chat-tools.h says), the parser of the
+ * model's calls, and the call grammar: it accepts the family's call and nothing else.
  */
 #include "test.h"
 
@@ -81,7 +82,7 @@ TEST(render_llama3)
 			 "\"required\": [\n                \"city\"\n            ]\n        }\n    }\n}\n\n"
 			 "Weather in Rome?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
 			 "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}<|eot_id|>"
-			 "<|start_header_id|>ipython<|end_header_id|>\n\nsunny<|eot_id|>"
+			 "<|start_header_id|>ipython<|end_header_id|>\n\n\"sunny\"<|eot_id|>"
 			 "<|start_header_id|>assistant<|end_header_id|>\n\n"),
 		  0);
 	return 0;

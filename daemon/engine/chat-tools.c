@@ -298,8 +298,13 @@ static int render_llama3(struct tbuf *b, const struct chat_message *m, size_t n,
 	}
 	for (; i < n && r >= 0; i++) {
 		if (is(&m[i], "tool")) {
-			r = CAT(b, "<|start_header_id|>ipython<|end_header_id|>\n\n", m[i].content,
-				"<|eot_id|>");
+			/* the template writes a string result through tojson (a string is
+			 * "iterable" to Jinja): quoted and escaped */
+			r = CAT(b, "<|start_header_id|>ipython<|end_header_id|>\n\n");
+			if (r >= 0)
+				r = py_string(b, m[i].content, strlen(m[i].content));
+			if (r >= 0)
+				r = CAT(b, "<|eot_id|>");
 		} else if (is(&m[i], "assistant") && m[i].n_tool_calls) {
 			if (m[i].n_tool_calls != 1)
 				return errmsg_set(e, -EINVAL, "message %zu: the llama3 template takes one "

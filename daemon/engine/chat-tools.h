@@ -12,8 +12,9 @@
  *           message no "You are Qwen..." line is invented (as chat.c's chatml).
  *  llama3   Llama 3.1: the tools (JSON, indent 4) and the instructions in the first user
  *           turn, "Environment: ipython" in a system block, a call as {"name": ...,
- *           "parameters": {...}}, results in an "ipython" turn. Differs: no date lines (as
- *           chat.c's llama3). One call per assistant turn, as the template demands.
+ *           "parameters": {...}}, results in an "ipython" turn (as a JSON string, as the
+ *           template's tojson writes it). Differs: no date lines (as chat.c's llama3). One
+ *           call per assistant turn, as the template demands.
  *  mistral  Mistral-Nemo: [AVAILABLE_TOOLS][...][/AVAILABLE_TOOLS] before the last user
  *           turn, calls as [TOOL_CALLS][{"name", "arguments", "id"}]</s>, results as
  *           [TOOL_RESULTS]{"content": ..., "call_id": ...}[/TOOL_RESULTS]. [TOOL_CALLS] is a
