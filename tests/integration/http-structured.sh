@@ -4,7 +4,7 @@
 # chat and completions, streamed and not (a greedy stream is the same text); every "stop"
 # output parses and validates (python3 checks the schema's own constraints); hostile schemas
 # (10,000 levels deep: refused by the body's JSON parser; a 100,000-value enum, a $ref loop, unsupported keywords) get a 400 that
-# names the problem within a bounded time; tools with the mistral and chatml templates
+# names the problem (times printed); tools with the mistral and chatml templates
 # (required, named, auto; tool messages) and a 400 for tools on a template without tool use.
 . "$(dirname "$0")/lib/http.sh"
 
@@ -87,7 +87,8 @@ ht_expect_error 400 "" "stop with a schema"
 grep -q 'stop strings cannot be combined' "$HT_TMP/body" || ht_fail "stop with a schema: $(cat "$HT_TMP/body")"
 ht_ok "molly.grammar: GBNF output, bad grammar 400, stop strings with a grammar 400"
 
-# hostile schemas: 400 naming the problem, each within 10 s
+# hostile schemas: 400 naming the problem (the times are printed, not judged: a hang fails at
+# MOLLY_TEST_WAIT_S)
 python3 - "$HT_TMP" <<'PY'
 import json, sys
 d = sys.argv[1]
@@ -117,7 +118,7 @@ for case in 'deep|invalid_json|nesting too deep' 'enum|invalid_schema|at most 10
 	code=${case#*|}
 	code=${code%%|*}
 	start=$(date +%s%N)
-	HT_STATUS=$(curl -s -o "$HT_TMP/body" -w '%{http_code}' --max-time 10 -H 'Content-Type: application/json' \
+	HT_STATUS=$(curl -s -o "$HT_TMP/body" -w '%{http_code}' --max-time "$MOLLY_TEST_WAIT_S" -H 'Content-Type: application/json' \
 		--data-binary "@$HT_TMP/$name.json" "$HT_URL/v1/completions") || HT_STATUS=000
 	ms=$((($(date +%s%N) - start) / 1000000))
 	ht_expect_error 400 "$code" "hostile schema $name"
@@ -125,7 +126,7 @@ for case in 'deep|invalid_json|nesting too deep' 'enum|invalid_schema|at most 10
 	echo "  $name: 400 in $ms ms"
 done
 ht_running || ht_fail "mollyd died on hostile schemas"
-ht_ok "hostile schemas: clear 400s within the time bound"
+ht_ok "hostile schemas: clear 400s"
 ht_stop
 
 # ---- tools: mistral (short prompts for this 512-token model), then gemma (no tool use) ----
