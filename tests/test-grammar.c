@@ -15,6 +15,7 @@
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
 #include "grammar/schema.h"
+#include "lora/adapter.h"
 #include "sched/sched.h"
 
 #define ASSERT_FALSE(x) ASSERT_TRUE(!(x))
@@ -860,6 +861,96 @@ TEST(property_random_model)
 	       "document), %d free rows; %llu constrained tokens, %llu whole masks\n", n_stop,
 	       n_length, n_free, (unsigned long long) n_tokens, (unsigned long long) n_masks);
 	ASSERT_TRUE(n_masks < n_tokens); /* some draws were kept without the mask */
+	model_free(m);
+	return 0;
+}
+
+/* Constrained and free rows in one batch, on LoRA adapters: a free row's tokens are the same
+ * whether constrained rows share its steps or not, and constrained rows on an adapter keep
+ * their guarantee. */
+struct ids_row {
+	int32_t ids[256];
+	uint32_t n;
+	struct row text;
+};
+
+static void on_ids(const struct sched_event *ev, void *userdata)
+{
+	struct ids_row *r = userdata;
+
+	if (ev->type == SCHED_EVENT_TOKEN && r->n < ELEMENTSOF(r->ids))
+		r->ids[r->n++] = ev->token;
+	on_event(ev, &r->text);
+}
+
+TEST(batch_with_adapters)
+{
+	static const char *schema_text = "{\"type\":\"object\",\"properties\":{\"who\":{\"type\":"
+					 "\"string\",\"maxLength\":8},\"n\":{\"type\":\"integer\","
+					 "\"minimum\":0,\"maximum\":99}},\"required\":[\"who\",\"n\"]}";
+	char path[4096], apath[4096];
+	struct model *m = NULL;
+	struct lora_adapter *a = NULL;
+	struct errmsg e = {};
+	struct json_object *schema = json_tokener_parse(schema_text);
+	_cleanup_free_ char *gbnf = NULL;
+	_cleanup_(grammar_unrefp) struct grammar *g = NULL;
+	static struct ids_row alone, rows[4];
+	int32_t prompt[16];
+	int64_t np;
+	size_t gl;
+
+	snprintf(path, sizeof(path), "%s/models/stories260K.gguf", MOLLY_SHARED_DIR);
+	snprintf(apath, sizeof(apath), "%s/models/stories260K-lora-all-r8.gguf", MOLLY_SHARED_DIR);
+	if (access(path, R_OK) != 0 || access(apath, R_OK) != 0) {
+		fprintf(stderr, "  %s or %s is missing\n", path, apath);
+		json_object_put(schema);
+		return TEST_SKIP;
+	}
+	ASSERT_OK(schema_to_gbnf(schema, &gbnf, &gl, &e));
+	ASSERT_OK(grammar_parse(gbnf, gl, &g, &e));
+	ASSERT_OK(model_load(path, &m, &e));
+	np = vocab_tokenize(m->vocab, "Once upon a time", 16, true, false, prompt, 16);
+	ASSERT_TRUE(np > 0);
+	for (int pass = 0; pass < 2; pass++) {
+		_cleanup_(sched_freep) struct sched *s = NULL;
+		struct sched_params sp = { .max_sequences = 8, .n_threads = 2 };
+		struct sched_lora lora = { .name = "all", .scale = 1.0f };
+		struct lora_open_opts o = { .base = m, .name = "all" };
+		uint64_t id;
+
+		ASSERT_OK(sched_new(m, &sp, &s, &e));
+		ASSERT_OK(lora_adapter_open(apath, &o, &a, NULL, &e));
+		ASSERT_OK(sched_add_adapter(s, a, &e));
+		/* pass 0: the free row alone; pass 1: with three constrained rows (two on the
+		 * adapter) */
+		for (int i = 0; i < (pass ? 4 : 1); i++) {
+			struct ids_row *r = pass ? &rows[i] : &alone;
+			struct sched_request req = { .prompt = prompt, .n_prompt = (size_t) np,
+						     .on_event = on_ids, .userdata = r,
+						     .max_tokens = 48, .ignore_eos = i == 0 };
+
+			memset(r, 0, sizeof(*r));
+			sampler_params_default(&req.sampling);
+			req.sampling.temperature = i == 0 ? 0.7f : 0.9f;
+			req.sampling.seed = 11 + (uint64_t) i;
+			req.loras = i != 2 ? &lora : NULL;
+			req.n_loras = i != 2;
+			req.grammar = i == 0 ? NULL : g;
+			ASSERT_OK(sched_submit(s, &req, &id, &e));
+		}
+		while (sched_step(s) > 0)
+			;
+	}
+	ASSERT_EQ(rows[0].n, alone.n);
+	ASSERT_TRUE(memcmp(rows[0].ids, alone.ids, sizeof(int32_t) * alone.n) == 0);
+	for (int i = 1; i < 4; i++) {
+		ASSERT_TRUE(rows[i].text.done && rows[i].text.error == 0);
+		if (rows[i].text.finish == SCHED_FINISH_STOP)
+			ASSERT_TRUE(parses_and_validates(schema, rows[i].text.text, rows[i].text.len));
+	}
+	printf("  the free row's %u tokens are the same beside constrained rows\n", alone.n);
+	json_object_put(schema);
 	model_free(m);
 	return 0;
 }

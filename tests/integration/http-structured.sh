@@ -4,7 +4,7 @@
 # chat and completions, streamed and not (a greedy stream is the same text); every "stop"
 # output parses and validates (python3 checks the schema's own constraints); hostile schemas
 # (10,000 levels deep: refused by the body's JSON parser; a 100,000-value enum, a $ref loop, unsupported keywords) get a 400 that
-# names the problem (times printed); tools with the mistral and chatml templates
+# names the problem (times printed); tools with the mistral template
 # (required, named, auto; tool messages) and a 400 for tools on a template without tool use.
 . "$(dirname "$0")/lib/http.sh"
 
