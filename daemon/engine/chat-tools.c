@@ -634,6 +634,25 @@ fail:
 
 /* ---- the grammar of a call ---- */
 
+int chat_tool_call_frame(enum chat_family f, const char **ret_open, const char **ret_args_key,
+			 const char **ret_close)
+{
+	switch (f) {
+	case CHAT_FAMILY_CHATML:
+		*ret_open = "<tool_call>\n{\"name\": ", *ret_close = "}\n</tool_call>";
+		*ret_args_key = "arguments";
+		return 0;
+	case CHAT_FAMILY_LLAMA3:
+		*ret_open = "{\"name\": ", *ret_close = "}", *ret_args_key = "parameters";
+		return 0;
+	case CHAT_FAMILY_MISTRAL:
+		*ret_open = "[{\"name\": ", *ret_close = "}]", *ret_args_key = "arguments";
+		return 0;
+	default:
+		return -EOPNOTSUPP;
+	}
+}
+
 int chat_tools_grammar(enum chat_family f, const char *tools_json, const char *only_name,
 		       char **ret, size_t *ret_len, struct errmsg *e)
 {
@@ -645,20 +664,9 @@ int chat_tools_grammar(enum chat_family f, const char *tools_json, const char *o
 
 	if (json_object_get_type(tools) != json_type_array)
 		return errmsg_set(e, -EINVAL, "tools must be a JSON array");
-	switch (f) {
-	case CHAT_FAMILY_CHATML:
-		open = "<tool_call>\n{\"name\": ", close = "}\n</tool_call>", args_key = "arguments";
-		break;
-	case CHAT_FAMILY_LLAMA3:
-		open = "{\"name\": ", close = "}", args_key = "parameters";
-		break;
-	case CHAT_FAMILY_MISTRAL:
-		open = "[{\"name\": ", close = "}]", args_key = "arguments";
-		break;
-	default:
+	if (chat_tool_call_frame(f, &open, &args_key, &close) < 0)
 		return errmsg_set(e, -EOPNOTSUPP, "the %s chat template does not define tool use",
 				  chat_family_name(f));
-	}
 	r = schema_gbnf_new(&b);
 	if (r < 0)
 		return r;

@@ -46,6 +46,11 @@ int chat_render_tools(enum chat_family f, const struct chat_message *msgs, size_
 /* The text a call starts with in family f's output ("<tool_call>", "{", "["). */
 const char *chat_tool_call_prefix(enum chat_family f);
 
+/* The frame chat_tools_grammar() writes around one call: open, then the JSON name, then
+ * ", \"ARGS_KEY\": ", then the arguments, then close. -EOPNOTSUPP for other families. */
+int chat_tool_call_frame(enum chat_family f, const char **ret_open, const char **ret_args_key,
+			 const char **ret_close);
+
 struct chat_parsed_call {
 	char *name;      /* owned */
 	char *arguments; /* owned: compact JSON text of the arguments object */

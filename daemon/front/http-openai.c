@@ -1327,6 +1327,38 @@ static struct json_object *tool_calls_json(const struct openai_result *r, bool w
 	return a;
 }
 
+char *openai_stream_tool_call_delta(const struct openai_result *r, size_t index, const char *id,
+				    const char *name, const char *args, size_t args_len)
+{
+	bool ok = true;
+	struct json_object *o = head_json(OPENAI_CHAT_COMPLETIONS, r, true, &ok);
+	struct json_object *choices = json_object_new_array(), *c = json_object_new_object(),
+			   *delta = json_object_new_object(), *calls = json_object_new_array(),
+			   *call = json_object_new_object(), *fn = json_object_new_object();
+
+	add(call, "index", json_object_new_int((int) index), &ok);
+	if (id) {
+		add(call, "id", json_object_new_string(id), &ok);
+		add(call, "type", json_object_new_string("function"), &ok);
+		add(fn, "name", json_object_new_string(name ? name : ""), &ok);
+	}
+	add(fn, "arguments", new_string_len(args ? args : "", args ? args_len : 0), &ok);
+	add(call, "function", fn, &ok);
+	push(calls, call, &ok);
+	add(delta, "tool_calls", calls, &ok);
+	add(c, "index", json_object_new_int(0), &ok);
+	add(c, "delta", delta, &ok);
+	add_null(c, "logprobs", &ok);
+	add_null(c, "finish_reason", &ok);
+	push(choices, c, &ok);
+	add(o, "choices", choices, &ok);
+	if (!ok) {
+		json_object_put(o);
+		return NULL;
+	}
+	return json_finish(o, "data: ", "\n\n");
+}
+
 char *openai_stream_tool_calls(const struct openai_result *r)
 {
 	_cleanup_free_ char *out = NULL;
@@ -1334,48 +1366,22 @@ char *openai_stream_tool_calls(const struct openai_result *r)
 
 	for (size_t i = 0; i < r->n_tool_calls; i++)
 		for (int part = 0; part < 2; part++) {
-			bool ok = true;
-			struct json_object *o = head_json(OPENAI_CHAT_COMPLETIONS, r, true, &ok);
-			struct json_object *choices = json_object_new_array(),
-					   *c = json_object_new_object(),
-					   *delta = json_object_new_object(),
-					   *calls = json_object_new_array(),
-					   *call = json_object_new_object(),
-					   *fn = json_object_new_object();
-			char *chunk, *t;
+			const struct openai_tool_call *t = &r->tool_calls[i];
+			char *chunk = part == 0 ? openai_stream_tool_call_delta(r, i, t->id, t->name,
+										 "", 0)
+						: openai_stream_tool_call_delta(
+							  r, i, NULL, NULL, t->arguments,
+							  strlen(t->arguments));
+			char *n;
 
-			add(call, "index", json_object_new_int((int) i), &ok);
-			if (part == 0) {
-				add(call, "id", json_object_new_string(r->tool_calls[i].id), &ok);
-				add(call, "type", json_object_new_string("function"), &ok);
-				add(fn, "name", json_object_new_string(r->tool_calls[i].name), &ok);
-				add(fn, "arguments", json_object_new_string(""), &ok);
-			} else {
-				add(fn, "arguments", json_object_new_string(r->tool_calls[i].arguments),
-				    &ok);
-			}
-			add(call, "function", fn, &ok);
-			push(calls, call, &ok);
-			add(delta, "tool_calls", calls, &ok);
-			add(c, "index", json_object_new_int(0), &ok);
-			add(c, "delta", delta, &ok);
-			add_null(c, "logprobs", &ok);
-			add_null(c, "finish_reason", &ok);
-			push(choices, c, &ok);
-			add(o, "choices", choices, &ok);
-			if (!ok) {
-				json_object_put(o);
-				return NULL;
-			}
-			chunk = json_finish(o, "data: ", "\n\n");
 			if (!chunk)
 				return NULL;
-			t = realloc(out, len + strlen(chunk) + 1);
-			if (!t) {
+			n = realloc(out, len + strlen(chunk) + 1);
+			if (!n) {
 				free(chunk);
 				return NULL;
 			}
-			out = t;
+			out = n;
 			memcpy(out + len, chunk, strlen(chunk) + 1);
 			len += strlen(chunk);
 			free(chunk);

@@ -187,6 +187,9 @@ char *openai_stream_chunk(enum openai_endpoint endpoint, const struct openai_res
 /* The chunks of a stream that carry tool calls, as OpenAI sends them: per call one delta with
  * index, id, type and the name (arguments ""), then one with the arguments. */
 char *openai_stream_tool_calls(const struct openai_result *r);
+/* One such delta: with id (and name) the call's first, else a fragment of its arguments. */
+char *openai_stream_tool_call_delta(const struct openai_result *r, size_t index, const char *id,
+				    const char *name, const char *args, size_t args_len);
 /* "data: {"error":{...}}\n\n" */
 char *openai_stream_error(const struct openai_error *err);
 #define OPENAI_STREAM_DONE "data: [DONE]\n\n"

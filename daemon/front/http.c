@@ -174,6 +174,10 @@ struct http_req {
 	bool tool_released;       /* it is content: stream as usual */
 	enum chat_family family;
 	struct buf tool_held;     /* MHD thread */
+	/* a forced call streamed as it comes: its first delta sent, then its arguments from
+	 * tool_held[call_args_at] on, call_args_sent bytes of them so far */
+	bool call_started;
+	size_t call_args_at, call_args_sent;
 	char *tool_grammar;       /* owned: the grammar of required / named */
 	struct chat_message *msgs;          /* owned (strings borrowed from oreq) */
 	struct chat_tool_call **msg_calls;  /* owned: per message */
@@ -667,6 +671,63 @@ static int tool_hold(struct http_req *r, struct buf *text)
 	return 0;
 }
 
+/* A forced call (required / named) as it comes: the grammar writes the family's frame, so
+ * once the name is whole the first delta goes out, then the arguments as they grow, holding
+ * back as many bytes as the frame's close has (and never splitting a character). final: the
+ * answer is complete; the rest of the arguments go out. */
+static int tool_stream_forced(struct http_req *r, const struct openai_result *res, bool final)
+{
+	const char *open, *key, *close, *held = r->tool_held.data;
+	size_t len = r->tool_held.len, end;
+
+	if (!r->tool_forced || chat_tool_call_frame(r->family, &open, &key, &close) < 0 || !held)
+		return 0;
+	if (!r->call_started) {
+		size_t ol = strlen(open);
+		const char *q;
+		char sep[80], id[16];
+		int k;
+
+		if (len < ol + 1 || memcmp(held, open, ol) != 0 || held[ol] != '"')
+			return 0;
+		q = memchr(held + ol + 1, '"', len - ol - 1);
+		snprintf(sep, sizeof(sep), "\", \"%s\": ", key);
+		if (!q || (size_t) (held + len - q) < strlen(sep) || memcmp(q, sep, strlen(sep)) != 0)
+			return 0;
+		{
+			_cleanup_free_ char *name = strndup(held + ol + 1, (size_t) (q - held - ol - 1));
+
+			if (!name)
+				return -ENOMEM;
+			tool_call_id(id);
+			k = out_take(r, openai_stream_tool_call_delta(res, 0, id, name, "", 0));
+			if (k < 0)
+				return k;
+		}
+		r->call_started = true;
+		r->call_args_at = (size_t) (q - held) + strlen(sep);
+	}
+	end = len;
+	if (final && len >= strlen(close) && memcmp(held + len - strlen(close), close, strlen(close)) == 0)
+		end = len - strlen(close);
+	else if (!final)
+		end = len > strlen(close) ? len - strlen(close) : 0;
+	while (!final && end > r->call_args_at && ((unsigned char) held[end] & 0xC0) == 0x80)
+		end--; /* whole characters only */
+	if (end <= r->call_args_at + r->call_args_sent)
+		return 0;
+	{
+		size_t from = r->call_args_at + r->call_args_sent;
+		int k = out_take(r, openai_stream_tool_call_delta(res, 0, NULL, NULL, held + from,
+								   end - from));
+
+		if (k < 0)
+			return k;
+		r->call_args_sent = end - r->call_args_at;
+	}
+	return 0;
+}
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
 {
 	struct http_req *r = cls;
@@ -709,7 +770,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
 			pthread_mutex_unlock(&r->lock);
 
 			k = tool_hold(r, &text);
-			if (k != 0) {
+			if (k > 0)
+				k = tool_stream_forced(r, &res, false);
+			if (k != 0 || (r->tools_on && !r->tool_released)) {
 				/* held (logprobs of held text are not sent) */
 				buf_free(&text);
 				logprobs_free(lps, n_lps);
@@ -746,7 +809,12 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
 				openai_error_set(&err, 0, 503, "cancelled", NULL,
 						 "the request was cancelled");
 			}
-			if (!has_error && r->tools_on && !r->tool_released && r->tool_held.len) {
+			if (!has_error && r->call_started) {
+				/* a forced call streamed as it came: the rest of its arguments */
+				k = tool_stream_forced(r, &res, true);
+				if (strcmp(finish, "stop") == 0)
+					finish = "tool_calls";
+			} else if (!has_error && r->tools_on && !r->tool_released && r->tool_held.len) {
 				/* the held text: calls, or content after all */
 				struct tool_calls *tc = strcmp(finish, "stop") == 0
 								? tool_calls_find(r, r->tool_held.data,
