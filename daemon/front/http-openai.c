@@ -447,13 +447,21 @@ static int parse_tool_calls(struct json_object *v, size_t i, struct openai_messa
 			return k;
 		args = get_field(fn, "arguments");
 		if (args && json_object_get_type(args) == json_type_string)
-			t->arguments = strdup(json_object_get_string(args));
+			k = get_string(args, "messages.tool_calls.function.arguments", 0,
+				       &t->arguments, NULL, err);
 		else
 			t->arguments = strdup(args ? json_object_to_json_string_ext(
 							 args, JSON_C_TO_STRING_PLAIN)
 						   : "{}");
+		if (k < 0)
+			return k;
 		if (!t->arguments || (!t->id && !(t->id = strdup(""))))
 			return openai_error_set(err, -ENOMEM, 500, NULL, NULL, "out of memory");
+		if (!utf8_is_valid(t->arguments, strlen(t->arguments)))
+			return openai_error_set(err, -EINVAL, 400, "invalid_utf8",
+						"messages.tool_calls.function.arguments",
+						"'messages[%zu].tool_calls[%zu].function.arguments' is "
+						"not valid UTF-8", i, j);
 	}
 	return 0;
 }
@@ -725,6 +733,10 @@ static int parse_tools(struct json_object *root, struct openai_request *r,
 		    v, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
 		if (!r->tools_json)
 			return openai_error_set(err, -ENOMEM, 500, NULL, NULL, "out of memory");
+		/* json-c passes invalid bytes in strings through; the prompt must be text */
+		if (!utf8_is_valid(r->tools_json, strlen(r->tools_json)))
+			return openai_error_set(err, -EINVAL, 400, "invalid_utf8", "tools",
+						"'tools' is not valid UTF-8");
 	}
 	r->tool_choice = OPENAI_TOOL_CHOICE_AUTO;
 	if (!c)
