@@ -444,6 +444,20 @@ TEST(schema_keywords)
 	ASSERT_TRUE(schema_accepts("{\"type\":\"object\"}", "{\"any\": [1, {\"x\": null}]}"));
 	ASSERT_TRUE(schema_accepts("{}", "\"anything\""));
 
+	/* the cached compile gives the same grammar, from the cache the second time */
+	{
+		struct json_object *sch = json_tokener_parse("{\"type\":\"array\",\"items\":{}}");
+		_cleanup_free_ char *a = NULL, *b = NULL, *c = NULL;
+		struct errmsg e = {};
+		size_t la, lb, lc;
+
+		ASSERT_OK(schema_to_gbnf(sch, &a, &la, &e));
+		ASSERT_OK(schema_to_gbnf_cached(sch, &b, &lb, &e));
+		ASSERT_OK(schema_to_gbnf_cached(sch, &c, &lc, &e));
+		ASSERT_TRUE(la == lb && lb == lc && !memcmp(a, b, la) && !memcmp(b, c, lb));
+		json_object_put(sch);
+	}
+
 	/* integer ranges: every value inside, none outside */
 	static const struct {
 		const char *schema;

@@ -754,7 +754,7 @@ static int read_response_format(const char *text, struct parsed_request *p, sd_b
 	else if (strcmp(type, "json_schema") == 0 &&
 		 json_object_object_get_ex(v, "json_schema", &js) &&
 		 json_object_object_get_ex(js, "schema", &schema))
-		r = schema_to_gbnf(schema, &p->grammar, &len, &e);
+		r = schema_to_gbnf_cached(schema, &p->grammar, &len, &e);
 	else if (strcmp(type, "text") != 0)
 		r = errmsg_set(&e, -EINVAL, "type must be text, json_object or json_schema (with "
 					    "json_schema.schema)");

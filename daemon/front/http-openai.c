@@ -653,7 +653,7 @@ static int parse_response_format(struct json_object *root, struct openai_request
 		return openai_error_set(err, -EINVAL, 400, NULL, "response_format.json_schema.schema",
 					"'response_format.json_schema.schema' is required");
 	/* "strict" changes nothing here: the output is always held to the schema */
-	k = schema_to_gbnf(schema, &r->grammar, &len, &e);
+	k = schema_to_gbnf_cached(schema, &r->grammar, &len, &e);
 	if (k == -ENOMEM)
 		return openai_error_set(err, k, 500, NULL, NULL, "out of memory");
 	if (k < 0)
@@ -718,7 +718,7 @@ static int parse_tools(struct json_object *root, struct openai_request *r,
 			_cleanup_free_ char *g = NULL;
 			struct errmsg e = { { 0 } };
 			size_t len;
-			int k = schema_to_gbnf(params, &g, &len, &e);
+			int k = schema_to_gbnf_cached(params, &g, &len, &e);
 
 			if (k == -ENOMEM)
 				return openai_error_set(err, k, 500, NULL, NULL, "out of memory");

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 
 #include <json-c/json.h>
 
+#include "basic/sha256.h"
 #include "grammar/grammar.h"
 #include "grammar/schema.h"
 
@@ -1096,5 +1098,64 @@ int schema_json_object_gbnf(char **ret, size_t *ret_len)
 		return k;
 	*ret_len = b->rules.len;
 	*ret = TAKE_PTR(b->rules.s);
+	return 0;
+}
+
+/* ---- the cache: schema text → GBNF ---- */
+
+#define SCHEMA_CACHE_SLOTS 64
+
+static struct {
+	pthread_mutex_t lock;
+	uint8_t key[SCHEMA_CACHE_SLOTS][32]; /* SHA-256 of the schema's compact JSON text */
+	char *gbnf[SCHEMA_CACHE_SLOTS];      /* owned */
+	size_t len[SCHEMA_CACHE_SLOTS];
+	uint64_t used[SCHEMA_CACHE_SLOTS];
+	uint64_t clock;
+} schema_cache = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+int schema_to_gbnf_cached(struct json_object *schema, char **ret, size_t *ret_len,
+			  struct errmsg *e)
+{
+	const char *text = json_object_to_json_string_ext(schema, JSON_C_TO_STRING_PLAIN |
+								  JSON_C_TO_STRING_NOSLASHESCAPE);
+	uint8_t key[32];
+	uint32_t victim = 0;
+	char *copy;
+	int k;
+
+	if (!text)
+		return -ENOMEM;
+	sha256(text, strlen(text), key);
+	pthread_mutex_lock(&schema_cache.lock);
+	for (uint32_t i = 0; i < SCHEMA_CACHE_SLOTS; i++) {
+		if (schema_cache.gbnf[i] && memcmp(schema_cache.key[i], key, 32) == 0) {
+			copy = strndup(schema_cache.gbnf[i], schema_cache.len[i]);
+			*ret_len = schema_cache.len[i];
+			schema_cache.used[i] = ++schema_cache.clock;
+			pthread_mutex_unlock(&schema_cache.lock);
+			if (!copy)
+				return -ENOMEM;
+			*ret = copy;
+			return 0;
+		}
+		if (!schema_cache.gbnf[i] || schema_cache.used[i] < schema_cache.used[victim])
+			victim = i;
+	}
+	pthread_mutex_unlock(&schema_cache.lock);
+
+	k = schema_to_gbnf(schema, ret, ret_len, e); /* outside the lock */
+	if (k < 0)
+		return k;
+	copy = strndup(*ret, *ret_len);
+	if (!copy)
+		return 0; /* not cached: still an answer */
+	pthread_mutex_lock(&schema_cache.lock);
+	free(schema_cache.gbnf[victim]);
+	memcpy(schema_cache.key[victim], key, 32);
+	schema_cache.gbnf[victim] = copy;
+	schema_cache.len[victim] = *ret_len;
+	schema_cache.used[victim] = ++schema_cache.clock;
+	pthread_mutex_unlock(&schema_cache.lock);
 	return 0;
 }

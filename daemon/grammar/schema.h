@@ -58,5 +58,10 @@ const char *schema_gbnf_text(struct schema_gbnf *b, size_t *ret_len);
 
 /* One call for the common case: root ::= the schema's rule. *ret malloc'd. */
 int schema_to_gbnf(struct json_object *schema, char **ret, size_t *ret_len, struct errmsg *e);
+/* The same through a process-wide cache keyed by the SHA-256 of the schema's compact JSON
+ * text (64 schemas, least recently used out): a schema is compiled once however often it is
+ * sent; its grammar is then found by grammar_parse_cached(). */
+int schema_to_gbnf_cached(struct json_object *schema, char **ret, size_t *ret_len,
+			  struct errmsg *e);
 /* root ::= any JSON object (response_format json_object). */
 int schema_json_object_gbnf(char **ret, size_t *ret_len);
