@@ -1419,7 +1419,10 @@ char *openai_response_json(enum openai_endpoint endpoint, const struct openai_re
 
 		add(msg, "role", json_object_new_string("assistant"), &ok);
 		if (r->n_tool_calls) {
-			add_null(msg, "content", &ok);
+			if (r->text_len) /* what the model wrote before its calls */
+				add(msg, "content", new_string_len(r->text, r->text_len), &ok);
+			else
+				add_null(msg, "content", &ok);
 			add(msg, "tool_calls", tool_calls_json(r, false), &ok);
 		} else {
 			add(msg, "content", new_string_len(r->text, r->text_len), &ok);

@@ -178,6 +178,10 @@ struct http_req {
 	 * tool_held[call_args_at] on, call_args_sent bytes of them so far */
 	bool call_started;
 	size_t call_args_at, call_args_sent;
+	/* chatml, auto: content may be followed by calls (Qwen writes a line first); released
+	 * text that may be the start of "<tool_call>" waits in tool_pending */
+	bool tool_mid;            /* the calls began after content */
+	struct buf tool_pending;
 	char *tool_grammar;       /* owned: the grammar of required / named */
 	struct chat_message *msgs;          /* owned (strings borrowed from oreq) */
 	struct chat_tool_call **msg_calls;  /* owned: per message */
@@ -243,6 +247,7 @@ static void req_unref(struct http_req *r)
 	buf_free(&r->text);
 	buf_free(&r->out);
 	buf_free(&r->tool_held);
+	buf_free(&r->tool_pending);
 	free(r->tool_grammar);
 	for (size_t i = 0; r->msg_calls && i < r->oreq.n_messages; i++)
 		free(r->msg_calls[i]);
@@ -616,14 +621,29 @@ static void tool_calls_free(struct tool_calls *t)
 	free(t);
 }
 
-static struct tool_calls *tool_calls_find(const struct http_req *r, const char *text, size_t len)
+/* The calls in text: all of it, or (chatml) what follows the first "<tool_call>", the text
+ * before it being content (its length in *ret_content_len, trailing white space left out). */
+static struct tool_calls *tool_calls_find(const struct http_req *r, const char *text, size_t len,
+					  size_t *ret_content_len)
 {
 	struct chat_parsed_call *pc = NULL;
 	struct tool_calls *t;
-	size_t n = 0;
+	size_t n = 0, content = 0;
 
-	if (chat_tool_calls_parse(r->family, text, len, r->oreq.tools_json, &pc, &n) < 0)
-		return NULL;
+	if (chat_tool_calls_parse(r->family, text, len, r->oreq.tools_json, &pc, &n) < 0) {
+		const char *hit = r->family == CHAT_FAMILY_CHATML
+					  ? memmem(text, len, "<tool_call>", strlen("<tool_call>"))
+					  : NULL;
+
+		if (!hit || chat_tool_calls_parse(r->family, hit, len - (size_t) (hit - text),
+						  r->oreq.tools_json, &pc, &n) < 0)
+			return NULL;
+		content = (size_t) (hit - text);
+		while (content > 0 && strchr(" \t\n\r", text[content - 1]))
+			content--;
+	}
+	if (ret_content_len)
+		*ret_content_len = content;
 	t = calloc(1, sizeof(*t));
 	if (t)
 		t->c = calloc(MIN(n, (size_t) OPENAI_MAX_TOOL_CALLS), sizeof(*t->c));
@@ -649,11 +669,44 @@ static int tool_hold(struct http_req *r, struct buf *text)
 	const char *prefix = chat_tool_call_prefix(r->family);
 	size_t plen = prefix ? strlen(prefix) : 0, at = 0;
 
-	if (!r->tools_on || r->tool_released)
+	if (!r->tools_on)
 		return 0;
+	if (r->tool_released) {
+		struct buf *pd = &r->tool_pending;
+		const char *hit;
+		size_t send, keep = 0;
+
+		if (r->family != CHAT_FAMILY_CHATML || r->tool_forced)
+			return 0;
+		/* content so far; a call may still begin: send all but a possible start of one */
+		if (buf_append(pd, text->data ? text->data : "", text->len) < 0)
+			return -ENOMEM;
+		buf_free(text);
+		hit = memmem(pd->data, pd->len, prefix, plen);
+		if (hit) {
+			send = (size_t) (hit - pd->data);
+			if (buf_append(&r->tool_held, hit, pd->len - send) < 0)
+				return -ENOMEM;
+			r->tool_released = false;
+			r->tool_mid = true;
+			keep = pd->len - send; /* moved to tool_held */
+		} else {
+			for (size_t k = MIN(plen - 1, pd->len); k > 0; k--)
+				if (memcmp(pd->data + pd->len - k, prefix, k) == 0) {
+					keep = k;
+					break;
+				}
+			send = pd->len - keep;
+		}
+		if (send && buf_append(text, pd->data, send) < 0)
+			return -ENOMEM;
+		memmove(pd->data, pd->data + send + (hit ? keep : 0), hit ? 0 : keep);
+		pd->len = hit ? 0 : keep;
+		return send ? 0 : 1;
+	}
 	if (buf_append(&r->tool_held, text->data ? text->data : "", text->len) < 0)
 		return -ENOMEM;
-	if (r->tool_forced)
+	if (r->tool_forced || r->tool_mid)
 		return 1;
 	while (at < r->tool_held.len && strchr(" \t\n\r", r->tool_held.data[at]))
 		at++;
@@ -762,6 +815,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
 			struct buf text = r->text;
 			struct openai_logprob *lps = r->lps;
 			size_t n_lps = r->n_lps;
+			bool held;
 			int k;
 
 			r->text = (struct buf){ 0 };
@@ -770,9 +824,10 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
 			pthread_mutex_unlock(&r->lock);
 
 			k = tool_hold(r, &text);
-			if (k > 0)
+			held = k > 0;
+			if (held)
 				k = tool_stream_forced(r, &res, false);
-			if (k != 0 || (r->tools_on && !r->tool_released)) {
+			if (k < 0 || held) {
 				/* held (logprobs of held text are not sent) */
 				buf_free(&text);
 				logprobs_free(lps, n_lps);
@@ -809,7 +864,18 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
 				openai_error_set(&err, 0, 503, "cancelled", NULL,
 						 "the request was cancelled");
 			}
-			if (!has_error && r->call_started) {
+			if (!has_error && r->tool_pending.len) {
+				/* released content held back as a possible call start: it was not */
+				res.text = r->tool_pending.data;
+				res.text_len = r->tool_pending.len;
+				k = out_take(r, openai_stream_chunk(ep, &res, false, false));
+				res.text = NULL;
+				res.text_len = 0;
+				r->tool_pending.len = 0;
+			}
+			if (k < 0) {
+				return MHD_CONTENT_READER_END_WITH_ERROR;
+			} else if (!has_error && r->call_started) {
 				/* a forced call streamed as it came: the rest of its arguments */
 				k = tool_stream_forced(r, &res, true);
 				if (strcmp(finish, "stop") == 0)
@@ -818,7 +884,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
 				/* the held text: calls, or content after all */
 				struct tool_calls *tc = strcmp(finish, "stop") == 0
 								? tool_calls_find(r, r->tool_held.data,
-										  r->tool_held.len)
+										  r->tool_held.len, NULL)
 								: NULL;
 
 				if (tc) {
@@ -907,11 +973,13 @@ static enum MHD_Result respond_result(struct http_req *r)
 	res.text_len = r->text.len;
 	res.finish_reason = r->finish_reason;
 	if (r->tools_on && strcmp(r->finish_reason, "stop") == 0) {
-		struct tool_calls *tc = tool_calls_find(r, res.text, res.text_len);
+		size_t content_len = 0;
+		struct tool_calls *tc = tool_calls_find(r, res.text, res.text_len, &content_len);
 
 		if (tc) {
 			enum MHD_Result ret;
 
+			res.text_len = content_len; /* content before the calls, if any */
 			res.tool_calls = tc->c;
 			res.n_tool_calls = tc->n;
 			res.finish_reason = "tool_calls";

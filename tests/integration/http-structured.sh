@@ -87,6 +87,30 @@ ht_expect_error 400 "" "stop with a schema"
 grep -q 'stop strings cannot be combined' "$HT_TMP/body" || ht_fail "stop with a schema: $(cat "$HT_TMP/body")"
 ht_ok "molly.grammar: GBNF output, bad grammar 400, stop strings with a grammar 400"
 
+# chatml, tool_choice auto: a line of content, then a call (a grammar makes the model write
+# it), as Qwen does; the answer carries both, streamed and not
+FT='"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]'
+FG='"molly": {"grammar": "root ::= \"Sure.\\n<tool_call>\\n{\\\"name\\\": \\\"f\\\", \\\"arguments\\\": {\\\"x\\\": \" [0-9] \"}}\\n</tool_call>\""}'
+ht_req POST /v1/chat/completions '{"messages": [{"role": "user", "content": "w"}], "max_tokens": 110, "seed": 1, '"$FT"', '"$FG"'}'
+ht_expect_status 200 "content then a call"
+ht_expect_json 'j["choices"][0]["finish_reason"]' tool_calls "content then a call"
+ht_expect_json 'j["choices"][0]["message"]["content"]' Sure. "content before the call"
+ht_expect_json 'j["choices"][0]["message"]["tool_calls"][0]["function"]["name"]' f "the call"
+curl -s -N --max-time 60 -H 'Content-Type: application/json' -d '{"messages": [{"role": "user", "content": "w"}], "max_tokens": 110, "seed": 1, "stream": true, '"$FT"', '"$FG"'}' \
+	"$HT_URL/v1/chat/completions" >"$HT_TMP/sse" || ht_fail "content then a call, streamed"
+python3 - "$HT_TMP/sse" <<'PY' || ht_fail "content then a call, streamed: $(cat "$HT_TMP/sse")"
+import json, sys
+chunks = [json.loads(l[6:]) for l in open(sys.argv[1]) if l.startswith("data: ") and l.strip() != "data: [DONE]"]
+deltas = [c["choices"][0]["delta"] for c in chunks]
+content = "".join(d.get("content") or "" for d in deltas)
+calls = [d["tool_calls"][0] for d in deltas if "tool_calls" in d]
+assert content.strip() == "Sure.", content
+assert calls[0]["function"]["name"] == "f"
+assert json.loads("".join(c["function"]["arguments"] for c in calls))["x"] in range(10)
+assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+PY
+ht_ok "chatml auto: content, then a call (streamed and not)"
+
 # hostile schemas: 400 naming the problem (the times are printed, not judged: a hang fails at
 # MOLLY_TEST_WAIT_S)
 python3 - "$HT_TMP" <<'PY'
