@@ -31,7 +31,10 @@
 #include "core/lmdb-util.h"
 #include "core/log.h"
 #include "egress/client.h"
+#include "engine/chat-tools.h"
 #include "engine/model.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
 #include "engine/quant.h"
 #include "engine/vocab.h"
 #include "lora/adapter.h"
@@ -752,6 +755,14 @@ struct config *manager_get_config(struct manager *m)
 	return c;
 }
 
+int manager_chat_family(struct manager *m, enum chat_family *ret)
+{
+	if (!m->has_family)
+		return -EOPNOTSUPP;
+	*ret = m->family;
+	return 0;
+}
+
 const char *manager_model_name(struct manager *m)
 {
 	return m->model_name;
@@ -1327,6 +1338,18 @@ static int resolve_model(struct manager *m, const struct manager_request *r,
 	return 0;
 }
 
+/* Tools, or tool calls and results in the conversation: the family's tool rendering. */
+static bool uses_tools(const struct manager_request *r)
+{
+	if (r->tools_json)
+		return true;
+	for (size_t i = 0; r->messages && i < r->n_messages; i++)
+		if (r->messages[i].n_tool_calls ||
+		    (r->messages[i].role && strcmp(r->messages[i].role, "tool") == 0))
+			return true;
+	return false;
+}
+
 static int tokenize_request(struct manager *m, const struct manager_request *r, int32_t **ret,
 			    size_t *ret_n, struct manager_error *err)
 {
@@ -1354,13 +1377,18 @@ static int tokenize_request(struct manager *m, const struct manager_request *r, 
 					       "messages[%zu].content is not valid UTF-8", i);
 			if (strcmp(r->messages[i].role, "system") != 0 &&
 			    strcmp(r->messages[i].role, "user") != 0 &&
-			    strcmp(r->messages[i].role, "assistant") != 0)
+			    strcmp(r->messages[i].role, "assistant") != 0 &&
+			    strcmp(r->messages[i].role, "tool") != 0)
 				return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
 					       "messages[%zu].role: '%.64s' is not one of system, "
-					       "user, assistant",
+					       "user, assistant, tool",
 					       i, r->messages[i].role);
 		}
-		k = chat_render(m->family, r->messages, r->n_messages, true, &text, &e);
+		if (uses_tools(r))
+			k = chat_render_tools(m->family, r->messages, r->n_messages, r->tools_json,
+					      true, &text, &e);
+		else
+			k = chat_render(m->family, r->messages, r->n_messages, true, &text, &e);
 		if (k < 0)
 			return set_err(err, MANAGER_ERR_INVALID_REQUEST, k, "messages: %s", e.text);
 		src = text;
@@ -1412,6 +1440,11 @@ static int validate_request(struct manager *m, const struct manager_request *r,
 			       "budget must be a finite number >= 0, not %g", r->budget);
 	if (r->messages && r->n_messages == 0)
 		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL, "messages is empty");
+	if (r->grammar && r->n_stop > 0)
+		/* a stop string could cut the document short, and "stop" promises a whole one */
+		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
+			       "stop strings cannot be combined with a grammar, a schema or a "
+			       "required tool call (they could cut the output short)");
 	if (!isfinite(r->temperature) || r->temperature < 0 || r->temperature > 100)
 		return set_err(err, MANAGER_ERR_INVALID_REQUEST, -EINVAL,
 			       "temperature must be between 0 and 100, not %g",
@@ -1473,14 +1506,26 @@ static int policy_text(const struct manager_request *r, char **ret, size_t *ret_
 		n = strlen(r->prompt);
 		t = strdup(r->prompt);
 	} else {
-		for (size_t i = 0; i < r->n_messages; i++)
+		/* tool results are contents like any other; the arguments of earlier tool calls
+		 * follow their message's content, one per line */
+		for (size_t i = 0; i < r->n_messages; i++) {
 			n += (r->messages[i].content ? strlen(r->messages[i].content) : 0) + 1;
+			for (size_t j = 0; j < r->messages[i].n_tool_calls; j++)
+				n += strlen(r->messages[i].tool_calls[j].arguments ?: "") + 1;
+		}
 		t = malloc(n + 1);
 		for (size_t i = 0; t && i < r->n_messages; i++) {
 			const char *c = r->messages[i].content ? r->messages[i].content : "";
 			size_t l = strlen(c);
 			memcpy(t + off, c, l);
 			off += l;
+			for (size_t j = 0; j < r->messages[i].n_tool_calls; j++) {
+				const char *a = r->messages[i].tool_calls[j].arguments ?: "";
+
+				t[off++] = '\n';
+				memcpy(t + off, a, strlen(a));
+				off += strlen(a);
+			}
 			if (i + 1 < r->n_messages)
 				t[off++] = '\n';
 		}
@@ -1634,8 +1679,10 @@ static int submit_local(struct manager *m, const struct manager_request *r,
  * not name a local adapter (a named adapter runs where it is loaded: here). */
 static bool routed(struct manager *m, const struct manager_request *r)
 {
+	/* a grammar or tools only hold here: the remote interface carries neither */
 	return (!r->model || !r->model[0] || strcmp(r->model, m->model_name) == 0) &&
-	       r->n_loras == 0 && manager_routing_active(m->routing);
+	       r->n_loras == 0 && !r->grammar && !uses_tools(r) &&
+	       manager_routing_active(m->routing);
 }
 
 /* A request that names the base runs on the base when it runs here (no adapter chosen). */
@@ -1762,12 +1809,35 @@ static int submit_local(struct manager *m, const struct manager_request *r,
 	size_t n_ids = 0;
 	struct sched_request sr = { 0 };
 	struct errmsg e = { { 0 } };
+	_cleanup_(grammar_unrefp) struct grammar *grammar = NULL;
 	struct mreq *q;
 	uint64_t sid;
 	bool cancel;
 
 	if (k >= 0)
 		k = resolve_model(m, r, caller, loras, keys, names, &n_loras, &model, err);
+	if (k >= 0 && r->grammar) {
+		/* compiled once per text: the fronts have usually compiled it already */
+		k = grammar_parse_cached(r->grammar, strlen(r->grammar), &grammar, &e);
+		if (k < 0)
+			k = set_err(err, k == -ENOMEM ? MANAGER_ERR_INTERNAL : MANAGER_ERR_INVALID_REQUEST,
+				    k, "grammar: %s", e.text);
+		if (k >= 0) {
+			/* its start must be within the matcher's bounds (a grammar can be ambiguous
+			 * enough to need more parses at once than it keeps) */
+			struct matcher *probe = NULL;
+
+			k = matcher_new(grammar, NULL, &probe);
+			matcher_free(probe);
+			if (k < 0)
+				k = set_err(err,
+					    k == -ENOMEM ? MANAGER_ERR_INTERNAL
+							 : MANAGER_ERR_INVALID_REQUEST,
+					    k, "grammar: too ambiguous (more than %d parses at once)",
+					    MATCHER_MAX_STACKS);
+		}
+		e = (struct errmsg){ { 0 } };
+	}
 	if (k >= 0)
 		k = tokenize_request(m, r, &ids, &n_ids, err);
 	if (k >= 0 && n_ids >= m->max_context)
@@ -1846,6 +1916,7 @@ static int submit_local(struct manager *m, const struct manager_request *r,
 		sr.sampling.seed = now_ns();
 	sr.max_tokens = r->max_tokens;
 	sr.ignore_eos = r->ignore_eos;
+	sr.grammar = grammar; /* the sequence takes its own reference */
 	sr.on_event = on_sched_event;
 	sr.userdata = q;
 

@@ -94,7 +94,7 @@ struct manager_lora {
 struct manager_request {
 	/* Exactly one of prompt (a completion) or messages (a chat). */
 	const char *prompt;                   /* UTF-8, NUL-terminated */
-	const struct chat_message *messages;  /* roles "system", "user", "assistant" */
+	const struct chat_message *messages;  /* roles "system", "user", "assistant", "tool" */
 	size_t n_messages;
 	/* NULL or "": the base. Else the base's name, an adapter's name, or "base:adapter". */
 	const char *model;
@@ -116,6 +116,14 @@ struct manager_request {
 	 * candidates' estimated costs add up to), or 0: [Router] Budget= alone. It can only
 	 * tighten the operator's budget, never widen it. */
 	double budget;
+	/* Constrained decoding: GBNF (grammar.h; response formats are compiled to it by the
+	 * fronts, schema.h), compiled once per text (cached). NULL: free. */
+	const char *grammar;
+	/* chat: the tools as a JSON array of OpenAI tools (chat-tools.h), rendered into the
+	 * prompt by the family's template; NULL: none. The family must define tool use. */
+	const char *tools_json;
+	/* Requests with a grammar, tools or tool messages run on this machine (T0): the remote
+	 * targets' interface carries neither. */
 };
 
 /* Sets the defaults: temperature 1, top_p 1, everything else zero/NULL. */
@@ -238,7 +246,9 @@ int manager_cancel(struct manager *m, uint64_t id);
 
 /* ---- introspection ---- */
 
-const char *manager_model_name(struct manager *m);  /* [Model] Name=; valid until free */
+const char *manager_model_name(struct manager *m);
+/* The model's chat family: 0, or -EOPNOTSUPP when chat is not available. */
+int manager_chat_family(struct manager *m, enum chat_family *ret);  /* [Model] Name=; valid until free */
 uint32_t manager_context_length(struct manager *m);
 
 struct manager_stats {

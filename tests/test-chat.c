@@ -274,10 +274,10 @@ TEST(choose)
 
 #define SYS "You are a helpful assistant."
 static const struct chat_message conv[] = {
-	{ "system", SYS },
-	{ "user", "Hello" },
-	{ "assistant", "Hi there!" },
-	{ "user", "Who are you?" },
+	{ .role = "system", .content = SYS },
+	{ .role = "user", .content = "Hello" },
+	{ .role = "assistant", .content = "Hi there!" },
+	{ .role = "user", .content = "Who are you?" },
 };
 
 static int render_eq(enum chat_family f, const struct chat_message *m, size_t n, bool add,
@@ -305,8 +305,8 @@ TEST(render_llama2)
 	static const char want[] = "[INST] <<SYS>>\n" SYS "\n<</SYS>>\n\nHello [/INST] Hi there! "
 				   "</s><s>[INST] Who are you? [/INST]";
 	const struct chat_message ws[] = {
-		{ "user", "  padded \n" },
-		{ "assistant", "\xc2\xa0" "answer\xe3\x80\x80" }, /* NBSP, ideographic space */
+		{ .role = "user", .content = "  padded \n" },
+		{ .role = "assistant", .content = "\xc2\xa0" "answer\xe3\x80\x80" }, /* NBSP, ideographic space */
 	};
 
 	/* The template ignores add_generation_prompt: "[/INST]" is the cue either way. */
@@ -316,7 +316,7 @@ TEST(render_llama2)
 	ASSERT_EQ(render_eq(CHAT_FAMILY_LLAMA2, ws, 2, true, "[INST] padded [/INST] answer </s>"),
 		  0);
 	/* the system block and the first user turn are stripped as one */
-	const struct chat_message blank_user[] = { { "system", " S " }, { "user", " \n" } };
+	const struct chat_message blank_user[] = { { .role = "system", .content = " S " }, { .role = "user", .content = " \n" } };
 	ASSERT_EQ(render_eq(CHAT_FAMILY_LLAMA2, blank_user, 2, true,
 			    "[INST] <<SYS>>\n S \n<</SYS>> [/INST]"),
 		  0);
@@ -332,8 +332,8 @@ TEST(render_llama3)
 		"<|start_header_id|>user<|end_header_id|>\n\nWho are you?<|eot_id|>";
 	const struct chat_message ws[] = {
 		/* U+2028 and U+0085 are white space */
-		{ "user", "\t\xe2\x80\xa8 x y \xc2\x85\r\n" },
-		{ "assistant", "\xe2\x80\x8b" "z" },	       /* U+200B is not */
+		{ .role = "user", .content = "\t\xe2\x80\xa8 x y \xc2\x85\r\n" },
+		{ .role = "assistant", .content = "\xe2\x80\x8b" "z" },	       /* U+200B is not */
 	};
 
 	ASSERT_EQ(render_eq(CHAT_FAMILY_LLAMA3, conv, 4, false, body), 0);
@@ -350,7 +350,7 @@ TEST(render_llama3)
 			    "\xe2\x80\x8bz<|eot_id|>"),
 		  0);
 	/* broken UTF-8 at the edges is not white space and stays */
-	const struct chat_message bad[] = { { "user", "\xc2 a \xa0" } };
+	const struct chat_message bad[] = { { .role = "user", .content = "\xc2 a \xa0" } };
 	ASSERT_EQ(render_eq(CHAT_FAMILY_LLAMA3, bad, 1, false,
 			    "<|start_header_id|>user<|end_header_id|>\n\n\xc2 a \xa0<|eot_id|>"),
 		  0);
@@ -363,7 +363,7 @@ TEST(render_chatml)
 				   "<|im_start|>user\nHello<|im_end|>\n"
 				   "<|im_start|>assistant\nHi there!<|im_end|>\n"
 				   "<|im_start|>user\nWho are you?<|im_end|>\n";
-	const struct chat_message ws[] = { { "user", " keep \n" } };
+	const struct chat_message ws[] = { { .role = "user", .content = " keep \n" } };
 
 	ASSERT_EQ(render_eq(CHAT_FAMILY_CHATML, conv, 4, false, body), 0);
 	ASSERT_EQ(render_eq(CHAT_FAMILY_CHATML, conv, 4, true,
@@ -398,14 +398,14 @@ TEST(render_mistral)
 	ASSERT_EQ(render_eq(CHAT_FAMILY_MISTRAL, conv + 1, 3, true,
 			    "[INST]Hello[/INST]Hi there!</s>[INST]Who are you?[/INST]"),
 		  0);
-	const struct chat_message ws[] = { { "user", " a " }, { "assistant", " b " } };
+	const struct chat_message ws[] = { { .role = "user", .content = " a " }, { .role = "assistant", .content = " b " } };
 	ASSERT_EQ(render_eq(CHAT_FAMILY_MISTRAL, ws, 2, false, "[INST] a [/INST] b </s>"), 0);
 	return 0;
 }
 
 TEST(render_phi3)
 {
-	const struct chat_message empty_sys[] = { { "system", "" }, { "user", "hi" } };
+	const struct chat_message empty_sys[] = { { .role = "system", .content = "" }, { .role = "user", .content = "hi" } };
 
 	ASSERT_EQ(render_eq(CHAT_FAMILY_PHI3, conv, 4, true,
 			    "<|system|>\n" SYS "<|end|>\n<|user|>\nHello<|end|>\n"
@@ -428,11 +428,11 @@ TEST(render_phi3)
 TEST(render_gemma)
 {
 	const struct chat_message ws[] = {
-		{ "system", " Be brief. " },
-		{ "user", "\nQ " },
-		{ "assistant", " A\n" },
+		{ .role = "system", .content = " Be brief. " },
+		{ .role = "user", .content = "\nQ " },
+		{ .role = "assistant", .content = " A\n" },
 	};
-	const struct chat_message blank_sys[] = { { "system", " \n" }, { "user", "Q" } };
+	const struct chat_message blank_sys[] = { { .role = "system", .content = " \n" }, { .role = "user", .content = "Q" } };
 
 	ASSERT_EQ(render_eq(CHAT_FAMILY_GEMMA, conv, 4, true,
 			    "<start_of_turn>user\n" SYS "\n\nHello<end_of_turn>\n"
@@ -457,14 +457,14 @@ TEST(render_gemma)
 
 TEST(render_errors)
 {
-	const struct chat_message bad_role[] = { { "user", "a" }, { "tool", "b" } };
-	const struct chat_message no_content[] = { { "user", NULL } };
-	const struct chat_message two_users[] = { { "user", "a" }, { "user", "b" } };
+	const struct chat_message bad_role[] = { { .role = "user", .content = "a" }, { .role = "tool", .content = "b" } };
+	const struct chat_message no_content[] = { { .role = "user", .content = NULL } };
+	const struct chat_message two_users[] = { { .role = "user", .content = "a" }, { .role = "user", .content = "b" } };
 	const struct chat_message late_sys[] = {
-		{ "user", "a" }, { "assistant", "b" }, { "system", "c" }, { "user", "d" }
+		{ .role = "user", .content = "a" }, { .role = "assistant", .content = "b" }, { .role = "system", .content = "c" }, { .role = "user", .content = "d" }
 	};
-	const struct chat_message starts_assistant[] = { { "assistant", "a" }, { "user", "b" } };
-	const struct chat_message sys_only[] = { { "system", "s" } };
+	const struct chat_message starts_assistant[] = { { .role = "assistant", .content = "a" }, { .role = "user", .content = "b" } };
+	const struct chat_message sys_only[] = { { .role = "system", .content = "s" } };
 	_cleanup_free_ char *text = NULL;
 	struct errmsg e = {};
 

@@ -73,7 +73,7 @@ TEST(roundtrip_configure)
 
 TEST(roundtrip_submit_and_events)
 {
-	struct chat_message msgs[2] = { { "system", "Be brief." }, { "user", "Hi \"you\"\n" } };
+	struct chat_message msgs[2] = { { .role = "system", .content = "Be brief." }, { .role = "user", .content = "Hi \"you\"\n" } };
 	const char *stop[] = { "\n\n", "END" };
 	struct proto_msg in = { .type = PROTO_SUBMIT, .id = 42, .target = "lan",
 				.tiers = POLICY_TIER(0) | POLICY_TIER(1),
@@ -303,8 +303,8 @@ TEST(worker_payload_check)
 {
 	struct remote_request pub = { .prompt = "Tell me a story about a dragon." };
 	struct remote_request mail = { .prompt = "Write to mario.rossi@example.com today." };
-	struct chat_message m[2] = { { "system", "Be brief." },
-				     { "user", "My IBAN is IT60X0542811101000000123456" } };
+	struct chat_message m[2] = { { .role = "system", .content = "Be brief." },
+				     { .role = "user", .content = "My IBAN is IT60X0542811101000000123456" } };
 	struct remote_request chat = { .messages = m, .n_messages = 2 };
 	const uint32_t all = POLICY_TIERS_ALL;
 	char why[512];

@@ -91,6 +91,77 @@ TEST(parse_chat_fields)
 	return 0;
 }
 
+/* issue #21: response_format, molly.grammar, tools, tool_choice and tool messages */
+TEST(parse_structured_and_tools)
+{
+	struct openai_request r;
+	struct openai_error err;
+
+	ASSERT_OK(parse(OPENAI_COMPLETIONS,
+			"{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", "
+			"\"json_schema\": {\"name\": \"n\", \"strict\": true, \"schema\": {\"type\": "
+			"\"object\", \"properties\": {\"a\": {\"enum\": [1, 2]}}, \"required\": [\"a\"]}}}}",
+			&r, &err));
+	ASSERT_TRUE(r.grammar && strstr(r.grammar, "root ::= ") != NULL);
+	openai_request_done(&r);
+	ASSERT_OK(parse(OPENAI_COMPLETIONS,
+			"{\"prompt\": \"x\", \"molly\": {\"grammar\": \"root ::= [a-z]+\"}}", &r, &err));
+	ASSERT_STREQ(r.grammar, "root ::= [a-z]+");
+	openai_request_done(&r);
+	ASSERT_OK(parse(OPENAI_CHAT_COMPLETIONS,
+			"{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"},"
+			" {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"c1\","
+			" \"type\": \"function\", \"function\": {\"name\": \"get\", \"arguments\":"
+			" \"{\\\"q\\\": 1}\"}}]},"
+			" {\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"sunny\"}],"
+			" \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get\","
+			" \"parameters\": {\"type\": \"object\"}}}],"
+			" \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"get\"}}}",
+			&r, &err));
+	ASSERT_EQ(r.messages[1].n_tool_calls, (size_t) 1);
+	ASSERT_STREQ(r.messages[1].tool_calls[0].name, "get");
+	ASSERT_STREQ(r.messages[1].tool_calls[0].arguments, "{\"q\": 1}");
+	ASSERT_STREQ(r.messages[2].role, "tool");
+	ASSERT_STREQ(r.messages[2].tool_call_id, "c1");
+	ASSERT_TRUE(r.tools_json && strstr(r.tools_json, "\"get\"") != NULL);
+	ASSERT_EQ(r.tool_choice, OPENAI_TOOL_CHOICE_NAMED);
+	ASSERT_STREQ(r.tool_choice_name, "get");
+	openai_request_done(&r);
+	return 0;
+}
+
+TEST(build_tool_calls)
+{
+	struct openai_tool_call calls[] = { { .id = "abc", .name = "get", .arguments = "{\"q\":1}" } };
+	struct openai_result res = { .id = "chatcmpl-1", .model = "m", .created = 1,
+				     .finish_reason = "tool_calls", .tool_calls = calls,
+				     .n_tool_calls = 1 };
+	char *s = openai_response_json(OPENAI_CHAT_COMPLETIONS, &res);
+	struct json_object *o, *msg, *v;
+
+	ASSERT_TRUE(s != NULL);
+	o = json_tokener_parse(s);
+	free(s);
+	msg = json_object_object_get(
+	    json_object_array_get_idx(json_object_object_get(o, "choices"), 0), "message");
+	ASSERT_TRUE(json_object_object_get_ex(msg, "content", &v) && v == NULL);
+	v = json_object_array_get_idx(json_object_object_get(msg, "tool_calls"), 0);
+	ASSERT_STREQ(json_object_get_string(json_object_object_get(v, "type")), "function");
+	ASSERT_STREQ(json_object_get_string(json_object_object_get(
+			 json_object_object_get(v, "function"), "arguments")),
+		     "{\"q\":1}");
+	json_object_put(o);
+
+	s = openai_stream_tool_calls(&res);
+	ASSERT_TRUE(s != NULL);
+	/* two events: name (arguments "") then the arguments, each with index 0 */
+	ASSERT_TRUE(strstr(s, "\"index\":0,\"id\":\"abc\",\"type\":\"function\","
+			      "\"function\":{\"name\":\"get\",\"arguments\":\"\"}") != NULL);
+	ASSERT_TRUE(strstr(s, "\"index\":0,\"function\":{\"arguments\":\"{\\\"q\\\":1}\"}") != NULL);
+	free(s);
+	return 0;
+}
+
 TEST(parse_errors_name_the_field)
 {
 	static const struct {
@@ -155,7 +226,7 @@ TEST(parse_errors_name_the_field)
 		{ OPENAI_CHAT_COMPLETIONS, "{\"messages\": [{\"content\": \"x\"}]}", 400,
 		  "messages.role", NULL },
 		{ OPENAI_CHAT_COMPLETIONS,
-		  "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", 400,
+		  "{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}", 400,
 		  "messages.role", NULL },
 		{ OPENAI_CHAT_COMPLETIONS, "{\"messages\": [{\"role\": \"user\"}]}", 400,
 		  "messages.content", NULL },
@@ -171,8 +242,41 @@ TEST(parse_errors_name_the_field)
 		  400, "tools", NULL },
 		{ OPENAI_CHAT_COMPLETIONS,
 		  "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": "
-		  "{\"type\": \"json_object\"}}",
+		  "{\"type\": \"xml\"}}",
+		  400, "response_format.type", NULL },
+		/* issue #21: structured outputs and tools */
+		{ OPENAI_COMPLETIONS,
+		  "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", "
+		  "\"json_schema\": {\"name\": \"a\", \"schema\": {\"type\": \"string\", "
+		  "\"format\": \"email\"}}}}",
+		  400, "response_format.json_schema.schema", "invalid_schema" },
+		{ OPENAI_COMPLETIONS,
+		  "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", "
+		  "\"json_schema\": {\"name\": \"a\", \"schema\": {\"$defs\": {\"a\": {\"$ref\": "
+		  "\"#/$defs/a\"}}, \"$ref\": \"#/$defs/a\"}}}}",
+		  400, "response_format.json_schema.schema", "invalid_schema" },
+		{ OPENAI_COMPLETIONS, "{\"prompt\": \"x\", \"molly\": {\"grammar\": \"root ::= foo\"}}",
+		  400, "molly.grammar", NULL },
+		{ OPENAI_COMPLETIONS,
+		  "{\"prompt\": \"x\", \"molly\": {\"grammar\": \"root ::= \\\"a\\\"\"}, "
+		  "\"response_format\": {\"type\": \"json_object\"}}",
 		  400, "response_format", NULL },
+		{ OPENAI_CHAT_COMPLETIONS,
+		  "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": "
+		  "\"required\"}",
+		  400, "tool_choice", NULL },
+		{ OPENAI_CHAT_COMPLETIONS,
+		  "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": "
+		  "[{\"type\": \"function\", \"function\": {\"name\": \"a b\"}}]}",
+		  400, "tools.function.name", NULL },
+		{ OPENAI_CHAT_COMPLETIONS,
+		  "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": "
+		  "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+		  "{\"type\": \"object\", \"patternProperties\": {}}}}]}",
+		  400, "tools.function.parameters", "invalid_schema" },
+		{ OPENAI_CHAT_COMPLETIONS,
+		  "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"id\": \"c\"}]}]}",
+		  400, "messages.tool_calls", NULL },
 	};
 
 	for (size_t i = 0; i < ELEMENTSOF(cases); i++) {

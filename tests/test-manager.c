@@ -286,7 +286,7 @@ TEST(errors)
 {
 	_cleanup_(manager_freep) struct manager *m = NULL;
 	struct manager_request r;
-	struct chat_message msgs[1] = { { "user", "hi" } };
+	struct chat_message msgs[1] = { { .role = "user", .content = "hi" } };
 	struct manager_lora loras[9];
 	const char *empty_stop[] = { "" };
 	char *long_prompt;
@@ -470,7 +470,7 @@ TEST(drain_cancels_and_refuses)
 TEST(chat)
 {
 	_cleanup_(manager_freep) struct manager *m = NULL;
-	struct chat_message msgs[2] = { { "system", "Be kind." }, { "user", "Tell a story." } };
+	struct chat_message msgs[2] = { { .role = "system", .content = "Be kind." }, { .role = "user", .content = "Tell a story." } };
 	struct manager_request r;
 	struct collect c;
 

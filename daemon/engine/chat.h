@@ -27,9 +27,20 @@ enum chat_family {
 	CHAT_FAMILY_COUNT_,
 };
 
+/* A tool call of an assistant message (chat-tools.h). */
+struct chat_tool_call {
+	const char *id;        /* "call_..." as the client sent it */
+	const char *name;      /* the function */
+	const char *arguments; /* JSON text of the arguments object */
+};
+
 struct chat_message {
-	const char *role; /* "system", "user", "assistant" */
+	const char *role; /* "system", "user", "assistant"; "tool" only with chat_render_tools() */
 	const char *content;
+	/* assistant: the calls it made (chat_render_tools() only) */
+	const struct chat_tool_call *tool_calls;
+	size_t n_tool_calls;
+	const char *tool_call_id; /* tool: the call this answers (NULL: none) */
 };
 
 const char *chat_family_name(enum chat_family f);

@@ -29,6 +29,7 @@
 
 #include "../core/config.h"
 #include "../core/log.h"
+#include "../grammar/schema.h"
 #include "dbus-internal.h"
 
 #ifndef MOLLY_VERSION
@@ -532,10 +533,12 @@ struct parsed_request {
 	struct chat_message *messages;
 	const char **stop;
 	struct manager_lora *loras;
+	char *grammar; /* owned: compiled from response_format */
 };
 
 static void parsed_request_done(struct parsed_request *p)
 {
+	free(p->grammar);
 	free(p->messages);
 	free(p->stop);
 	free(p->loras);
@@ -730,6 +733,40 @@ static int read_lora(sd_bus_message *m, struct parsed_request *p, sd_bus_error *
 }
 
 /* Reads the request dictionary. Errors are InvalidArgs naming the key (in error) or -errno. */
+/* response_format (JSON text) → p->grammar. */
+static int read_response_format(const char *text, struct parsed_request *p, sd_bus_error *error)
+{
+	struct json_object *v = json_tokener_parse(text), *t = NULL, *js = NULL, *schema = NULL;
+	struct errmsg e = { { 0 } };
+	const char *type;
+	size_t len;
+	int r = 0;
+
+	if (!v || !json_object_object_get_ex(v, "type", &t) ||
+	    json_object_get_type(t) != json_type_string) {
+		json_object_put(v);
+		return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS,
+					 "key 'response_format': a JSON object with a \"type\"");
+	}
+	type = json_object_get_string(t);
+	if (strcmp(type, "json_object") == 0)
+		r = schema_json_object_gbnf(&p->grammar, &len);
+	else if (strcmp(type, "json_schema") == 0 &&
+		 json_object_object_get_ex(v, "json_schema", &js) &&
+		 json_object_object_get_ex(js, "schema", &schema))
+		r = schema_to_gbnf_cached(schema, &p->grammar, &len, &e);
+	else if (strcmp(type, "text") != 0)
+		r = errmsg_set(&e, -EINVAL, "type must be text, json_object or json_schema (with "
+					    "json_schema.schema)");
+	json_object_put(v);
+	if (r == -ENOMEM)
+		return r;
+	if (r < 0)
+		return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "key 'response_format': %s",
+					 e.text);
+	return 0;
+}
+
 static int read_request(sd_bus_message *m, struct parsed_request *p, sd_bus_error *error)
 {
 	int r;
@@ -828,6 +865,29 @@ static int read_request(sd_bus_message *m, struct parsed_request *p, sd_bus_erro
 			if (strcmp(contents, "d") != 0)
 				return BAD_TYPE(key, "a number (d)");
 			r = sd_bus_message_read(m, "d", &p->req.budget);
+		} else if (strcmp(key, "grammar") == 0) {
+			/* GBNF as llama.cpp writes it (grammar.h) */
+			if (strcmp(contents, "s") != 0)
+				return BAD_TYPE(key, "a string (s)");
+			if (p->req.grammar)
+				return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS,
+							 "give either grammar or response_format");
+			r = sd_bus_message_read(m, "s", &p->req.grammar);
+		} else if (strcmp(key, "response_format") == 0) {
+			/* OpenAI's response_format object as JSON text: {"type": "json_object"} or
+			 * {"type": "json_schema", "json_schema": {"schema": {...}}} */
+			const char *text;
+
+			if (strcmp(contents, "s") != 0)
+				return BAD_TYPE(key, "a string of JSON (s)");
+			if (p->req.grammar)
+				return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS,
+							 "give either grammar or response_format");
+			r = sd_bus_message_read(m, "s", &text);
+			if (r >= 0) {
+				r = read_response_format(text, p, error);
+				p->req.grammar = p->grammar;
+			}
 		} else if (strcmp(key, "class") == 0) {
 			/* The caller's declared sensitivity class (the manager checks the name). */
 			if (strcmp(contents, "s") != 0)
@@ -838,7 +898,8 @@ static int read_request(sd_bus_message *m, struct parsed_request *p, sd_bus_erro
 				error, SD_BUS_ERROR_INVALID_ARGS,
 				"unknown key '%.64s' (known: prompt, messages, "
 				"max_tokens, temperature, top_p, seed, stop, adapter, "
-				"lora, logprobs, ignore_eos, class, budget)",
+				"lora, logprobs, ignore_eos, class, budget, grammar, "
+				"response_format)",
 				key);
 		if (sd_bus_error_is_set(error))
 			return -EINVAL;

@@ -14,6 +14,8 @@
 #include <json-c/json.h>
 
 #include "front/http-openai.h"
+#include "grammar/grammar.h"
+#include "grammar/schema.h"
 
 DEFINE_CLEANUP_FUNC(struct json_object *, json_object_put, NULL)
 DEFINE_CLEANUP_FUNC(struct json_tokener *, json_tokener_free, NULL)
@@ -406,6 +408,64 @@ static int parse_content(struct json_object *v, size_t i, char **ret, struct ope
 	return 0;
 }
 
+/* An assistant message's "tool_calls": [{"id", "type": "function", "function": {"name",
+ * "arguments"}}]. */
+static int parse_tool_calls(struct json_object *v, size_t i, struct openai_message *msg,
+			    struct openai_error *err)
+{
+	size_t n;
+	int k;
+
+	if (json_object_get_type(v) != json_type_array)
+		return openai_error_set(err, -EINVAL, 400, NULL, "messages.tool_calls",
+					"'messages[%zu].tool_calls' must be an array", i);
+	n = json_object_array_length(v);
+	if (n > OPENAI_MAX_TOOL_CALLS)
+		return openai_error_set(err, -EINVAL, 400, NULL, "messages.tool_calls",
+					"'messages[%zu].tool_calls' has %zu calls (at most %d)", i, n,
+					OPENAI_MAX_TOOL_CALLS);
+	msg->tool_calls = calloc(n ? n : 1, sizeof(*msg->tool_calls));
+	if (!msg->tool_calls)
+		return openai_error_set(err, -ENOMEM, 500, NULL, NULL, "out of memory");
+	for (size_t j = 0; j < n; j++) {
+		struct json_object *c = json_object_array_get_idx(v, j), *fn, *args;
+		struct openai_tool_call *t = &msg->tool_calls[j];
+
+		msg->n_tool_calls++;
+		fn = get_field(c, "function");
+		if (json_object_get_type(c) != json_type_object || !fn ||
+		    json_object_get_type(fn) != json_type_object)
+			return openai_error_set(err, -EINVAL, 400, NULL, "messages.tool_calls",
+						"'messages[%zu].tool_calls[%zu]' must be an object with "
+						"a \"function\" object", i, j);
+		k = get_string(get_field(fn, "name"), "messages.tool_calls.function.name", 256,
+			       &t->name, NULL, err);
+		if (k >= 0 && get_field(c, "id"))
+			k = get_string(get_field(c, "id"), "messages.tool_calls.id", 256, &t->id, NULL,
+				       err);
+		if (k < 0)
+			return k;
+		args = get_field(fn, "arguments");
+		if (args && json_object_get_type(args) == json_type_string)
+			k = get_string(args, "messages.tool_calls.function.arguments", 0,
+				       &t->arguments, NULL, err);
+		else
+			t->arguments = strdup(args ? json_object_to_json_string_ext(
+							 args, JSON_C_TO_STRING_PLAIN)
+						   : "{}");
+		if (k < 0)
+			return k;
+		if (!t->arguments || (!t->id && !(t->id = strdup(""))))
+			return openai_error_set(err, -ENOMEM, 500, NULL, NULL, "out of memory");
+		if (!utf8_is_valid(t->arguments, strlen(t->arguments)))
+			return openai_error_set(err, -EINVAL, 400, "invalid_utf8",
+						"messages.tool_calls.function.arguments",
+						"'messages[%zu].tool_calls[%zu].function.arguments' is "
+						"not valid UTF-8", i, j);
+	}
+	return 0;
+}
+
 static int parse_messages(struct json_object *v, struct openai_request *r, struct openai_error *err)
 {
 	size_t n;
@@ -442,11 +502,11 @@ static int parse_messages(struct json_object *v, struct openai_request *r, struc
 		if (strcmp(rs, "developer") == 0)
 			rs = "system"; /* OpenAI's newer name for the system role */
 		if (strcmp(rs, "system") != 0 && strcmp(rs, "user") != 0 &&
-		    strcmp(rs, "assistant") != 0)
+		    strcmp(rs, "assistant") != 0 && strcmp(rs, "tool") != 0)
 			return openai_error_set(
 			    err, -EINVAL, 400, NULL, "messages.role",
-			    "'messages[%zu].role' must be \"system\", \"user\" or "
-			    "\"assistant\" (tool messages are not supported)",
+			    "'messages[%zu].role' must be \"system\", \"user\", \"assistant\" "
+			    "or \"tool\"",
 			    i);
 		msg->role = strdup(rs);
 		if (!msg->role)
@@ -458,6 +518,17 @@ static int parse_messages(struct json_object *v, struct openai_request *r, struc
 		k = parse_content(get_field(m, "content"), i, &msg->content, err);
 		if (k < 0)
 			return k;
+		if (strcmp(rs, "assistant") == 0 && get_field(m, "tool_calls")) {
+			k = parse_tool_calls(get_field(m, "tool_calls"), i, msg, err);
+			if (k < 0)
+				return k;
+		}
+		if (strcmp(rs, "tool") == 0 && get_field(m, "tool_call_id")) {
+			k = get_string(get_field(m, "tool_call_id"), "messages.tool_call_id", 256,
+				       &msg->tool_call_id, NULL, err);
+			if (k < 0)
+				return k;
+		}
 	}
 	return 0;
 }
@@ -538,24 +609,171 @@ static int check_unsupported(struct json_object *root, const struct openai_reque
 	if (v && (json_object_get_type(v) != json_type_object || json_object_object_length(v) > 0))
 		return openai_error_set(err, -EINVAL, 400, NULL, "logit_bias",
 					"'logit_bias' is not supported");
-	if (r->endpoint == OPENAI_CHAT_COMPLETIONS) {
-		v = get_field(root, "tools");
-		if (v &&
-		    (json_object_get_type(v) != json_type_array || json_object_array_length(v) > 0))
-			return openai_error_set(err, -EINVAL, 400, NULL, "tools",
-						"'tools' is not supported");
-		v = get_field(root, "response_format");
-		if (v) {
-			struct json_object *t = get_field(v, "type");
+	return 0;
+}
 
-			if (json_object_get_type(v) != json_type_object || !t ||
-			    json_object_get_type(t) != json_type_string ||
-			    strcmp(json_object_get_string(t), "text") != 0)
-				return openai_error_set(err, -EINVAL, 400, NULL, "response_format",
-							"only 'response_format' {\"type\": "
-							"\"text\"} is supported");
+/* response_format: text, json_object or json_schema → r->grammar (GBNF). */
+static int parse_response_format(struct json_object *root, struct openai_request *r,
+				 struct openai_error *err)
+{
+	struct json_object *v = get_field(root, "response_format"), *t, *js, *schema;
+	struct errmsg e = { { 0 } };
+	const char *type;
+	size_t len;
+	int k;
+
+	if (!v)
+		return 0;
+	t = get_field(v, "type");
+	if (json_object_get_type(v) != json_type_object || !t ||
+	    json_object_get_type(t) != json_type_string)
+		return openai_error_set(err, -EINVAL, 400, NULL, "response_format",
+					"'response_format' must be an object with a \"type\"");
+	type = json_object_get_string(t);
+	if (strcmp(type, "text") == 0)
+		return 0;
+	if (r->grammar)
+		return openai_error_set(err, -EINVAL, 400, NULL, "response_format",
+					"give 'response_format' or 'molly.grammar', not both");
+	if (strcmp(type, "json_object") == 0) {
+		k = schema_json_object_gbnf(&r->grammar, &len);
+		return k < 0 ? openai_error_set(err, k, 500, NULL, NULL, "out of memory") : 0;
+	}
+	if (strcmp(type, "json_schema") != 0)
+		return openai_error_set(err, -EINVAL, 400, NULL, "response_format.type",
+					"'response_format.type' must be \"text\", \"json_object\" "
+					"or \"json_schema\", not \"%.32s\"", type);
+	js = get_field(v, "json_schema");
+	if (!js || json_object_get_type(js) != json_type_object)
+		return openai_error_set(err, -EINVAL, 400, NULL, "response_format.json_schema",
+					"'response_format.json_schema' must be an object with "
+					"\"name\" and \"schema\"");
+	schema = get_field(js, "schema");
+	if (!schema)
+		return openai_error_set(err, -EINVAL, 400, NULL, "response_format.json_schema.schema",
+					"'response_format.json_schema.schema' is required");
+	/* "strict" changes nothing here: the output is always held to the schema */
+	k = schema_to_gbnf_cached(schema, &r->grammar, &len, &e);
+	if (k == -ENOMEM)
+		return openai_error_set(err, k, 500, NULL, NULL, "out of memory");
+	if (k < 0)
+		return openai_error_set(err, -EINVAL, 400, "invalid_schema",
+					"response_format.json_schema.schema",
+					"response_format.json_schema.schema: %s", e.text);
+	return 0;
+}
+
+static bool tool_name_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n == 0 || n > 64)
+		return false;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+		      *s == '_' || *s == '-'))
+			return false;
+	return true;
+}
+
+/* tools: [{"type": "function", "function": {"name", "description", "parameters"}}] and
+ * tool_choice. */
+static int parse_tools(struct json_object *root, struct openai_request *r,
+		       struct openai_error *err)
+{
+	struct json_object *v = get_field(root, "tools"), *c = get_field(root, "tool_choice");
+	size_t n = 0;
+
+	if (v && json_object_get_type(v) != json_type_array)
+		return openai_error_set(err, -EINVAL, 400, NULL, "tools", "'tools' must be an array");
+	n = v ? json_object_array_length(v) : 0;
+	if (n > OPENAI_MAX_TOOLS)
+		return openai_error_set(err, -EINVAL, 400, NULL, "tools",
+					"'tools' has %zu entries (at most %d)", n, OPENAI_MAX_TOOLS);
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *t = json_object_array_get_idx(v, i), *type, *fn, *name, *params;
+
+		type = get_field(t, "type");
+		fn = get_field(t, "function");
+		if (json_object_get_type(t) != json_type_object || !type ||
+		    json_object_get_type(type) != json_type_string ||
+		    strcmp(json_object_get_string(type), "function") != 0 || !fn ||
+		    json_object_get_type(fn) != json_type_object)
+			return openai_error_set(err, -EINVAL, 400, NULL, "tools",
+						"'tools[%zu]' must be {\"type\": \"function\", "
+						"\"function\": {...}}", i);
+		name = get_field(fn, "name");
+		if (!name || json_object_get_type(name) != json_type_string ||
+		    !tool_name_ok(json_object_get_string(name)))
+			return openai_error_set(err, -EINVAL, 400, NULL, "tools.function.name",
+						"'tools[%zu].function.name' must be 1 to 64 letters, "
+						"digits, '_' or '-'", i);
+		params = get_field(fn, "parameters");
+		if (params && json_object_get_type(params) != json_type_object)
+			return openai_error_set(err, -EINVAL, 400, NULL, "tools.function.parameters",
+						"'tools[%zu].function.parameters' must be a JSON "
+						"Schema object", i);
+		if (params) {
+			/* refuse what we cannot hold a call to, before any work */
+			_cleanup_free_ char *g = NULL;
+			struct errmsg e = { { 0 } };
+			size_t len;
+			int k = schema_to_gbnf_cached(params, &g, &len, &e);
+
+			if (k == -ENOMEM)
+				return openai_error_set(err, k, 500, NULL, NULL, "out of memory");
+			if (k < 0)
+				return openai_error_set(err, -EINVAL, 400, "invalid_schema",
+							"tools.function.parameters",
+							"tools[%zu].function.parameters: %s", i, e.text);
 		}
 	}
+	if (n > 0) {
+		r->tools_json = strdup(json_object_to_json_string_ext(
+		    v, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
+		if (!r->tools_json)
+			return openai_error_set(err, -ENOMEM, 500, NULL, NULL, "out of memory");
+		/* json-c passes invalid bytes in strings through; the prompt must be text */
+		if (!utf8_is_valid(r->tools_json, strlen(r->tools_json)))
+			return openai_error_set(err, -EINVAL, 400, "invalid_utf8", "tools",
+						"'tools' is not valid UTF-8");
+	}
+	r->tool_choice = OPENAI_TOOL_CHOICE_AUTO;
+	if (!c)
+		return 0;
+	if (json_object_get_type(c) == json_type_string) {
+		const char *s = json_object_get_string(c);
+
+		if (strcmp(s, "none") == 0)
+			r->tool_choice = OPENAI_TOOL_CHOICE_NONE;
+		else if (strcmp(s, "required") == 0)
+			r->tool_choice = OPENAI_TOOL_CHOICE_REQUIRED;
+		else if (strcmp(s, "auto") != 0)
+			return openai_error_set(err, -EINVAL, 400, NULL, "tool_choice",
+						"'tool_choice' must be \"none\", \"auto\", "
+						"\"required\" or {\"type\": \"function\", "
+						"\"function\": {\"name\": ...}}");
+	} else {
+		struct json_object *fn = get_field(c, "function"), *name = fn ? get_field(fn, "name") : NULL;
+
+		if (!name || json_object_get_type(name) != json_type_string)
+			return openai_error_set(err, -EINVAL, 400, NULL, "tool_choice",
+						"'tool_choice' must be a string or {\"type\": "
+						"\"function\", \"function\": {\"name\": ...}}");
+		r->tool_choice = OPENAI_TOOL_CHOICE_NAMED;
+		r->tool_choice_name = strdup(json_object_get_string(name));
+		if (!r->tool_choice_name)
+			return openai_error_set(err, -ENOMEM, 500, NULL, NULL, "out of memory");
+	}
+	if (n == 0 && (r->tool_choice == OPENAI_TOOL_CHOICE_REQUIRED ||
+		       r->tool_choice == OPENAI_TOOL_CHOICE_NAMED))
+		return openai_error_set(err, -EINVAL, 400, NULL, "tool_choice",
+					"'tool_choice' needs 'tools'");
+	if ((r->tool_choice == OPENAI_TOOL_CHOICE_REQUIRED ||
+	     r->tool_choice == OPENAI_TOOL_CHOICE_NAMED) && r->grammar)
+		return openai_error_set(err, -EINVAL, 400, NULL, "tool_choice",
+					"a required tool call and 'response_format' or "
+					"'molly.grammar' exclude each other");
 	return 0;
 }
 
@@ -654,13 +872,19 @@ static int parse_root(struct json_object *root, struct openai_request *r, struct
 						json_type_word(v));
 		json_object_object_foreach(v, key, val) {
 			(void) val;
-			if (strcmp(key, "budget") != 0)
+			if (strcmp(key, "budget") != 0 && strcmp(key, "grammar") != 0)
 				return openai_error_set(err, -EINVAL, 400, NULL, "molly",
-							"unknown key 'molly.%.64s' (known: budget)",
+							"unknown key 'molly.%.64s' (known: budget, "
+							"grammar)",
 							key);
 		}
 		if ((u = get_field(v, "budget"))) {
 			k = get_number(u, "molly.budget", 0, 1e12, &r->budget, err);
+			if (k < 0)
+				return k;
+		}
+		if ((u = get_field(v, "grammar"))) {
+			k = get_string(u, "molly.grammar", GRAMMAR_MAX_TEXT, &r->grammar, NULL, err);
 			if (k < 0)
 				return k;
 		}
@@ -721,6 +945,25 @@ static int parse_root(struct json_object *root, struct openai_request *r, struct
 			r->top_logprobs = (uint32_t) x;
 		}
 	}
+	k = parse_response_format(root, r, err);
+	if (k >= 0 && r->endpoint == OPENAI_CHAT_COMPLETIONS)
+		k = parse_tools(root, r, err);
+	if (k >= 0 && r->grammar) {
+		/* compiled now (and cached) so that a bad one is a 400 naming the field */
+		struct grammar *g = NULL;
+		struct errmsg e = { { 0 } };
+
+		k = grammar_parse_cached(r->grammar, strlen(r->grammar), &g, &e);
+		grammar_unref(g);
+		if (k < 0)
+			return openai_error_set(err, k == -ENOMEM ? -ENOMEM : -EINVAL,
+						k == -ENOMEM ? 500 : 400, NULL,
+						get_field(root, "response_format") ? "response_format"
+										  : "molly.grammar",
+						"the grammar is not usable: %s", e.text);
+	}
+	if (k < 0)
+		return k;
 	return check_unsupported(root, r, err);
 }
 
@@ -806,7 +1049,17 @@ void openai_request_done(struct openai_request *r)
 	for (size_t i = 0; i < r->n_messages; i++) {
 		free(r->messages[i].role);
 		free(r->messages[i].content);
+		for (size_t j = 0; j < r->messages[i].n_tool_calls; j++) {
+			free(r->messages[i].tool_calls[j].id);
+			free(r->messages[i].tool_calls[j].name);
+			free(r->messages[i].tool_calls[j].arguments);
+		}
+		free(r->messages[i].tool_calls);
+		free(r->messages[i].tool_call_id);
 	}
+	free(r->grammar);
+	free(r->tools_json);
+	free(r->tool_choice_name);
 	free(r->messages);
 	for (size_t i = 0; i < r->n_loras; i++)
 		free(r->loras[i].name);
@@ -1061,6 +1314,93 @@ static struct json_object *head_json(enum openai_endpoint endpoint, const struct
 	return o;
 }
 
+/* [{"id", "type": "function", "function": {"name", "arguments"}}]; with index for streams */
+static struct json_object *tool_calls_json(const struct openai_result *r, bool with_index)
+{
+	struct json_object *a = json_object_new_array();
+	bool ok = true;
+
+	for (size_t i = 0; i < r->n_tool_calls; i++) {
+		struct json_object *c = json_object_new_object(), *fn = json_object_new_object();
+
+		if (with_index)
+			add(c, "index", json_object_new_int((int) i), &ok);
+		add(c, "id", json_object_new_string(r->tool_calls[i].id), &ok);
+		add(c, "type", json_object_new_string("function"), &ok);
+		add(fn, "name", json_object_new_string(r->tool_calls[i].name), &ok);
+		add(fn, "arguments", json_object_new_string(r->tool_calls[i].arguments), &ok);
+		add(c, "function", fn, &ok);
+		push(a, c, &ok);
+	}
+	if (!ok) {
+		json_object_put(a);
+		return NULL;
+	}
+	return a;
+}
+
+char *openai_stream_tool_call_delta(const struct openai_result *r, size_t index, const char *id,
+				    const char *name, const char *args, size_t args_len)
+{
+	bool ok = true;
+	struct json_object *o = head_json(OPENAI_CHAT_COMPLETIONS, r, true, &ok);
+	struct json_object *choices = json_object_new_array(), *c = json_object_new_object(),
+			   *delta = json_object_new_object(), *calls = json_object_new_array(),
+			   *call = json_object_new_object(), *fn = json_object_new_object();
+
+	add(call, "index", json_object_new_int((int) index), &ok);
+	if (id) {
+		add(call, "id", json_object_new_string(id), &ok);
+		add(call, "type", json_object_new_string("function"), &ok);
+		add(fn, "name", json_object_new_string(name ? name : ""), &ok);
+	}
+	add(fn, "arguments", new_string_len(args ? args : "", args ? args_len : 0), &ok);
+	add(call, "function", fn, &ok);
+	push(calls, call, &ok);
+	add(delta, "tool_calls", calls, &ok);
+	add(c, "index", json_object_new_int(0), &ok);
+	add(c, "delta", delta, &ok);
+	add_null(c, "logprobs", &ok);
+	add_null(c, "finish_reason", &ok);
+	push(choices, c, &ok);
+	add(o, "choices", choices, &ok);
+	if (!ok) {
+		json_object_put(o);
+		return NULL;
+	}
+	return json_finish(o, "data: ", "\n\n");
+}
+
+char *openai_stream_tool_calls(const struct openai_result *r)
+{
+	_cleanup_free_ char *out = NULL;
+	size_t len = 0;
+
+	for (size_t i = 0; i < r->n_tool_calls; i++)
+		for (int part = 0; part < 2; part++) {
+			const struct openai_tool_call *t = &r->tool_calls[i];
+			char *chunk = part == 0 ? openai_stream_tool_call_delta(r, i, t->id, t->name,
+										 "", 0)
+						: openai_stream_tool_call_delta(
+							  r, i, NULL, NULL, t->arguments,
+							  strlen(t->arguments));
+			char *n;
+
+			if (!chunk)
+				return NULL;
+			n = realloc(out, len + strlen(chunk) + 1);
+			if (!n) {
+				free(chunk);
+				return NULL;
+			}
+			out = n;
+			memcpy(out + len, chunk, strlen(chunk) + 1);
+			len += strlen(chunk);
+			free(chunk);
+		}
+	return out ? TAKE_PTR(out) : strdup("");
+}
+
 char *openai_response_json(enum openai_endpoint endpoint, const struct openai_result *r)
 {
 	bool ok = true;
@@ -1078,7 +1418,15 @@ char *openai_response_json(enum openai_endpoint endpoint, const struct openai_re
 		struct json_object *msg = json_object_new_object();
 
 		add(msg, "role", json_object_new_string("assistant"), &ok);
-		add(msg, "content", new_string_len(r->text, r->text_len), &ok);
+		if (r->n_tool_calls) {
+			if (r->text_len) /* what the model wrote before its calls */
+				add(msg, "content", new_string_len(r->text, r->text_len), &ok);
+			else
+				add_null(msg, "content", &ok);
+			add(msg, "tool_calls", tool_calls_json(r, false), &ok);
+		} else {
+			add(msg, "content", new_string_len(r->text, r->text_len), &ok);
+		}
 		add(c, "message", msg, &ok);
 		if (r->logprobs)
 			add(c, "logprobs", chat_logprobs_json(r), &ok);

@@ -32,9 +32,29 @@ enum openai_endpoint {
 #define OPENAI_MAX_MESSAGES     4096
 #define OPENAI_MAX_TOP_LOGPROBS 20
 
+#define OPENAI_MAX_TOOLS      128
+#define OPENAI_MAX_TOOL_CALLS 64 /* in one assistant message */
+
+struct openai_tool_call {
+	char *id;        /* owned */
+	char *name;      /* owned */
+	char *arguments; /* owned: JSON text, as the client sent it */
+};
+
 struct openai_message {
-	char *role;    /* owned: "system", "user" or "assistant" ("developer" becomes "system") */
+	char *role;    /* owned: "system", "user", "assistant" or "tool" ("developer" becomes
+			* "system") */
 	char *content; /* owned: text parts joined; never NULL */
+	struct openai_tool_call *tool_calls; /* owned: assistant */
+	size_t n_tool_calls;
+	char *tool_call_id; /* owned: tool (NULL when not given) */
+};
+
+enum openai_tool_choice {
+	OPENAI_TOOL_CHOICE_AUTO,     /* the default with tools */
+	OPENAI_TOOL_CHOICE_NONE,
+	OPENAI_TOOL_CHOICE_REQUIRED,
+	OPENAI_TOOL_CHOICE_NAMED,    /* tool_choice_name */
 };
 
 struct openai_lora {
@@ -71,6 +91,14 @@ struct openai_request {
 
 	bool stream;
 	bool include_usage; /* stream_options.include_usage */
+
+	/* Constrained decoding: GBNF from response_format (json_object, json_schema; compiled
+	 * by schema.h) or "molly": {"grammar"}; checked by grammar_parse_cached(). NULL: free. */
+	char *grammar; /* owned */
+	/* chat: "tools" (the array as JSON text; NULL: none) and "tool_choice" */
+	char *tools_json; /* owned */
+	enum openai_tool_choice tool_choice;
+	char *tool_choice_name; /* owned: NAMED */
 
 	/* completions: "logprobs": N (0..20) → logprobs on, top_logprobs = N;
 	 * chat: "logprobs": true, "top_logprobs": N. Only the sampled token is reported in
@@ -140,6 +168,9 @@ struct openai_result {
 	bool has_confidence;
 	double confidence;
 	const char *uncertainty;
+	/* chat: the model's tool calls (then finish_reason is "tool_calls" and content null) */
+	const struct openai_tool_call *tool_calls;
+	size_t n_tool_calls;
 };
 
 /* The whole (non-streamed) response of a completion or chat completion. */
@@ -153,6 +184,12 @@ char *openai_response_json(enum openai_endpoint endpoint, const struct openai_re
  */
 char *openai_stream_chunk(enum openai_endpoint endpoint, const struct openai_result *r,
 			  bool role_chunk, bool usage_chunk);
+/* The chunks of a stream that carry tool calls, as OpenAI sends them: per call one delta with
+ * index, id, type and the name (arguments ""), then one with the arguments. */
+char *openai_stream_tool_calls(const struct openai_result *r);
+/* One such delta: with id (and name) the call's first, else a fragment of its arguments. */
+char *openai_stream_tool_call_delta(const struct openai_result *r, size_t index, const char *id,
+				    const char *name, const char *args, size_t args_len);
 /* "data: {"error":{...}}\n\n" */
 char *openai_stream_error(const struct openai_error *err);
 #define OPENAI_STREAM_DONE "data: [DONE]\n\n"

@@ -48,6 +48,7 @@
 #include "basic/time-util.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "engine/chat-tools.h"
 #include "front/http-openai.h"
 #include "front/http.h"
 #include "front/keys.h"
@@ -164,6 +165,26 @@ struct http_req {
 	size_t out_pos;
 	bool role_sent;
 	bool final_sent;
+
+	/* tools (chat): the output may be calls, recognised by the family's prefix. A stream
+	 * holds text back while it may still be one (tool_held), then sends it as content or,
+	 * at the end, as tool_calls deltas. */
+	bool tools_on;            /* tools given and tool_choice is not "none" */
+	bool tool_forced;         /* required / named: the grammar makes it a call */
+	bool tool_released;       /* it is content: stream as usual */
+	enum chat_family family;
+	struct buf tool_held;     /* MHD thread */
+	/* a forced call streamed as it comes: its first delta sent, then its arguments from
+	 * tool_held[call_args_at] on, call_args_sent bytes of them so far */
+	bool call_started;
+	size_t call_args_at, call_args_sent;
+	/* chatml, auto: content may be followed by calls (Qwen writes a line first); released
+	 * text that may be the start of "<tool_call>" waits in tool_pending */
+	bool tool_mid;            /* the calls began after content */
+	struct buf tool_pending;
+	char *tool_grammar;       /* owned: the grammar of required / named */
+	struct chat_message *msgs;          /* owned (strings borrowed from oreq) */
+	struct chat_tool_call **msg_calls;  /* owned: per message */
 };
 
 
@@ -225,6 +246,13 @@ static void req_unref(struct http_req *r)
 	buf_free(&r->body);
 	buf_free(&r->text);
 	buf_free(&r->out);
+	buf_free(&r->tool_held);
+	buf_free(&r->tool_pending);
+	free(r->tool_grammar);
+	for (size_t i = 0; r->msg_calls && i < r->oreq.n_messages; i++)
+		free(r->msg_calls[i]);
+	free(r->msg_calls);
+	free(r->msgs);
 	logprobs_free(r->lps, r->n_lps);
 	openai_request_done(&r->oreq);
 	for (size_t i = 0; i < r->n_adapters; i++)
@@ -559,6 +587,200 @@ static int out_take(struct http_req *r, char *chunk)
 	return k;
 }
 
+/* Tool call ids: 9 letters and digits (what Mistral's template demands; any client takes
+ * them). */
+static void tool_call_id(char out[static 16])
+{
+	static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+	uint8_t rnd[9];
+
+	if (getrandom(rnd, sizeof(rnd), GRND_NONBLOCK) != sizeof(rnd))
+		for (size_t i = 0; i < sizeof(rnd); i++)
+			rnd[i] = (uint8_t) (now_ns() >> (i * 3));
+	for (size_t i = 0; i < sizeof(rnd); i++)
+		out[i] = abc[rnd[i] % (sizeof(abc) - 1)];
+	out[9] = '\0';
+}
+
+/* The calls in text (NULL when it is not calls); free with tool_calls_free(). */
+struct tool_calls {
+	struct openai_tool_call *c;
+	size_t n;
+	char ids[OPENAI_MAX_TOOL_CALLS][16];
+};
+
+static void tool_calls_free(struct tool_calls *t)
+{
+	if (!t)
+		return;
+	for (size_t i = 0; i < t->n; i++) {
+		free(t->c[i].name);
+		free(t->c[i].arguments);
+	}
+	free(t->c);
+	free(t);
+}
+
+/* The calls in text: all of it, or (chatml) what follows the first "<tool_call>", the text
+ * before it being content (its length in *ret_content_len, trailing white space left out). */
+static struct tool_calls *tool_calls_find(const struct http_req *r, const char *text, size_t len,
+					  size_t *ret_content_len)
+{
+	struct chat_parsed_call *pc = NULL;
+	struct tool_calls *t;
+	size_t n = 0, content = 0;
+
+	if (chat_tool_calls_parse(r->family, text, len, r->oreq.tools_json, &pc, &n) < 0) {
+		const char *hit = r->family == CHAT_FAMILY_CHATML
+					  ? memmem(text, len, "<tool_call>", strlen("<tool_call>"))
+					  : NULL;
+
+		if (!hit || chat_tool_calls_parse(r->family, hit, len - (size_t) (hit - text),
+						  r->oreq.tools_json, &pc, &n) < 0)
+			return NULL;
+		content = (size_t) (hit - text);
+		while (content > 0 && strchr(" \t\n\r", text[content - 1]))
+			content--;
+	}
+	if (ret_content_len)
+		*ret_content_len = content;
+	t = calloc(1, sizeof(*t));
+	if (t)
+		t->c = calloc(MIN(n, (size_t) OPENAI_MAX_TOOL_CALLS), sizeof(*t->c));
+	if (!t || !t->c) {
+		free(t);
+		chat_parsed_calls_free(pc, n);
+		return NULL;
+	}
+	for (size_t i = 0; i < n && i < OPENAI_MAX_TOOL_CALLS; i++) {
+		tool_call_id(t->ids[i]);
+		t->c[i] = (struct openai_tool_call){ .id = t->ids[i], .name = TAKE_PTR(pc[i].name),
+						     .arguments = TAKE_PTR(pc[i].arguments) };
+		t->n++;
+	}
+	chat_parsed_calls_free(pc, n);
+	return t;
+}
+
+/* Streams with tools: takes the new text into tool_held while the output may still be calls.
+ * 1: held back; 0: *text is what to send now (held text first); -ENOMEM. */
+static int tool_hold(struct http_req *r, struct buf *text)
+{
+	const char *prefix = chat_tool_call_prefix(r->family);
+	size_t plen = prefix ? strlen(prefix) : 0, at = 0;
+
+	if (!r->tools_on)
+		return 0;
+	if (r->tool_released) {
+		struct buf *pd = &r->tool_pending;
+		const char *hit;
+		size_t send, keep = 0;
+
+		if (r->family != CHAT_FAMILY_CHATML || r->tool_forced)
+			return 0;
+		/* content so far; a call may still begin: send all but a possible start of one */
+		if (buf_append(pd, text->data ? text->data : "", text->len) < 0)
+			return -ENOMEM;
+		buf_free(text);
+		hit = memmem(pd->data, pd->len, prefix, plen);
+		if (hit) {
+			send = (size_t) (hit - pd->data);
+			if (buf_append(&r->tool_held, hit, pd->len - send) < 0)
+				return -ENOMEM;
+			r->tool_released = false;
+			r->tool_mid = true;
+			keep = pd->len - send; /* moved to tool_held */
+		} else {
+			for (size_t k = MIN(plen - 1, pd->len); k > 0; k--)
+				if (memcmp(pd->data + pd->len - k, prefix, k) == 0) {
+					keep = k;
+					break;
+				}
+			send = pd->len - keep;
+		}
+		if (send && buf_append(text, pd->data, send) < 0)
+			return -ENOMEM;
+		memmove(pd->data, pd->data + send + (hit ? keep : 0), hit ? 0 : keep);
+		pd->len = hit ? 0 : keep;
+		return send ? 0 : 1;
+	}
+	if (buf_append(&r->tool_held, text->data ? text->data : "", text->len) < 0)
+		return -ENOMEM;
+	if (r->tool_forced || r->tool_mid)
+		return 1;
+	while (at < r->tool_held.len && strchr(" \t\n\r", r->tool_held.data[at]))
+		at++;
+	{
+		size_t n = MIN(plen, r->tool_held.len - at);
+
+		if (at == r->tool_held.len || memcmp(r->tool_held.data + at, prefix, n) == 0)
+			return 1; /* a call, or may still become one: decided at the end */
+	}
+	/* content after all: send what was held */
+	r->tool_released = true;
+	buf_free(text);
+	*text = r->tool_held;
+	r->tool_held = (struct buf){ 0 };
+	return 0;
+}
+
+/* A forced call (required / named) as it comes: the grammar writes the family's frame, so
+ * once the name is whole the first delta goes out, then the arguments as they grow, holding
+ * back as many bytes as the frame's close has (and never splitting a character). final: the
+ * answer is complete; the rest of the arguments go out. */
+static int tool_stream_forced(struct http_req *r, const struct openai_result *res, bool final)
+{
+	const char *open, *key, *close, *held = r->tool_held.data;
+	size_t len = r->tool_held.len, end;
+
+	if (!r->tool_forced || chat_tool_call_frame(r->family, &open, &key, &close) < 0 || !held)
+		return 0;
+	if (!r->call_started) {
+		size_t ol = strlen(open);
+		const char *q;
+		char sep[80], id[16];
+		int k;
+
+		if (len < ol + 1 || memcmp(held, open, ol) != 0 || held[ol] != '"')
+			return 0;
+		q = memchr(held + ol + 1, '"', len - ol - 1);
+		snprintf(sep, sizeof(sep), "\", \"%s\": ", key);
+		if (!q || (size_t) (held + len - q) < strlen(sep) || memcmp(q, sep, strlen(sep)) != 0)
+			return 0;
+		{
+			_cleanup_free_ char *name = strndup(held + ol + 1, (size_t) (q - held - ol - 1));
+
+			if (!name)
+				return -ENOMEM;
+			tool_call_id(id);
+			k = out_take(r, openai_stream_tool_call_delta(res, 0, id, name, "", 0));
+			if (k < 0)
+				return k;
+		}
+		r->call_started = true;
+		r->call_args_at = (size_t) (q - held) + strlen(sep);
+	}
+	end = len;
+	if (final && len >= strlen(close) && memcmp(held + len - strlen(close), close, strlen(close)) == 0)
+		end = len - strlen(close);
+	else if (!final)
+		end = len > strlen(close) ? len - strlen(close) : 0;
+	while (!final && end > r->call_args_at && ((unsigned char) held[end] & 0xC0) == 0x80)
+		end--; /* whole characters only */
+	if (end <= r->call_args_at + r->call_args_sent)
+		return 0;
+	{
+		size_t from = r->call_args_at + r->call_args_sent;
+		int k = out_take(r, openai_stream_tool_call_delta(res, 0, NULL, NULL, held + from,
+								   end - from));
+
+		if (k < 0)
+			return k;
+		r->call_args_sent = end - r->call_args_at;
+	}
+	return 0;
+}
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
 {
 	struct http_req *r = cls;
@@ -593,6 +815,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
 			struct buf text = r->text;
 			struct openai_logprob *lps = r->lps;
 			size_t n_lps = r->n_lps;
+			bool held;
 			int k;
 
 			r->text = (struct buf){ 0 };
@@ -600,6 +823,18 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
 			r->n_lps = r->cap_lps = 0;
 			pthread_mutex_unlock(&r->lock);
 
+			k = tool_hold(r, &text);
+			held = k > 0;
+			if (held)
+				k = tool_stream_forced(r, &res, false);
+			if (k < 0 || held) {
+				/* held (logprobs of held text are not sent) */
+				buf_free(&text);
+				logprobs_free(lps, n_lps);
+				if (k < 0)
+					return MHD_CONTENT_READER_END_WITH_ERROR;
+				continue;
+			}
 			res.text = text.data;
 			res.text_len = text.len;
 			if (r->oreq.logprobs) {
@@ -629,7 +864,48 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
 				openai_error_set(&err, 0, 503, "cancelled", NULL,
 						 "the request was cancelled");
 			}
-			if (has_error) {
+			if (!has_error && r->tool_pending.len) {
+				/* released content held back as a possible call start: it was not */
+				res.text = r->tool_pending.data;
+				res.text_len = r->tool_pending.len;
+				k = out_take(r, openai_stream_chunk(ep, &res, false, false));
+				res.text = NULL;
+				res.text_len = 0;
+				r->tool_pending.len = 0;
+			}
+			if (k < 0) {
+				return MHD_CONTENT_READER_END_WITH_ERROR;
+			} else if (!has_error && r->call_started) {
+				/* a forced call streamed as it came: the rest of its arguments */
+				k = tool_stream_forced(r, &res, true);
+				if (strcmp(finish, "stop") == 0)
+					finish = "tool_calls";
+			} else if (!has_error && r->tools_on && !r->tool_released && r->tool_held.len) {
+				/* the held text: calls, or content after all */
+				struct tool_calls *tc = strcmp(finish, "stop") == 0
+								? tool_calls_find(r, r->tool_held.data,
+										  r->tool_held.len, NULL)
+								: NULL;
+
+				if (tc) {
+					res.tool_calls = tc->c;
+					res.n_tool_calls = tc->n;
+					k = out_take(r, openai_stream_tool_calls(&res));
+					res.tool_calls = NULL;
+					res.n_tool_calls = 0;
+					finish = "tool_calls";
+				} else {
+					res.text = r->tool_held.data;
+					res.text_len = r->tool_held.len;
+					k = out_take(r, openai_stream_chunk(ep, &res, false, false));
+					res.text = NULL;
+					res.text_len = 0;
+				}
+				tool_calls_free(tc);
+			}
+			if (k < 0) {
+				return MHD_CONTENT_READER_END_WITH_ERROR;
+			} else if (has_error) {
 				k = out_take(r, openai_stream_error(&err));
 			} else {
 				res.finish_reason = finish;
@@ -696,6 +972,25 @@ static enum MHD_Result respond_result(struct http_req *r)
 	res.text = r->text.data ? r->text.data : "";
 	res.text_len = r->text.len;
 	res.finish_reason = r->finish_reason;
+	if (r->tools_on && strcmp(r->finish_reason, "stop") == 0) {
+		size_t content_len = 0;
+		struct tool_calls *tc = tool_calls_find(r, res.text, res.text_len, &content_len);
+
+		if (tc) {
+			enum MHD_Result ret;
+
+			res.text_len = content_len; /* content before the calls, if any */
+			res.tool_calls = tc->c;
+			res.n_tool_calls = tc->n;
+			res.finish_reason = "tool_calls";
+			res.prompt_tokens = r->prompt_tokens;
+			res.completion_tokens = r->completion_tokens;
+			result_route(r, &res);
+			ret = respond_json(r, 200, openai_response_json(r->oreq.endpoint, &res));
+			tool_calls_free(tc);
+			return ret;
+		}
+	}
 	res.prompt_tokens = r->prompt_tokens;
 	res.completion_tokens = r->completion_tokens;
 	result_route(r, &res);
@@ -762,7 +1057,6 @@ static enum MHD_Result start_generation(struct http_req *r, enum openai_endpoint
 	struct manager_error merr = { 0 };
 	struct manager_request mr;
 	struct manager_caller caller = { .uid = r->peer_uid, .front = "http" };
-	_cleanup_free_ struct chat_message *msgs = NULL;
 	_cleanup_free_ struct manager_lora *loras = NULL;
 	const char *base = manager_model_name(h->mgr);
 	uint64_t seq;
@@ -777,15 +1071,60 @@ static enum MHD_Result start_generation(struct http_req *r, enum openai_endpoint
 	if (endpoint == OPENAI_COMPLETIONS) {
 		mr.prompt = o->prompt;
 	} else {
-		msgs = calloc(o->n_messages, sizeof(*msgs));
-		if (!msgs)
+		r->msgs = calloc(o->n_messages, sizeof(*r->msgs));
+		r->msg_calls = calloc(o->n_messages, sizeof(*r->msg_calls));
+		if (!r->msgs || !r->msg_calls)
 			return MHD_NO;
-		for (size_t i = 0; i < o->n_messages; i++)
-			msgs[i] = (struct chat_message){ .role = o->messages[i].role,
-							 .content = o->messages[i].content };
-		mr.messages = msgs;
+		for (size_t i = 0; i < o->n_messages; i++) {
+			const struct openai_message *om = &o->messages[i];
+
+			r->msgs[i] = (struct chat_message){ .role = om->role, .content = om->content,
+							    .tool_call_id = om->tool_call_id };
+			if (om->n_tool_calls) {
+				r->msg_calls[i] = calloc(om->n_tool_calls, sizeof(*r->msg_calls[i]));
+				if (!r->msg_calls[i])
+					return MHD_NO;
+				for (size_t j = 0; j < om->n_tool_calls; j++)
+					r->msg_calls[i][j] = (struct chat_tool_call){
+						.id = om->tool_calls[j].id, .name = om->tool_calls[j].name,
+						.arguments = om->tool_calls[j].arguments
+					};
+				r->msgs[i].tool_calls = r->msg_calls[i];
+				r->msgs[i].n_tool_calls = om->n_tool_calls;
+			}
+		}
+		mr.messages = r->msgs;
 		mr.n_messages = o->n_messages;
+		mr.tools_json = o->tools_json;
+		if (o->tools_json && o->tool_choice != OPENAI_TOOL_CHOICE_NONE) {
+			struct errmsg e = { { 0 } };
+			size_t len;
+
+			if (manager_chat_family(h->mgr, &r->family) < 0 ||
+			    !chat_family_has_tools(r->family)) {
+				openai_error_set(&oerr, -EINVAL, 400, NULL, "tools",
+						 "this model's chat template does not define tool use "
+						 "(chatml, llama3 and mistral do)");
+				return respond_error(r, &oerr);
+			}
+			r->tools_on = true;
+			if (o->tool_choice == OPENAI_TOOL_CHOICE_REQUIRED ||
+			    o->tool_choice == OPENAI_TOOL_CHOICE_NAMED) {
+				k = chat_tools_grammar(r->family, o->tools_json,
+						       o->tool_choice == OPENAI_TOOL_CHOICE_NAMED
+							   ? o->tool_choice_name
+							   : NULL,
+						       &r->tool_grammar, &len, &e);
+				if (k < 0) {
+					openai_error_set(&oerr, k, k == -ENOMEM ? 500 : 400, NULL,
+							 "tool_choice", "%s", e.text);
+					return respond_error(r, &oerr);
+				}
+				r->tool_forced = true;
+			}
+		}
 	}
+	mr.grammar = r->tool_grammar ? r->tool_grammar : o->grammar;
 	mr.model = o->model;
 	if (o->n_loras) {
 		loras = calloc(o->n_loras, sizeof(*loras));

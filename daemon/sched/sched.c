@@ -29,6 +29,7 @@
 #include "../engine/model.h"
 #include "../engine/threadpool.h"
 #include "../engine/vocab.h"
+#include "../grammar/matcher.h"
 #include "../lora/adapter.h"
 #include "../lora/resident.h"
 #include "page-pool.h"
@@ -95,6 +96,8 @@ struct seq {
 	struct seq_lora loras[MAX_LORAS_PER_REQUEST];
 	uint32_t n_loras;
 	struct sampler *sampler; /* owned */
+	struct matcher *matcher; /* owned: constrained decoding (NULL: free) */
+	bool grammar_fast;       /* sample first, mask only when the draw is refused */
 	struct detok detok;
 	uint32_t max_tokens;
 	bool ignore_eos;
@@ -125,6 +128,14 @@ struct sched {
 	struct threadpool *threads;    /* owned */
 	struct forward_ws *ws;         /* owned */
 	float *logits;                 /* owned: [max_sequences][n_vocab] */
+	/* constrained decoding: the token table (built on the first request with a grammar,
+	 * under grammar_lock), the end-of-generation ids, and the per-row scratch of a step */
+	pthread_mutex_t grammar_lock;
+	struct grammar_vocab *gvocab;  /* owned */
+	int32_t *eog_ids;              /* owned */
+	uint32_t n_eog;
+	uint8_t *mask;                 /* owned: [n_vocab] */
+	float *masked;                 /* owned: [n_vocab] */
 	struct forward_row *rows;      /* owned: [max_rows] */
 	struct forward_seq *fseqs;     /* owned: [max_sequences] */
 	struct forward_lora *floras;   /* owned: [max_sequences * MAX_LORAS_PER_REQUEST] */
@@ -659,6 +670,7 @@ static void seq_free(struct seq *q)
 	free(q->tokens);
 	free(q->blocks);
 	sampler_free(q->sampler);
+	matcher_free(q->matcher);
 	free(q);
 }
 
@@ -1030,6 +1042,92 @@ static int step_locked_build(struct sched *s, uint32_t *ret_rows, uint32_t *ret_
 	return 0;
 }
 
+/* Samples q's next token inside its grammar: the mask over the logits (end-of-generation only
+ * where the text is complete), the budget of tokens left, then the grammar advances. 1 and
+ * the token in *ret_id; 0 when no token can continue; -errno. */
+static int sample_constrained(struct sched *s, struct seq *q, const float *logits, int32_t *ret_id)
+{
+	uint32_t n_vocab = s->m->hp.n_vocab, left = s->p.max_context - q->n_tokens;
+	bool accepting = matcher_accepting(q->matcher);
+	int64_t n;
+	int32_t id;
+	int r;
+
+	if (q->max_tokens)
+		left = MIN(left, q->max_tokens - q->n_generated);
+	left = MAX(left, 1u);
+	s->stats.grammar_tokens++;
+	if (q->grammar_fast) {
+		/* Draw from the whole distribution first and keep the token if the grammar (and
+		 * the budget) allows it; else draw again from the masked one. Without truncation
+		 * (top-k, top-p, min-p) that is exactly a draw from the masked distribution
+		 * (rejection sampling), and greedy picks the same argmax; it spares the mask on
+		 * most steps of a model that mostly keeps to the format. */
+		id = sampler_sample(q->sampler, logits);
+		if (id >= 0 && (uint32_t) id < n_vocab && vocab_is_eog(s->m->vocab, id)) {
+			if (accepting && !q->ignore_eos) {
+				*ret_id = id;
+				return 1;
+			}
+		} else if (matcher_try_token(q->matcher, id, left) == 0) {
+			*ret_id = id;
+			return 1;
+		}
+	}
+	s->stats.grammar_masks++;
+	n = matcher_mask(q->matcher, left, s->mask);
+	if (n < 0)
+		return (int) n;
+	if (accepting && !q->ignore_eos)
+		for (uint32_t j = 0; j < s->n_eog; j++)
+			s->mask[s->eog_ids[j]] = 1, n++;
+	if (n == 0)
+		return 0;
+	for (uint32_t j = 0; j < n_vocab; j++)
+		s->masked[j] = s->mask[j] ? logits[j] : -INFINITY;
+	id = sampler_sample(q->sampler, s->masked);
+	if (id < 0 || (uint32_t) id >= n_vocab || !s->mask[id]) {
+		/* every allowed logit is -inf or NaN: take the first allowed token */
+		for (id = 0; (uint32_t) id < n_vocab && !s->mask[id]; id++)
+			;
+	}
+	if (!vocab_is_eog(s->m->vocab, id)) {
+		r = matcher_accept_token(q->matcher, id);
+		if (r < 0)
+			return r;
+	}
+	*ret_id = id;
+	return 1;
+}
+
+/* The token table and scratch constrained decoding needs, once per scheduler. */
+static int grammar_setup(struct sched *s)
+{
+	uint32_t n_vocab = s->m->hp.n_vocab;
+	int r = 0;
+
+	pthread_mutex_lock(&s->grammar_lock);
+	if (!s->gvocab) {
+		struct grammar_vocab *tv = NULL;
+
+		s->mask = s->mask ? s->mask : malloc(n_vocab);
+		s->masked = s->masked ? s->masked : malloc(sizeof(float) * n_vocab);
+		s->eog_ids = s->eog_ids ? s->eog_ids : malloc(sizeof(int32_t) * 64);
+		if (!s->mask || !s->masked || !s->eog_ids)
+			r = -ENOMEM;
+		s->n_eog = 0;
+		for (uint32_t j = 0; r == 0 && j < n_vocab && s->n_eog < 64; j++)
+			if (vocab_is_eog(s->m->vocab, (int32_t) j))
+				s->eog_ids[s->n_eog++] = (int32_t) j;
+		if (r == 0)
+			r = grammar_vocab_new(s->m->vocab, &tv);
+		if (r == 0)
+			s->gvocab = tv;
+	}
+	pthread_mutex_unlock(&s->grammar_lock);
+	return r;
+}
+
 /* After the forward pass: advance, sample, emit, finish. Locked. */
 static void step_locked_finish(struct sched *s)
 {
@@ -1055,13 +1153,32 @@ static void step_locked_finish(struct sched *s)
 		}
 		s->stats.tokens_prefilled += q->row_count - (q->n_generated > 0 && q->row_count == 1);
 		logits = s->logits + (size_t) li++ * n_vocab;
-		id = sampler_sample(q->sampler, logits);
+		if (q->matcher) {
+			int r = sample_constrained(s, q, logits, &id);
+
+			if (r < 0) {
+				seq_finish(s, q, SCHED_FINISH_STOP, r,
+					   r == -E2BIG ? "the grammar became too ambiguous (more than "
+							 "4096 parses at once)"
+						       : "constrained decoding failed");
+				continue;
+			}
+			if (r == 0) {
+				/* no token can continue the grammar: a valid prefix, cut short */
+				seq_finish(s, q, SCHED_FINISH_LENGTH, 0, NULL);
+				continue;
+			}
+		} else {
+			id = sampler_sample(q->sampler, logits);
+		}
 		sampler_accept(q->sampler, id);
 		q->tokens[q->n_tokens++] = id;
 		q->n_generated++;
 		s->stats.tokens_generated++;
 
-		bool eog = vocab_is_eog(s->m->vocab, id) && !q->ignore_eos;
+		bool eog = vocab_is_eog(s->m->vocab, id) && (!q->ignore_eos || q->matcher);
+		/* the grammar is complete and nothing may follow: stop after this token's text */
+		bool closed = q->matcher && !eog && matcher_done(q->matcher);
 		pe = event_new(s, q, SCHED_EVENT_TOKEN);
 		if (pe) {
 			pe->ev.token = id;
@@ -1076,7 +1193,8 @@ static void step_locked_finish(struct sched *s)
 			seq_finish(s, q, SCHED_FINISH_STOP, 0, NULL);
 			continue; /* running[i] is now the next sequence */
 		}
-		if ((q->max_tokens && q->n_generated >= q->max_tokens) || q->n_tokens >= s->p.max_context) {
+		if (closed || (q->max_tokens && q->n_generated >= q->max_tokens) ||
+		    q->n_tokens >= s->p.max_context) {
 			char tail[16];
 			int64_t n = detok_flush(&q->detok, tail, sizeof(tail));
 
@@ -1086,7 +1204,13 @@ static void step_locked_finish(struct sched *s)
 				pe->ev.text_len += utf8_make_valid(pe->text + pe->ev.text_len, (size_t) n,
 								   sizeof(pe->text) - 1 - pe->ev.text_len);
 			}
-			seq_finish(s, q, SCHED_FINISH_LENGTH, 0, NULL);
+			/* a constrained output that is whole when the budget ends is a stop: it
+			 * parses (docs/http.md) */
+			seq_finish(s, q,
+				   closed || (q->matcher && matcher_accepting(q->matcher))
+				       ? SCHED_FINISH_STOP
+				       : SCHED_FINISH_LENGTH,
+				   0, NULL);
 			continue;
 		}
 		i++;
@@ -1311,6 +1435,7 @@ int sched_new(const struct model *m, const struct sched_params *params, struct s
 		return errmsg_set(e, r, "setting up the scheduler: %s", strerror(-r));
 	}
 	s->logits = malloc((size_t) p.max_sequences * m->hp.n_vocab * sizeof(float));
+	pthread_mutex_init(&s->grammar_lock, NULL);
 	s->rows = malloc(s->max_rows * sizeof(*s->rows));
 	s->fseqs = malloc(p.max_sequences * sizeof(*s->fseqs));
 	s->floras = malloc((size_t) p.max_sequences * MAX_LORAS_PER_REQUEST * sizeof(*s->floras));
@@ -1379,6 +1504,11 @@ struct sched *sched_free(struct sched *s)
 	threadpool_free(s->threads);
 	forward_ws_free(s->ws);
 	free(s->logits);
+	grammar_vocab_free(s->gvocab);
+	free(s->eog_ids);
+	free(s->mask);
+	free(s->masked);
+	pthread_mutex_destroy(&s->grammar_lock);
 	free(s->rows);
 	free(s->fseqs);
 	free(s->floras);
@@ -1433,6 +1563,18 @@ int sched_submit(struct sched *s, const struct sched_request *req, uint64_t *ret
 	if (r < 0) {
 		seq_free(q);
 		return errmsg_set(e, r, "invalid sampling settings");
+	}
+	if (req->grammar) {
+		r = grammar_setup(s);
+		if (r >= 0)
+			r = matcher_new(req->grammar, s->gvocab, &q->matcher);
+		q->grammar_fast = req->sampling.temperature <= 0 ||
+				  (req->sampling.top_k <= 0 && req->sampling.top_p >= 1 &&
+				   req->sampling.min_p <= 0);
+		if (r < 0) {
+			seq_free(q);
+			return errmsg_set(e, r, "cannot start the grammar: %s", strerror(-r));
+		}
 	}
 	memcpy(q->tokens, req->prompt, req->n_prompt * sizeof(*q->tokens));
 	q->n_tokens = q->n_prompt = (uint32_t) req->n_prompt;

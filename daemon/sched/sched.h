@@ -32,6 +32,7 @@
 #include "../basic/errmsg.h"
 #include "../basic/macro.h"
 #include "../engine/sampler.h"
+#include "../grammar/grammar.h"
 #include "../lora/resident.h"
 #include "tiers.h"
 
@@ -112,6 +113,12 @@ struct sched_request {
 	struct sampler_params sampling;
 	uint32_t max_tokens;   /* 0: until EOG or the context is full */
 	bool ignore_eos;
+	/* Constrained decoding (grammar.h, matcher.h): every generated token stays inside this
+	 * grammar (the sequence takes its own reference; NULL: free). It finishes STOP once the
+	 * text is complete and nothing may follow, or on an end-of-generation token where the
+	 * text is complete; the mask makes it close within max_tokens when it can, else it ends
+	 * LENGTH with a valid prefix. Constrained and free rows share one batched step. */
+	struct grammar *grammar;
 	uint64_t caller;       /* who asked (uid, member id...): admission is fair across callers */
 	sched_event_fn on_event;
 	void *userdata;
@@ -163,6 +170,8 @@ struct sched_stats {
 	uint64_t steps;
 	uint64_t tokens_prefilled;
 	uint64_t tokens_generated;
+	uint64_t grammar_tokens;    /* tokens generated under a grammar */
+	uint64_t grammar_masks;     /* of those, the steps that computed the whole mask */
 	uint64_t preemptions;
 	uint64_t adapter_evictions;
 	size_t pool_pages_total;

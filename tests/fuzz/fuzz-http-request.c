@@ -162,12 +162,26 @@ static void check_request(const struct openai_request *r)
 			const char *role = r->messages[i].role;
 
 			CHECK(!strcmp(role, "system") || !strcmp(role, "user") ||
-			      !strcmp(role, "assistant"));
+			      !strcmp(role, "assistant") || !strcmp(role, "tool"));
 			check_text(r->messages[i].content, strlen(r->messages[i].content));
+			for (size_t j = 0; j < r->messages[i].n_tool_calls; j++) {
+				const struct openai_tool_call *c = &r->messages[i].tool_calls[j];
+
+				CHECK(!strcmp(role, "assistant"));
+				check_text(c->name, strlen(c->name));
+				check_text(c->arguments, strlen(c->arguments));
+			}
+			if (r->messages[i].tool_call_id)
+				check_text(r->messages[i].tool_call_id,
+					   strlen(r->messages[i].tool_call_id));
 		}
 	}
 	if (r->model)
 		check_text(r->model, strlen(r->model));
+	if (r->tools_json)
+		check_text(r->tools_json, strlen(r->tools_json));
+	if (r->grammar)
+		check_text(r->grammar, strlen(r->grammar));
 	CHECK(r->n_stop <= OPENAI_MAX_STOP);
 	for (size_t i = 0; i < r->n_stop; i++) {
 		size_t len = strlen(r->stop[i]);

@@ -43,6 +43,27 @@ out=$(gdbus call --address "$BUS_ADDR" --dest org.molly.Daemon1 --object-path /o
 grep -q "'finish_reason'" <<<"$out" || fail "gdbus chat Generate: $out"
 pass "gdbus Generate with messages aa{ss}"
 
+# --- issue #21: constrained decoding through Generate (response_format as JSON text, GBNF) ---
+out=$(gdbus call --address "$BUS_ADDR" --dest org.molly.Daemon1 --object-path /org/molly/Daemon1 \
+	--method org.molly.Inference1.Generate \
+	"{'prompt': <'Once upon a time'>, 'max_tokens': <uint32 80>, 'seed': <uint64 4>, 'response_format': <'{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"p\", \"schema\": {\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 9}}, \"required\": [\"n\"], \"additionalProperties\": false}}}'>}")
+grep -q "'finish_reason': <'stop'>" <<<"$out" || fail "Generate with response_format: $out"
+text=$(python3 -c 'import ast, sys; print(ast.literal_eval(sys.argv[1].split(", {")[0].lstrip("(")))' "$out")
+python3 -c 'import json, sys; d = json.loads(sys.argv[1]); assert list(d) == ["n"] and 1 <= d["n"] <= 9, d' "$text" ||
+	fail "Generate with response_format: '$text' does not validate"
+out=$(call Inference1 Generate 'a{sv}' 3 prompt s "x" max_tokens u 10 grammar s 'root ::= "ok" [0-9]')
+grep -qE '^sa\{sv\} "ok[0-9]"' <<<"$out" || fail "Generate with grammar: $out"
+expect_fail "unsupported JSON Schema keyword 'pattern'" call Inference1 Generate 'a{sv}' 2 prompt s "x" response_format s '{"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a"}}}'
+pass "Generate with response_format (validates) and grammar; a refused schema names the keyword"
+
+# the policy reads a tool result like any other message
+out=$(gdbus call --address "$BUS_ADDR" --dest org.molly.Daemon1 --object-path /org/molly/Daemon1 \
+	--method org.molly.Policy1.Explain \
+	"{'messages': <[{'role': 'user', 'content': 'Who wrote?'}, {'role': 'tool', 'content': 'mail from mario.rossi@example.com'}]>}")
+grep -q "'class': <'personal'>" <<<"$out" || fail "Explain of a tool result: $out"
+grep -q "'kind': <'email'>" <<<"$out" || fail "Explain of a tool result: no email finding: $out"
+pass "the policy sees tool results"
+
 # dbus-send cannot build a{sv} (no variants in containers): it reads the state instead.
 out=$(dbus-send --bus="$BUS_ADDR" --print-reply --dest=org.molly.Daemon1 /org/molly/Daemon1 \
 	org.molly.Daemon1.Status)
