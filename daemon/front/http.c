@@ -716,12 +716,13 @@ static int tool_hold(struct http_req *r, struct buf *text)
 		if (at == r->tool_held.len || memcmp(r->tool_held.data + at, prefix, n) == 0)
 			return 1; /* a call, or may still become one: decided at the end */
 	}
-	/* content after all: send what was held */
+	/* content after all: what was held goes through the released path, which still finds a
+	 * call that begins later in it (several tokens may arrive in one piece: "Sure.\n<tool_call>") */
 	r->tool_released = true;
 	buf_free(text);
 	*text = r->tool_held;
 	r->tool_held = (struct buf){ 0 };
-	return 0;
+	return tool_hold(r, text);
 }
 
 /* A forced call (required / named) as it comes: the grammar writes the family's frame, so

@@ -1138,7 +1138,7 @@ static void step_locked_finish(struct sched *s)
 		struct pending_event *pe;
 		const float *logits;
 		int64_t len;
-		int32_t id;
+		int32_t id = 0; /* set by either sampler below (gcc -O3 cannot tell) */
 
 		if (!q->in_batch) {
 			i++;
