@@ -94,6 +94,7 @@ if ((want_deb)); then
 	ls "$out"/*_"$version"_*.deb
 	if [ -n "$upgrade_to" ]; then
 		changelog_entry "$upgrade_to"
+		rm -f "$tree/debian/files" # the first build's list, whose files moved to $out
 		echo "build-packages: the same build packaged as $upgrade_to (dpkg-buildpackage -nc)"
 		(cd "$tree" && DEB_BUILD_OPTIONS=$opts dpkg-buildpackage -us -uc -b -nc >"$work/deb2.log" 2>&1) ||
 			{ tail -60 "$work/deb2.log" >&2; echo "build-packages: dpkg-buildpackage -nc failed" >&2; exit 1; }
