@@ -55,6 +55,18 @@ out=$(cd / && systemd-analyze verify --man=no --root="$D" mollyd.service 2>&1) |
 [ -z "$out" ] || fail "systemd-analyze verify warned: $out"
 pass "systemd-analyze verify mollyd.service"
 
+# The devices mollyd opens are in the unit's device cgroup: /dev/molly-control (kmod-shim) and
+# /dev/cuse (the CUSE fallback) are misc character devices (major 10), which
+# DeviceAllow=char-misc admits under DevicePolicy=closed.
+grep -qx 'DevicePolicy=closed' "$unit" || fail "the unit's DevicePolicy= is not closed"
+grep -qx 'DeviceAllow=char-misc rw' "$unit" || fail "the unit does not allow char-misc"
+grep -qE '^ *10 misc$' /proc/devices || fail "major 10 is not 'misc' in /proc/devices"
+for d in /dev/cuse /dev/molly-control; do
+	[ -c "$d" ] || continue
+	[ "$(stat -c %t "$d")" = a ] || fail "$d is not a misc device (major $((16#$(stat -c %t "$d"))))"
+done
+pass "the unit's device cgroup admits /dev/molly-control and /dev/cuse (char-misc)"
+
 # The egress drop-in (`molly config apply`): IPAddressDeny=any plus the targets' addresses;
 # the unit with it still verifies.
 cat >"$D/apply.conf" <<'CONF'
