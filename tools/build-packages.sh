@@ -77,7 +77,7 @@ if ((want_deb)); then
 			echo
 			echo "  * Built by tools/build-packages.sh as version $1."
 			echo
-			echo " -- Molly developers <molly@localhost.localdomain>  $(date -R)"
+			echo " -- Molly developers <molly-devel@example.org>  $(date -R)"
 			echo
 			cat "$tree/debian/changelog"
 		} >"$work/changelog" && mv "$work/changelog" "$tree/debian/changelog"

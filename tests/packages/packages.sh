@@ -75,9 +75,15 @@ molly_paths() {
 start=$(date +%s)
 version=$(sed -n 's/^project(molly VERSION \([0-9.]*\).*/\1/p' "$MOLLY_SOURCE_DIR/CMakeLists.txt")
 next=$version+1
-"$MOLLY_SOURCE_DIR/tools/build-packages.sh" --out "$T/out" --upgrade-to "$next" >"$T/build.log" 2>&1 ||
-	{ tail -40 "$T/build.log"; fail "tools/build-packages.sh"; }
-echo "# packages built in $(($(date +%s) - start)) s"
+if [ -n "${MOLLY_PACKAGES_DIR:-}" ]; then
+	# (development: packages built earlier with tools/build-packages.sh --upgrade-to V+1)
+	cp -r "$MOLLY_PACKAGES_DIR" "$T/out"
+	echo "# packages from $MOLLY_PACKAGES_DIR (not built by this run)"
+else
+	"$MOLLY_SOURCE_DIR/tools/build-packages.sh" --out "$T/out" --upgrade-to "$next" >"$T/build.log" 2>&1 ||
+		{ tail -40 "$T/build.log"; fail "tools/build-packages.sh"; }
+	echo "# packages built in $(($(date +%s) - start)) s"
+fi
 V=() V1=()
 for p in mollyd molly-tools libmolly1 libmolly-dev molly-dkms; do
 	f=$(ls "$T/out/${p}_${version}_"*.deb 2>/dev/null) || fail "no $p $version .deb"
@@ -88,11 +94,11 @@ done
 ls "$T/out"/*.rpm >/dev/null 2>&1 || fail "no RPMs"
 pass "the .debs (V=$version, V+1=$next) and the RPMs are built"
 
-# lintian: no error or warning tag that debian/*.lintian-overrides does not explain
+# lintian: no error or warning tag
 if command -v lintian >/dev/null; then
-	lintian --fail-on error,warning --suppress-tags-from-file /dev/null "${V[@]}" >"$T/lintian.log" 2>&1 ||
+	lintian --fail-on error,warning "${V[@]}" >"$T/lintian.log" 2>&1 ||
 		{ cat "$T/lintian.log"; fail "lintian"; }
-	pass "lintian: no errors or warnings ($(grep -c . "$T/lintian.log") info lines)"
+	pass "lintian: no errors or warnings ($(grep -c '^I:' "$T/lintian.log") info tags)"
 fi
 
 # The RPMs hold the files the .debs hold; the differences are the distributions' layouts
