@@ -226,7 +226,7 @@ out=$(bash -c 'source /usr/share/bash-completion/bash_completion
 [ "$out" = "pin prefetch" ] || fail "bash completion of 'molly adapters p': '$out'"
 if command -v zsh >/dev/null; then
 	zsh -n /usr/share/zsh/vendor-completions/_molly || fail "zsh completion does not parse"
-	zsh -fc 'fpath=(/usr/share/zsh/vendor-completions $fpath); autoload -Uz compinit; compinit -u -d /dev/null
+	zsh -fc 'fpath=(/usr/share/zsh/vendor-completions $fpath); autoload -Uz compinit; compinit -u -D
 		[[ ${_comps[molly]} = _molly ]]' || fail "zsh does not bind _molly to molly"
 fi
 pass "bash and zsh completion for molly"
