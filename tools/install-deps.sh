@@ -22,12 +22,13 @@ runtime=(
 	libmicrohttpd-dev                  # OpenAI-compatible HTTP front end
 	libcurl4-openssl-dev               # remote tiers
 	libfuse3-dev                       # the CUSE fallback of /dev/molly
-	dbus systemd curl                  # a private bus (dbus-daemon), busctl, an HTTP client
+	dbus systemd curl python3          # a private bus (dbus-daemon), busctl, an HTTP client; the
+	                                   # answers printed from JSON (python3)
 )
 # every test (tools/run-tests.sh)
 tests=(
 	libclang-rt-14-dev                 # libFuzzer targets and their sanitizer runtimes
-	python3 python3-jinja2             # cross-check of chat templates against real Jinja
+	python3-jinja2                     # cross-check of chat templates against real Jinja
 	fio                                # the adapter-load benchmark's reference (bench-adapter-load.sh)
 	libglib2.0-bin util-linux          # gdbus, setpriv: real clients in tests
 	python3-dbus                       # D-Bus Stream clients in the integration tests
