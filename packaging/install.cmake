@@ -58,3 +58,21 @@ install(FILES ${CMAKE_SOURCE_DIR}/kmod-shim/Kbuild ${CMAKE_SOURCE_DIR}/kmod-shim
         DESTINATION ${_molly_dkms} COMPONENT dkms)
 install(FILES ${CMAKE_SOURCE_DIR}/include/uapi/linux/molly.h
         DESTINATION ${_molly_dkms}/include/uapi/linux COMPONENT dkms)
+
+# The default configuration as /etc/molly/mollyd.conf (packages: a conffile). Off for a plain
+# `cmake --install`, which must not overwrite an administrator's file.
+option(MOLLY_INSTALL_DEFAULT_CONFIG "Install mollyd.conf.example as SYSCONFDIR/molly/mollyd.conf" OFF)
+if(MOLLY_INSTALL_DEFAULT_CONFIG)
+  install(FILES ${CMAKE_CURRENT_LIST_DIR}/mollyd.conf.example
+          DESTINATION ${CMAKE_INSTALL_FULL_SYSCONFDIR}/molly RENAME mollyd.conf COMPONENT daemon)
+endif()
+
+# Shell completion for molly (component "daemon", as molly itself).
+set(MOLLY_INSTALL_BASHCOMPDIR "${CMAKE_INSTALL_DATAROOTDIR}/bash-completion/completions"
+    CACHE STRING "bash completions")
+set(MOLLY_INSTALL_ZSHCOMPDIR "${CMAKE_INSTALL_DATAROOTDIR}/zsh/site-functions" CACHE STRING
+    "zsh completions (Debian: share/zsh/vendor-completions)")
+install(FILES ${CMAKE_CURRENT_LIST_DIR}/completion/molly.bash DESTINATION ${MOLLY_INSTALL_BASHCOMPDIR}
+        RENAME molly COMPONENT daemon)
+install(FILES ${CMAKE_CURRENT_LIST_DIR}/completion/_molly DESTINATION ${MOLLY_INSTALL_ZSHCOMPDIR}
+        COMPONENT daemon)

@@ -553,6 +553,85 @@ TEST(core_connects_nowhere_unix_works)
 	return in_child(child_core);
 }
 
+/* The privileged helper keeps root, so it sits in its own cgroup with the core's (empty)
+ * list. Negative control: a process moved into that cgroup gets EPERM for loopback TCP and
+ * UDP, as the helper itself would; the same connects from outside the tree succeed (the
+ * TEST below). After egress_free() the helper has left and its cgroup is gone. */
+static int child_helper(void)
+{
+	_cleanup_(egress_freep) struct egress *eg = NULL;
+	char path[PATH_MAX], own[PATH_MAX], line[PATH_MAX + 8], helper_dir[PATH_MAX];
+	struct seen seen = { .n = 0 };
+	FILE *f;
+	int status;
+	pid_t helper, pid;
+
+	ASSERT_OK(start("test", 0, 0, &eg));
+	helper = egress_helper_pid(eg);
+	ASSERT_TRUE(helper > 0);
+	snprintf(helper_dir, sizeof(helper_dir), "%s", egress_helper_cgroup_path(eg));
+	/* the helper is in <root>/helper (as /proc/PID/cgroup names it, relative to the mount) */
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int) helper);
+	f = fopen(path, "re");
+	ASSERT_TRUE(f != NULL);
+	own[0] = 0;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "0::", 3) == 0)
+			snprintf(own, sizeof(own), "%s", line + 3);
+	fclose(f);
+	own[strcspn(own, "\n")] = 0;
+	ASSERT_TRUE(own[0] != 0);
+	ASSERT_TRUE(strlen(helper_dir) > strlen(own) &&
+		    strcmp(helper_dir + strlen(helper_dir) - strlen(own), own) == 0);
+	ASSERT_TRUE(strcmp(own + strlen(own) - strlen("/helper"), "/helper") == 0);
+
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		char procs[PATH_MAX + 16], me[16];
+		int fd, n;
+
+		snprintf(procs, sizeof(procs), "%s/cgroup.procs", helper_dir);
+		n = snprintf(me, sizeof(me), "%d", (int) getpid());
+		fd = open(procs, O_WRONLY | O_CLOEXEC);
+		if (fd < 0 || write(fd, me, (size_t) n) != n)
+			_exit(10);
+		close(fd);
+		if (try_here("tcp", AF_INET, "127.0.0.1", p1) != EPERM)
+			_exit(11);
+		if (try_here("udp", AF_INET, "127.0.0.1", p1) != EPERM)
+			_exit(12);
+		if (try_here("tcp", AF_INET6, "::1", p1) != EPERM)
+			_exit(13);
+		_exit(0);
+	}
+	ASSERT_TRUE(pid > 0);
+	ASSERT_EQ(waitpid(pid, &status, 0), pid);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fprintf(stderr, "  in the helper's cgroup: exit %d (10: move, 11: tcp, 12: udp, 13: tcp6 "
+				"not EPERM)\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* reported like any denial, as the core's list */
+	ASSERT_TRUE(wait_denials(eg, &seen, 3) >= 3);
+	snprintf(line, sizeof(line), "127.0.0.1:%d", p1);
+	ASSERT_TRUE(seen_denial(&seen, line, (uint32_t) pid, EGRESS_CORE, IPPROTO_TCP));
+
+	eg = egress_free(eg);
+	ASSERT_TRUE(access(helper_dir, F_OK) < 0 && errno == ENOENT);
+	return 0;
+}
+
+TEST(helper_has_no_route_out)
+{
+	SETUP();
+	ASSERT_EQ(in_child(child_helper), 0);
+	/* control: from outside the tree the same destinations answer */
+	ASSERT_EQ(try_here("tcp", AF_INET, "127.0.0.1", p1), 0);
+	ASSERT_EQ(try_here("udp", AF_INET, "127.0.0.1", p1), 0);
+	ASSERT_EQ(try_here("tcp", AF_INET6, "::1", p1), 0);
+	return 0;
+}
+
 static int sync_rd[2], sync_wr[2];
 
 static int child_hold(void)

@@ -25,6 +25,8 @@ struct egress_bpf_set {
 	struct egress_bpf *skel[_EGRESS_TIER_MAX]; /* owned */
 	int cgroup_fd[_EGRESS_TIER_MAX];          /* owned; -EBADF = not attached */
 	bool attached[_EGRESS_TIER_MAX][4];
+	int helper_cgroup_fd;    /* owned; the helper's cgroup, with the core's programs */
+	bool helper_attached[4];
 	uint32_t gen[_EGRESS_TIER_MAX]; /* current generation of each allow-list */
 	struct ring_buffer *rb;         /* owned */
 	void (*cb)(const struct egress_event *ev, void *userdata);
@@ -116,6 +118,7 @@ int egress_bpf_set_new(struct egress_bpf_set **ret, struct errmsg *e)
 		return -ENOMEM;
 	for (int t = 0; t < _EGRESS_TIER_MAX; t++)
 		s->cgroup_fd[t] = -EBADF;
+	s->helper_cgroup_fd = -EBADF;
 	for (int t = 0; t < _EGRESS_TIER_MAX; t++) {
 		struct egress_bpf *skel = egress_bpf__open();
 
@@ -164,6 +167,25 @@ int egress_bpf_set_attach(struct egress_bpf_set *s, enum egress_tier tier, const
 			return errmsg_set(e, -errno, "the kernel refused to attach %s to %s: %s",
 					  bpf_program__name(progs[h]), cgroup_dir, strerror(errno));
 		s->attached[tier][h] = true;
+	}
+	return 0;
+}
+
+int egress_bpf_set_attach_helper(struct egress_bpf_set *s, const char *cgroup_dir,
+				 struct errmsg *e)
+{
+	int fds[4];
+
+	assert_return(s && s->skel[EGRESS_CORE] && s->helper_cgroup_fd < 0, -EINVAL);
+	s->helper_cgroup_fd = open(cgroup_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (s->helper_cgroup_fd < 0)
+		return errmsg_set(e, -errno, "cannot open cgroup %s: %s", cgroup_dir, strerror(errno));
+	egress_bpf_set_prog_fds(s, EGRESS_CORE, fds);
+	for (int h = 0; h < 4; h++) {
+		if (bpf_prog_attach(fds[h], s->helper_cgroup_fd, hook_types[h], BPF_F_ALLOW_MULTI) < 0)
+			return errmsg_set(e, -errno, "the kernel refused to attach the core's programs "
+					  "to %s: %s", cgroup_dir, strerror(errno));
+		s->helper_attached[h] = true;
 	}
 	return 0;
 }
@@ -315,6 +337,15 @@ struct egress_bpf_set *egress_bpf_set_free(struct egress_bpf_set *s)
 	if (!s)
 		return NULL;
 	ring_buffer__free(s->rb);
+	if (s->helper_cgroup_fd >= 0) {
+		int fds[4];
+
+		egress_bpf_set_prog_fds(s, EGRESS_CORE, fds);
+		for (int h = 0; h < 4; h++)
+			if (s->helper_attached[h])
+				(void) bpf_prog_detach2(fds[h], s->helper_cgroup_fd, hook_types[h]);
+		(void) close(s->helper_cgroup_fd);
+	}
 	for (int t = 0; t < _EGRESS_TIER_MAX; t++) {
 		int fds[4];
 

@@ -36,6 +36,12 @@ int egress_bpf_set_new(struct egress_bpf_set **ret, struct errmsg *e);
 int egress_bpf_set_attach(struct egress_bpf_set *s, enum egress_tier tier, const char *cgroup_dir,
 			  struct errmsg *e);
 
+/* Attaches the core's programs (its empty allow-list) to one more cgroup: the privileged
+ * helper's own, so that the one process of the tree that keeps root has no route out either.
+ * Once per set; detached by egress_bpf_set_free(). */
+int egress_bpf_set_attach_helper(struct egress_bpf_set *s, const char *cgroup_dir,
+				 struct errmsg *e);
+
 /* Replaces the tier's allow-list (see the generation scheme in bpf/egress-abi.h). On failure the
  * old list stays in force. */
 int egress_bpf_set_allow(struct egress_bpf_set *s, enum egress_tier tier,

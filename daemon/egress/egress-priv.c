@@ -353,6 +353,10 @@ static void cleanup(struct priv *p)
 	}
 	if (cgroup2_kill_all(cfg->tier_dir[EGRESS_CORE]) < 0)
 		(void) cgroup2_kill_all(cfg->tier_dir[EGRESS_CORE]);
+	/* We leave our own cgroup last (a cgroup with a process cannot be removed); what is
+	 * left of our work here is detaching and rmdir. */
+	if (cgroup2_move(cfg->orig_dir, getpid(), &e) < 0)
+		fprintf(stderr, "molly egress helper: %s\n", e.text);
 	p->bpf = egress_bpf_set_free(p->bpf);
 	if (cgroup2_remove_tree(cfg->root_dir, &e) < 0)
 		fprintf(stderr, "molly egress helper: %s\n", e.text);
@@ -415,6 +419,12 @@ _Noreturn void egress_priv_main(const struct priv_config *cfg)
 		r = egress_bpf_set_new(&p.bpf, &e);
 	for (int t = 0; r >= 0 && t < _EGRESS_TIER_MAX; t++)
 		r = egress_bpf_set_attach(p.bpf, (enum egress_tier) t, cfg->tier_dir[t], &e);
+	/* Our own cgroup, filtered like the core (we open no inet socket, ever: a connect from
+	 * here is EPERM and a denial). Before the reply, so no request is served unfiltered. */
+	if (r >= 0)
+		r = egress_bpf_set_attach_helper(p.bpf, cfg->helper_dir, &e);
+	if (r >= 0)
+		r = cgroup2_move(cfg->helper_dir, getpid(), &e);
 	if (r >= 0 && (r = egress_bpf_set_fd(p.bpf)) < 0)
 		errmsg_set(&e, r, "cannot map the denial ring buffer: %s", strerror(-r));
 	reply(cfg->ctl_fd, r < 0 ? r : 0, getpid(), -1, r < 0 ? e.text : NULL);

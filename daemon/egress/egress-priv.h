@@ -80,6 +80,7 @@ struct priv_config {
 	char worker_path[PATH_MAX];
 	char root_dir[PATH_MAX];                      /* the subtree */
 	char tier_dir[_EGRESS_TIER_MAX][PATH_MAX]; /* root_dir/core, /t1, ... */
+	char helper_dir[PATH_MAX];                    /* root_dir/helper: the helper itself */
 	char orig_dir[PATH_MAX];                      /* the core's cgroup before egress_start() */
 };
 

@@ -30,6 +30,7 @@ struct egress {
 	pid_t helper; /* our child */
 	char root_dir[PATH_MAX];
 	char tier_dir[_EGRESS_TIER_MAX][PATH_MAX];
+	char helper_dir[PATH_MAX];
 	uint64_t lost;
 	void (*on_exit)(pid_t pid, enum egress_tier tier, int wait_status, void *userdata);
 	void *exit_userdata;
@@ -317,6 +318,11 @@ const char *egress_cgroup_path(struct egress *eg, enum egress_tier tier)
 	return eg->tier_dir[tier];
 }
 
+const char *egress_helper_cgroup_path(struct egress *eg)
+{
+	return eg ? eg->helper_dir : NULL;
+}
+
 /* ---- start and end ---- */
 
 int egress_supported(struct errmsg *e)
@@ -499,6 +505,17 @@ int egress_start(const char *instance, const char *worker_path, uid_t worker_uid
 					  strerror(-r));
 		}
 	}
+	/* The helper's own: it keeps root, so it gets the core's empty list too (no route out
+	 * for the one process of the tree that could still do harm with one). */
+	if ((size_t) snprintf(eg->helper_dir, sizeof(eg->helper_dir), "%s/helper", eg->root_dir) >=
+	    sizeof(eg->helper_dir))
+		return -ENAMETOOLONG;
+	if (mkdir(eg->helper_dir, 0755) < 0) {
+		r = -errno;
+		(void) cgroup2_remove_tree(eg->root_dir, NULL);
+		return errmsg_set(e, r, "egress: cannot create cgroup %s: %s", eg->helper_dir,
+				  strerror(-r));
+	}
 
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) < 0) {
 		r = -errno;
@@ -518,6 +535,7 @@ int egress_start(const char *instance, const char *worker_path, uid_t worker_uid
 	snprintf(cfg->root_dir, sizeof(cfg->root_dir), "%s", eg->root_dir);
 	for (int t = 0; t < _EGRESS_TIER_MAX; t++)
 		snprintf(cfg->tier_dir[t], sizeof(cfg->tier_dir[t]), "%s", eg->tier_dir[t]);
+	snprintf(cfg->helper_dir, sizeof(cfg->helper_dir), "%s", eg->helper_dir);
 	snprintf(cfg->orig_dir, sizeof(cfg->orig_dir), "%s", own);
 
 	fflush(NULL); /* nothing buffered twice */

@@ -14,6 +14,8 @@
  *               included (AF_UNIX, D-Bus and its own listening sockets are unaffected)
  *       t1/ t2/ t3/   one per remote tier: the molly-egress workers, each allowed only what
  *               egress_set_allowed() gave its tier
+ *       helper/ the privileged helper: the core's programs and list (empty), so the process
+ *               that keeps root has no route out either
  *
  * A privileged helper process (forked by egress_start(), keeps root) owns the BPF objects and
  * does everything that needs privileges later: allow-list updates, starting workers into their
@@ -130,6 +132,10 @@ int egress_process(struct egress *eg, void (*on_denial)(const struct egress_deni
 
 /* Absolute path of a tier's cgroup directory; valid until egress_free(). NULL for a bad tier. */
 const char *egress_cgroup_path(struct egress *eg, enum egress_tier tier);
+
+/* The privileged helper's cgroup (<root>/helper, with the core's programs: no inet destination
+ * at all); valid until egress_free(). */
+const char *egress_helper_cgroup_path(struct egress *eg);
 
 /*
  * Kills workers, detaches programs, removes the subtree (the helper first moves the calling

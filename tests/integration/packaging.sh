@@ -49,9 +49,23 @@ units=/usr/lib/systemd/system
 cp -an "$units/." "$D/usr/lib/systemd/system/" 2>/dev/null || true
 mkdir -p "$D/bin"
 cp /bin/kill "$D/bin/kill"
-out=$(cd / && systemd-analyze verify --root="$D" mollyd.service 2>&1) || fail "systemd-analyze verify: $out"
+# (--man=no: the unit's Documentation= names man pages, which are in $D, not where man looks;
+# tests/packages/packages.sh verifies the installed unit with them)
+out=$(cd / && systemd-analyze verify --man=no --root="$D" mollyd.service 2>&1) || fail "systemd-analyze verify: $out"
 [ -z "$out" ] || fail "systemd-analyze verify warned: $out"
 pass "systemd-analyze verify mollyd.service"
+
+# The devices mollyd opens are in the unit's device cgroup: /dev/molly-control (kmod-shim) and
+# /dev/cuse (the CUSE fallback) are misc character devices (major 10), which
+# DeviceAllow=char-misc admits under DevicePolicy=closed.
+grep -qx 'DevicePolicy=closed' "$unit" || fail "the unit's DevicePolicy= is not closed"
+grep -qx 'DeviceAllow=char-misc rw' "$unit" || fail "the unit does not allow char-misc"
+grep -qE '^ *10 misc$' /proc/devices || fail "major 10 is not 'misc' in /proc/devices"
+for d in /dev/cuse /dev/molly-control; do
+	[ -c "$d" ] || continue
+	[ "$(stat -c %t "$d")" = a ] || fail "$d is not a misc device (major $((16#$(stat -c %t "$d"))))"
+done
+pass "the unit's device cgroup admits /dev/molly-control and /dev/cuse (char-misc)"
 
 # The egress drop-in (`molly config apply`): IPAddressDeny=any plus the targets' addresses;
 # the unit with it still verifies.
@@ -70,7 +84,7 @@ grep -qx 'IPAddressDeny=any' "$dropin" || fail "drop-in without IPAddressDeny=an
 grep -qx 'IPAddressAllow=localhost' "$dropin" || fail "drop-in without localhost"
 grep -qx 'IPAddressAllow=127.0.0.1' "$dropin" || fail "drop-in without T1's address"
 grep -qx 'IPAddressAllow=::1' "$dropin" || fail "drop-in without T3's address"
-out=$(cd / && systemd-analyze verify --root="$D" mollyd.service 2>&1) || fail "verify with the drop-in: $out"
+out=$(cd / && systemd-analyze verify --man=no --root="$D" mollyd.service 2>&1) || fail "verify with the drop-in: $out"
 [ -z "$out" ] || fail "systemd-analyze verify warned with the drop-in: $out"
 "$MOLLY_BUILD_DIR/bin/molly" config apply --config "$D/nonexistent.conf" --out "$D/x" 2>/dev/null &&
 	fail "config apply accepted a missing file"
