@@ -577,7 +577,7 @@ static int child_helper(void)
 	own[0] = 0;
 	while (fgets(line, sizeof(line), f))
 		if (strncmp(line, "0::", 3) == 0)
-			snprintf(own, sizeof(own), "%s", line + 3);
+			snprintf(own, sizeof(own), "%.*s", (int) sizeof(own) - 1, line + 3);
 	fclose(f);
 	own[strcspn(own, "\n")] = 0;
 	ASSERT_TRUE(own[0] != 0);
