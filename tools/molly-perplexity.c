@@ -305,7 +305,7 @@ static int eval_doc(const char *text, size_t len, const char *source, const char
 	_cleanup_free_ double *nll = NULL;
 	struct group *g[3];
 	double sum[N_SCORERS] = {};
-	size_t n;
+	size_t n = 0;
 	int r;
 
 	r = tokenize(ev->v, text, len, &ids, &n);
@@ -349,7 +349,7 @@ static int count_doc(const char *text, size_t len, const char *source, const cha
 {
 	struct eval *ev = userdata;
 	_cleanup_free_ int32_t *ids = NULL;
-	size_t n;
+	size_t n = 0;
 	int r;
 
 	(void) source;

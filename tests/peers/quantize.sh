@@ -60,6 +60,11 @@ if [ -s "$tiny" ]; then
 		fail "molly-quantize tiny"
 	models="$models tiny-q8_0 tiny-q4_0 tiny-mix"
 fi
+# the shipped default model (issue 20), once it is committed: as it is in the repository
+if [ -s "$src/models/molly-mini.gguf" ]; then
+	ln -s "$src/models/molly-mini.gguf" "$tmp/molly-mini.gguf"
+	models="$models molly-mini"
+fi
 port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 for m in $models; do
 	prompt="The package manager installs"
