@@ -13,13 +13,13 @@
  * (as in training). Its targets are tokens 1..n-1 (not BOS; no EOS is appended): every target
  * is scored with -ln p(token | the tokens before it).
  *
- * Window (sliding): a document is run in windows of --ctx tokens (default: the model's
- * training context), each started from an empty cache at position 0, the next one --stride
- * tokens later (default ctx/2); a window scores only the targets no earlier window scored.
- * So a target sees all tokens before it when it is within the first ctx of its document,
- * and at least ctx - stride of them otherwise. --stride equal to --ctx gives disjoint chunks
- * (cheaper, each chunk's first targets see little context). Only the first window starts
- * with BOS.
+ * Window (sliding, daemon/engine/perplexity.h): a document is run in windows of --ctx tokens
+ * (default: the model's training context), each started from an empty cache at position 0,
+ * the next one --stride tokens later (default ctx/2); a window scores only the targets no
+ * earlier window scored. So a target sees all tokens before it when it is within the first
+ * ctx of its document, and at least ctx - stride of them otherwise. --stride equal to --ctx
+ * gives disjoint chunks (cheaper, each chunk's first targets see little context). Only the
+ * first window starts with BOS.
  *
  * Figures, token-weighted (a group's total NLL over its number of targets):
  *   ppl = exp(Σ NLL / tokens)       bits/byte = Σ NLL / ln 2 / the documents' UTF-8 bytes
@@ -43,15 +43,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/forward.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/ngram.h"
+#include "engine/perplexity.h"
 #include "engine/threadpool.h"
 #include "engine/vocab.h"
 
 #define MAX_GROUPS 256
-#define MAX_BATCH  256 /* rows per forward call */
 
 enum { SCORER_MODEL, SCORER_UNIGRAM, SCORER_BIGRAM, N_SCORERS };
 static const char *const scorer_names[N_SCORERS] = { "model", "unigram", "bigram" };
@@ -76,13 +75,7 @@ struct eval {
 	struct ngram *ngram;    /* borrowed; NULL without --baselines */
 	struct threadpool *pool; /* borrowed */
 	uint32_t ctx, stride, n_vocab;
-	/* forward scratch (owned) */
-	struct forward_ws *ws;
-	struct kv_store kv;
-	uint32_t *blocks;
-	uint32_t n_blocks;
-	struct forward_row *rows;
-	float *logits;
+	struct ppl *ppl;        /* borrowed; NULL with --no-model */
 	struct group groups[MAX_GROUPS];
 	size_t n_groups;
 	uint64_t n_docs;
@@ -190,111 +183,6 @@ static struct group *group_get(struct eval *ev, const char *kind, const char *va
 	return &ev->groups[ev->n_groups++];
 }
 
-/* ---- the model's NLL ---- */
-
-/* -ln softmax(z)[y], in double. */
-static double nll_of(const float *z, uint32_t n, int32_t y)
-{
-	double max = z[0], sum = 0.0;
-
-	for (uint32_t i = 1; i < n; i++)
-		max = fmax(max, z[i]);
-	for (uint32_t i = 0; i < n; i++)
-		sum += exp((double) z[i] - max);
-	return log(sum) + max - (double) z[y];
-}
-
-static int scratch_new(struct eval *ev)
-{
-	int r;
-
-	ev->n_blocks = (ev->ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
-	ev->kv.page_bytes = forward_kv_block_bytes(ev->m);
-	ev->kv.base = malloc((size_t) ev->n_blocks * ev->kv.page_bytes);
-	ev->blocks = malloc(ev->n_blocks * sizeof(*ev->blocks));
-	ev->rows = malloc(MAX_BATCH * sizeof(*ev->rows));
-	ev->logits = malloc((size_t) MAX_BATCH * ev->n_vocab * sizeof(*ev->logits));
-	if (!ev->kv.base || !ev->blocks || !ev->rows || !ev->logits)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < ev->n_blocks; i++)
-		ev->blocks[i] = i;
-	r = forward_ws_new(ev->m, MAX_BATCH, ev->ctx, 1, threadpool_n_threads(ev->pool), &ev->ws);
-	return r;
-}
-
-static void scratch_free(struct eval *ev)
-{
-	free(ev->kv.base);
-	free(ev->blocks);
-	free(ev->rows);
-	free(ev->logits);
-	forward_ws_free(ev->ws);
-}
-
-/*
- * Runs ids[a..b) as one window from an empty cache and adds the NLL of every target ids[j+1]
- * with j in [from, b) to nll[j + 1] (from >= a: positions before it were scored already).
- */
-static int run_window(struct eval *ev, const int32_t *ids, size_t a, size_t b, size_t from,
-		      double *nll)
-{
-	struct forward_seq seq = { .blocks = ev->blocks, .n_blocks = ev->n_blocks };
-
-	for (size_t done = a; done < b;) {
-		uint32_t chunk = (uint32_t) MIN((size_t) MAX_BATCH, b - done);
-		uint32_t n_logits = 0;
-		struct forward_batch batch = {
-			.rows = ev->rows,
-			.n_rows = chunk,
-			.seqs = &seq,
-			.logits = ev->logits,
-		};
-		int r;
-
-		for (uint32_t i = 0; i < chunk; i++) {
-			size_t j = done + i;
-
-			ev->rows[i] = (struct forward_row){
-				.token = ids[j],
-				.pos = (uint32_t) (j - a),
-				.logits_index = j >= from ? (int32_t) n_logits++ : -1,
-			};
-		}
-		r = model_forward(ev->m, ev->ws, ev->pool, &ev->kv, &batch);
-		if (r < 0)
-			return r;
-		for (uint32_t i = 0, k = 0; i < chunk; i++) {
-			size_t j = done + i;
-
-			if (j < from)
-				continue;
-			nll[j + 1] = nll_of(ev->logits + (size_t) k++ * ev->n_vocab, ev->n_vocab,
-					    ids[j + 1]);
-		}
-		done += chunk;
-	}
-	return 0;
-}
-
-/* nll[t] for every target t = 1..n-1 of one document, with the sliding window above. */
-static int model_nll(struct eval *ev, const int32_t *ids, size_t n, double *nll)
-{
-	size_t m = n - 1; /* input positions that predict a target: 0..n-2 */
-	size_t a = 0, scored = 0;
-
-	for (;;) {
-		size_t b = MIN(a + ev->ctx, m);
-		int r = run_window(ev, ids, a, b, scored, nll);
-
-		if (r < 0)
-			return r;
-		scored = b;
-		if (b == m)
-			return 0;
-		a += ev->stride;
-	}
-}
-
 /* ---- per document ---- */
 
 static int eval_doc(const char *text, size_t len, const char *source, const char *lang,
@@ -320,8 +208,8 @@ static int eval_doc(const char *text, size_t len, const char *source, const char
 		nll = calloc(n, sizeof(*nll));
 		if (!nll)
 			return -ENOMEM;
-		if (ev->m) {
-			r = model_nll(ev, ids, n, nll);
+		if (ev->ppl) {
+			r = ppl_doc_nll(ev->ppl, ids, n, nll);
 			if (r < 0)
 				return r;
 			for (size_t t = 1; t < n; t++)
@@ -373,7 +261,7 @@ static int group_order(const void *a, const void *b)
 
 static bool scorer_on(const struct eval *ev, int s)
 {
-	return s == SCORER_MODEL ? ev->m != NULL : ev->ngram != NULL;
+	return s == SCORER_MODEL ? ev->ppl != NULL : ev->ngram != NULL;
 }
 
 static void print_text(const struct eval *ev)
@@ -504,6 +392,7 @@ static int run(const struct options *o)
 	_cleanup_(vocab_freep) struct vocab *own_vocab = NULL;
 	_cleanup_(ngram_freep) struct ngram *ngram = NULL;
 	_cleanup_(threadpool_freep) struct threadpool *pool = NULL;
+	_cleanup_(ppl_freep) struct ppl *ppl = NULL;
 	struct eval ev = { .o = o };
 	struct errmsg e = {};
 	int r;
@@ -541,12 +430,12 @@ static int run(const struct options *o)
 		if (r < 0)
 			return r;
 		ev.pool = pool;
-		r = scratch_new(&ev);
+		r = ppl_new(m, pool, ev.ctx, ev.stride, &ppl);
 		if (r < 0) {
-			scratch_free(&ev);
 			fprintf(stderr, "molly-perplexity: workspace: %s\n", strerror(-r));
 			return r;
 		}
+		ev.ppl = ppl;
 	}
 	if (o->baselines) {
 		r = ngram_new(ev.n_vocab, &ngram);
@@ -557,14 +446,12 @@ static int run(const struct options *o)
 		if (r >= 0)
 			r = ngram_finish(ngram);
 		if (r < 0) {
-			scratch_free(&ev);
 			fprintf(stderr, "molly-perplexity: %s (split %s): %s\n", o->data,
 				o->train_split, strerror(-r));
 			return r;
 		}
 	}
 	r = for_each_doc(o->data, o->split, o->max_docs, eval_doc, &ev);
-	scratch_free(&ev);
 	if (r < 0) {
 		fprintf(stderr, "molly-perplexity: %s: %s\n", o->data, strerror(-r));
 		goto out;
