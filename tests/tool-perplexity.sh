@@ -6,7 +6,8 @@
 #   - a model whose logits are all 0 (output_norm zeroed) has perplexity = vocabulary size;
 #   - groups: per source and language sums add up to "all"; --stride = --ctx (chunks) and a
 #     small sliding window run; the unigram/bigram baselines equal a Python recomputation
-#     from the formulas in daemon/engine/ngram.h on the same token ids.
+#     from the formulas in daemon/engine/ngram.h on the same token ids;
+#   - tools/eval-default-model.sh runs on it and writes its table.
 set -u
 bin=${MOLLY_BIN_DIR:?}
 src=${MOLLY_SOURCE_DIR:?}
@@ -144,4 +145,13 @@ assert abs(a["unigram"]["nll"] - nu) < 1e-9 and abs(a["bigram"]["nll"] - nb) < 1
 print("  baselines: unigram ppl %.6g, bigram ppl %.6g (D %.4f) as recomputed; model %.6g" % (
     a["unigram"]["ppl"], a["bigram"]["ppl"], D, a["model"]["ppl"]))
 PY
+
+# ---- tools/eval-default-model.sh on the toy corpus: three runs, one table ----
+mkdir -p "$tmp/corpus" "$tmp/work"
+cp "$tmp/docs.jsonl" "$tmp/corpus/docs.jsonl"
+"$src/tools/eval-default-model.sh" --work "$tmp/work" --bin "$bin" --model "$tmp/m.gguf" \
+	--corpus "$tmp/corpus" >"$tmp/eval.out" 2>&1 || fail "eval-default-model.sh: $(tail -5 "$tmp/eval.out")"
+grep -q '^| all | 36 | [0-9.]* (' "$tmp/work/eval/table.md" ||
+	fail "eval table: $(cat "$tmp/work/eval/table.md")"
+[ "$(grep -c '^| ' "$tmp/work/eval/table.md")" = 8 ] || fail "eval table rows"
 echo "tool-perplexity: ok"
