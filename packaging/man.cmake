@@ -10,13 +10,15 @@ endif()
 if(MOLLY_SCDOC AND NOT MOLLY_MAN STREQUAL "OFF")
   set(_molly_man_src ${CMAKE_SOURCE_DIR}/docs/man)
   set(_molly_man_out ${CMAKE_BINARY_DIR}/man)
-  set(_molly_pages mollyd.8 mollyd.conf.5 molly.1 molly.4 molly-run.1 molly-bench.1)
+  set(_molly_pages mollyd.8 mollyd.conf.5 molly.1 molly.4 molly-run.1 molly-bench.1
+      molly-quantize.1 molly-perplexity.1)
   if(TARGET molly-train)
     list(APPEND _molly_pages molly-train.1)
   endif()
   # name -> the page that documents it
   set(_molly_man_links molly-tokenize.1:molly-run.1 molly-gguf.1:molly-run.1
       molly-mkmodel.1:molly-run.1 molly-adapter.1:molly-run.1 molly-mkadapter.1:molly-run.1
+      molly-bpe-train.1:molly-run.1
       molly-bench-gateway.1:molly-bench.1 molly-bench-policy.1:molly-bench.1
       molly-bench-route.1:molly-bench.1 molly-bench-registry.1:molly-bench.1
       molly-bench-egress.1:molly-bench.1 molly-bench-sensitive.1:molly-bench.1
