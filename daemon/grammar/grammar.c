@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +54,18 @@ struct parser {
 	uint64_t total; /* elements emitted, for the size limit */
 	struct errmsg *e;
 };
+
+
+/* A byte of the grammar as an error message shows it: itself when printable ASCII, else
+ * \xNN (messages are UTF-8, and a lone byte of a multi-byte character is not). */
+static const char *shown_byte(char c, char buf[8])
+{
+	if ((unsigned char) c >= 0x20 && (unsigned char) c < 0x7f)
+		snprintf(buf, 8, "%c", c);
+	else
+		snprintf(buf, 8, "\\x%02x", (unsigned char) c);
+	return buf;
+}
 
 static int grow(void **p, uint32_t *cap, uint32_t need, size_t size)
 {
@@ -266,7 +279,8 @@ static int parse_char(struct parser *p, uint32_t *ret)
 		*ret = (uint32_t) (unsigned char) p->s[-1];
 		return 0;
 	default:
-		return errmsg_set(p->e, -EINVAL, "line %u: unknown escape '\\%c'", p->line, p->s[-1]);
+		return errmsg_set(p->e, -EINVAL, "line %u: unknown escape '\\%s'", p->line,
+				  shown_byte(p->s[-1], (char[8]){ 0 }));
 	}
 }
 
@@ -583,8 +597,13 @@ static int parse_rules(struct parser *p)
 		while (p->s < p->end && is_name_char(*p->s))
 			p->s++;
 		if (p->s == name)
-			return errmsg_set(p->e, -EINVAL, "line %u: expected a rule name, found '%c'",
-					  p->line, *p->s);
+			return p->s < p->end
+				       ? errmsg_set(p->e, -EINVAL,
+						    "line %u: expected a rule name, found '%s'", p->line,
+						    shown_byte(*p->s, (char[8]){ 0 }))
+				       : errmsg_set(p->e, -EINVAL,
+						    "line %u: expected a rule name, found the end",
+						    p->line);
 		k = rule_lookup(p, name, (size_t) (p->s - name), &r);
 		if (k < 0)
 			return k;
@@ -602,7 +621,8 @@ static int parse_rules(struct parser *p)
 		if (k < 0)
 			return k;
 		if (p->s < p->end && *p->s != '\n')
-			return errmsg_set(p->e, -EINVAL, "line %u: unexpected '%c'", p->line, *p->s);
+			return errmsg_set(p->e, -EINVAL, "line %u: unexpected '%s'", p->line,
+					  shown_byte(*p->s, (char[8]){ 0 }));
 	}
 }
 

@@ -437,10 +437,12 @@ static int get_count(struct schema_gbnf *b, struct json_object *s, const char *k
 	if (json_object_get_type(v) == json_type_double) {
 		double d = json_object_get_double(v);
 
-		if (d != floor(d))
+		if (d != floor(d)) /* NaN too (the infinities are whole: clamped below) */
 			return errmsg_set(b->e, -EINVAL, "'%s' at '%s' must be a whole number", key,
 					  path);
-		x = (int64_t) d;
+		/* out of int64_t's range the cast is undefined: a count that large is as good
+		 * as unbounded, the signs as they are */
+		x = d >= 0x1p62 ? INT64_C(1) << 62 : d <= -0x1p62 ? -1 : (int64_t) d;
 	} else if (json_object_get_type(v) == json_type_int) {
 		x = json_object_get_int64(v);
 	} else {
