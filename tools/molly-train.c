@@ -122,7 +122,7 @@ int main(int argc, char **argv)
 	enum { O_FORMAT = 256, O_RANK, O_ALPHA, O_DROPOUT, O_TARGETS, O_FULL, O_STEPS, O_EPOCHS,
 	       O_LR, O_WARMUP, O_SCHED, O_WD, O_CLIP, O_ACCUM, O_BATCH, O_SEQ, O_NOPACK, O_RECOMP,
 	       O_SEED, O_THREADS, O_CKPT, O_CKPT_EVERY, O_RESUME, O_JSON, O_DUMP, O_INITB,
-	       O_MODEL, O_DATA, O_OUT, O_HELP };
+	       O_MODEL, O_DATA, O_OUT, O_HELP, O_STOP_AFTER };
 	static const struct option opts[] = {
 		{ "model", 1, 0, O_MODEL },     { "data", 1, 0, O_DATA },
 		{ "out", 1, 0, O_OUT },         { "format", 1, 0, O_FORMAT },
@@ -139,6 +139,7 @@ int main(int argc, char **argv)
 		{ "checkpoint-every", 1, 0, O_CKPT_EVERY }, { "resume", 0, 0, O_RESUME },
 		{ "json", 0, 0, O_JSON },       { "dump", 1, 0, O_DUMP },
 		{ "init-b-std", 1, 0, O_INITB }, { "help", 0, 0, O_HELP },
+		{ "stop-after", 1, 0, O_STOP_AFTER },
 		{ 0 },
 	};
 	struct train_config c = {
@@ -209,6 +210,7 @@ int main(int argc, char **argv)
 		case O_JSON: ui.json = true; break;
 		case O_DUMP: c.dump_dir = optarg; break;
 		case O_INITB: bad = parse_f(optarg, &f) || !(f >= 0); c.net.init_b_std = (float) f; break;
+		case O_STOP_AFTER: bad = parse_u64(optarg, &c.stop_after); break;
 		case O_HELP: case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}

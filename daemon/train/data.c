@@ -353,40 +353,67 @@ static uint64_t splitmix64(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
+static void shuffle(uint32_t *a, size_t n, uint64_t s)
+{
+	for (size_t i = n; i > 1; i--) { /* Fisher-Yates */
+		size_t j = (size_t) (splitmix64(&s) % i);
+		uint32_t t = a[i - 1];
+
+		a[i - 1] = a[j];
+		a[j] = t;
+	}
+}
+
 int train_epoch_plan(const struct train_data *d, uint64_t seed, uint64_t epoch, uint32_t len,
 		     bool pack, struct train_epoch *ret)
 {
-	uint64_t s = seed ^ (0xda7a5eedull + epoch * 0x9e3779b97f4a7c15ull);
 	size_t n = d->n_samples, rows = 0;
-	uint32_t used = 0;
+	uint32_t used = 0, *order = malloc(n * sizeof(uint32_t)), *perm = NULL;
+	size_t *start = malloc((n + 1) * sizeof(size_t));
+	int r = -ENOMEM;
 
-	ret->order = malloc(n * sizeof(*ret->order));
-	ret->row_start = malloc((n + 1) * sizeof(*ret->row_start));
-	if (!ret->order || !ret->row_start) {
-		train_epoch_done(ret);
-		return -ENOMEM;
-	}
+	*ret = (struct train_epoch){ 0 };
+	if (!order || !start)
+		goto out;
+	/* The rows are packed once, from one shuffle of the samples, so every epoch has the
+	 * same number of rows (the step → batch mapping stays fixed); each epoch then visits
+	 * the rows in its own order. */
 	for (size_t i = 0; i < n; i++)
-		ret->order[i] = (uint32_t) i;
-	for (size_t i = n; i > 1; i--) { /* Fisher-Yates */
-		size_t j = (size_t) (splitmix64(&s) % i);
-		uint32_t t = ret->order[i - 1];
-
-		ret->order[i - 1] = ret->order[j];
-		ret->order[j] = t;
-	}
+		order[i] = (uint32_t) i;
+	shuffle(order, n, seed ^ 0xda7a5eedull);
 	for (size_t i = 0; i < n; i++) {
-		uint32_t sl = d->samples[ret->order[i]].n;
+		uint32_t sl = d->samples[order[i]].n;
 
 		if (i == 0 || !pack || used + sl > len) {
-			ret->row_start[rows++] = i;
+			start[rows++] = i;
 			used = 0;
 		}
 		used += sl;
 	}
+	start[rows] = n;
+	perm = malloc(rows * sizeof(uint32_t));
+	ret->order = malloc(n * sizeof(uint32_t));
+	ret->row_start = malloc((rows + 1) * sizeof(size_t));
+	if (!perm || !ret->order || !ret->row_start)
+		goto out;
+	for (size_t i = 0; i < rows; i++)
+		perm[i] = (uint32_t) i;
+	shuffle(perm, rows, seed ^ (0x5ca1ab1eull + (epoch + 1) * 0x9e3779b97f4a7c15ull));
+	for (size_t i = 0, k = 0; i < rows; i++) {
+		ret->row_start[i] = k;
+		for (size_t j = start[perm[i]]; j < start[perm[i] + 1]; j++)
+			ret->order[k++] = order[j];
+	}
 	ret->row_start[rows] = n;
 	ret->n_rows = rows;
-	return 0;
+	r = 0;
+out:
+	free(order);
+	free(start);
+	free(perm);
+	if (r < 0)
+		train_epoch_done(ret);
+	return r;
 }
 
 void train_epoch_done(struct train_epoch *ep)

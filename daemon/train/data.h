@@ -15,10 +15,11 @@
  * start. Errors name the file, the line and the field: "data.jsonl:3: field 'completion':
  * expected a string".
  *
- * Samples longer than the sequence length are cut (counted in n_truncated). Batches: each
- * epoch shuffles the samples (seeded by seed and epoch), then fills rows of len tokens in
- * that order, several samples to a row when packing (positions restart and attention stops
- * at each sample's start), and cuts the rows into batches of n_seq (the last one smaller).
+ * Samples longer than the sequence length are cut (counted in n_truncated). Batches: the
+ * samples are shuffled once (seeded) and fill rows of at most len tokens in that order,
+ * several samples to a row when packing (positions restart and attention stops at each
+ * sample's start); each epoch visits the rows in its own seeded order, cut into batches of
+ * n_seq rows (the last one smaller). A batch's rows are as long as its longest row.
  */
 #pragma once
 

@@ -53,11 +53,11 @@ static int run_hash(const struct train_config *c, uint8_t out[32], struct errmsg
 	snprintf(opts, sizeof(opts),
 		 "mode=%d rank=%u alpha=%a dropout=%a targets=%u seed=%" PRIu64 " initb=%a "
 		 "lr=%a b1=%a b2=%a eps=%a wd=%a clip=%a warmup=%u total=%" PRIu64 " sched=%d "
-		 "batch=%u len=%u accum=%u threads=%u pack=%d",
+		 "batch=%u len=%u accum=%u pack=%d",
 		 c->net.mode, c->net.rank, c->net.alpha, c->net.dropout, c->net.targets, c->net.seed,
 		 c->net.init_b_std, c->optim.lr, c->optim.beta1, c->optim.beta2, c->optim.eps,
 		 c->optim.weight_decay, c->optim.clip, c->optim.warmup, c->optim.total_steps,
-		 c->optim.sched, c->batch, c->seq_len, c->accum, c->threads, c->pack);
+		 c->optim.sched, c->batch, c->seq_len, c->accum, c->pack);
 	sha256_update(&h, opts, strlen(opts));
 	sha256_final(&h, out);
 	return 0;
@@ -246,7 +246,7 @@ int train_run(const struct train_config *c0, train_info_fn info, train_progress_
 		double loss = 0, norm;
 		float lr;
 
-		if (stop && *stop) {
+		if ((stop && *stop) || (c.stop_after && step >= c.stop_after)) {
 			r = -EINTR;
 			break;
 		}

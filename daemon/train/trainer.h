@@ -37,6 +37,7 @@ struct train_config {
 	uint32_t checkpoint_every;   /* steps; 0: only at the end or on stop */
 	bool resume;                 /* continue from checkpoint_path */
 	const char *dump_dir;        /* NULL, or where the reference comparison's files go */
+	uint64_t stop_after;         /* tests: stop as on a signal after this step (0: never) */
 };
 
 struct train_progress {
