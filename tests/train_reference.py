@@ -10,8 +10,11 @@ its --json output. This script builds the same llama/qwen2 model in PyTorch from
 initial weights (the frozen base and the LoRA A/B, or every weight in full mode), runs the same
 batches with the same loss (mean over the step's labeled tokens), clipping, AdamW and
 schedule, in float64, and checks:
-  - every dumped gradient (the first steps, before clipping): per tensor
-    max|g_molly - g_ref| <= 1e-4 * max|g_ref|
+  - every dumped gradient (the first steps, before clipping), the reference's computed at
+    Molly's weights of that step (params-N): per tensor max|g_molly - g_ref| <= 1e-4 *
+    max|g_ref|. (At later steps the two trajectories differ by rounding, and Adam's first
+    updates, about lr·sign(g), turn sign noise in near-zero gradients into visible weight
+    differences; the gradient check is about the gradient, not the trajectory.)
   - the loss at every step: |loss_molly - loss_ref| <= 1e-3 nats
   - the final weights: per tensor max|Δ| <= 1e-3 * max|w_ref| (reported)
 Exit 0 when all hold, 1 otherwise, 77 when torch is missing.
@@ -28,7 +31,7 @@ except ImportError:
     print("SKIP: python3-torch is not installed (apt-get install python3-torch)")
     sys.exit(77)
 
-torch.set_num_threads(2)
+torch.set_num_threads(1)  # tiny tensors: one thread avoids the pool's wake-ups
 DT = torch.float64
 GRAD_TOL = 1e-4
 LOSS_TOL = 1e-3
@@ -67,6 +70,7 @@ def main():
     eps = cfg["rms_eps"]
 
     params = {k: torch.nn.Parameter(v.clone()) for k, v in init.items()}
+    trajectory = params
     order = list(init.keys())  # safetensors header order is sorted; any order is fine here
 
     def w(name):
@@ -194,8 +198,14 @@ def main():
         gpath = os.path.join(dump, f"grads-{step:06d}.safetensors")
         if os.path.exists(gpath):
             g = load_st(gpath)
+            # the reference gradient at Molly's weights of this step
+            at = load_st(os.path.join(dump, f"params-{step:06d}.safetensors"))
+            params = {k: torch.nn.Parameter(v.to(DT)) for k, v in at.items()}
+            sum(loss_sum(b)[0] for b in batches).div(n_lab).backward()
+            grads_at = {k: p.grad for k, p in params.items()}
+            params = trajectory
             for name in order:
-                ref = params[name].grad
+                ref = grads_at[name]
                 if ref is None:
                     ref = torch.zeros_like(params[name])
                 mine = g[name].to(DT)

@@ -38,7 +38,7 @@ static int prefix_tokens(const struct vocab *v, const char *text, size_t prefix_
 			 const int32_t *all, uint32_t n_all, uint32_t *ret)
 {
 	_cleanup_free_ int32_t *p = NULL;
-	uint32_t np, k = 0;
+	uint32_t np = 0, k = 0;
 	int r = tokenize(v, text, prefix_len, vocab_add_bos(v), &p, &np);
 
 	if (r < 0)
@@ -60,8 +60,8 @@ static int make_sample(const struct model *m, struct sample_build *sb, uint32_t 
 		       struct train_sample *s, bool *truncated)
 {
 	const struct vocab *v = m->vocab;
-	int32_t *ids;
-	uint32_t n;
+	int32_t *ids = NULL;
+	uint32_t n = 0;
 	int r = tokenize(v, sb->text, strlen(sb->text), vocab_add_bos(v), &ids, &n);
 
 	if (r < 0)
@@ -187,7 +187,7 @@ static int parse_line(const struct model *m, enum chat_family fam, const char *t
 	struct json_tokener *tok = json_tokener_new();
 	struct json_object *o, *f;
 	enum json_tokener_error err;
-	const char *a, *b;
+	const char *a = NULL, *b = NULL;
 	int r = 0;
 
 	if (!tok)

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * trainer.c: the training loop (see trainer.h), and the files of the PyTorch comparison
- * (--dump: config.json, base.safetensors, init.safetensors, batch-N, grads-N for the first
- * steps, final.safetensors), which tests/train_reference.py reads.
+ * (--dump: config.json, base.safetensors, init.safetensors, batch-N, params-N and grads-N for
+ * the first steps, final.safetensors), which tests/train_reference.py reads.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -249,6 +249,13 @@ int train_run(const struct train_config *c0, train_info_fn info, train_progress_
 		if ((stop && *stop) || (c.stop_after && step >= c.stop_after)) {
 			r = -EINTR;
 			break;
+		}
+		if (c.dump_dir && step < DUMP_GRAD_STEPS) {
+			char name[64];
+
+			snprintf(name, sizeof(name), "params-%06" PRIu64 ".safetensors", step);
+			if ((r = dump_params(net, c.dump_dir, name, false, e)) < 0)
+				goto out;
 		}
 		/* count the step's labeled tokens first: the loss is their mean */
 		for (int pass = 0; pass < 2; pass++) {
