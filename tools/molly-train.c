@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,6 +159,14 @@ int main(int argc, char **argv)
 	int opt, r;
 
 	c.threads = ncpu > 0 ? (uint32_t) ncpu : 1;
+	/* The products take and give back scratch of a few MiB per call, thousands of times a
+	 * step: kept in the heap (not mmap'd and unmapped each time), its pages are faulted in
+	 * once instead of on every call. */
+	(void) mallopt(M_MMAP_THRESHOLD, 32 << 20); /* glibc's maximum */
+	(void) mallopt(M_TRIM_THRESHOLD, 256 << 20);
+	/* The trainer reads weights in their stored layout (it packs its own tiles per
+	 * product): the inference repack at load would only cost time and a copy of the model. */
+	(void) setenv("MOLLY_REPACK", "0", 0);
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		uint64_t u = 0;
 		double f = 0;

@@ -1,11 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ops-linear.c: the trainer's matrix products (see ops.h). Everything ends in the engine's
- * F32 tile kernel, quant_gemm(GGML_TYPE_F32): y[c][r] = dot(w row r, x row c), whose result
- * per (r, c) is the same bits whatever the tile size, so splitting the output across threads
- * never changes a value. Frozen weights in quantized types are turned into F32 tiles by the
- * engine's quant_dequantize_row(), a few rows (forward) or a column range of a row block
- * (backward) at a time, so no full F32 copy of a quantized base is ever made (QLoRA).
+ * ops-linear.c: the trainer's matrix products (see ops.h), all on the engine's packed F32
+ * kernel, quant_gemm_packed(GGML_TYPE_F32): the right-hand matrix is packed 16 rows to a
+ * group, value-major (quant.h), and every output is the chain acc = fmaf(w_k, x_k, acc) over
+ * k in order, whatever the tile, so splitting the output across threads never changes a bit.
+ *
+ * Packing is done per call, CHUNK columns of the output at a time, from any layout: a
+ * trainable F32 matrix read along rows or columns (W for y = x·Wᵀ, Wᵀ for dx = dy·W, the
+ * input for dW), or a frozen weight in a quantized type, dequantized by the engine's
+ * quant_dequantize_row() row by row (forward) or block-aligned column range by range
+ * (backward): no full F32 copy of a quantized base is ever made (QLoRA). Packing costs
+ * O(N·K) against the product's O(M·N·K).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -14,9 +19,23 @@
 #include "../engine/threadpool.h"
 #include "ops.h"
 
-#define TILE_N 64 /* output columns per kernel call in train_mm_nt() */
-#define FWD_ROWS 16 /* weight rows dequantized at a time, forward */
-#define BWD_ROWS 64 /* weight rows per block, backward */
+#define G16 QUANT_PACKED_F32_ROWS
+
+/* Where the right-hand matrix's element (n, k) comes from. */
+struct src {
+	const float *f;      /* F32: f[n * sn + k * sk] */
+	int64_t sn, sk;
+	const struct weight *w; /* or a stored weight: (n, k) = W[n][k] (!transposed) or W[k][n] */
+	bool transposed;
+};
+
+struct gemm_job {
+	int64_t M, N, K, lda, ldc, chunk;
+	const float *A;
+	struct src B;
+	float *C;
+	bool accumulate;
+};
 
 static void run(struct threadpool *pool, threadpool_fn fn, void *arg)
 {
@@ -40,50 +59,108 @@ void train_transpose(int64_t R, int64_t C, const float *src, int64_t lds, float 
 		}
 }
 
-struct mm_job {
-	int64_t M, N, K, lda, ldb, ldc;
-	const float *A, *B;
-	float *C;
-	bool accumulate;
-};
-
-static void mm_part(void *arg, int ith, int nth)
+/* Packs rows [n0, n0 + nr) of B (K values each) into dst: groups of 16, value-major, pad
+ * rows zero. tmp holds max(16·K, chunk·K) floats for dequantized weights. */
+static void pack(const struct gemm_job *j, int64_t n0, int64_t nr, float *dst, float *tmp)
 {
-	struct mm_job *j = arg;
-	long n0, n1;
-	float *tmp = NULL;
+	const struct src *s = &j->B;
+	int64_t K = j->K, groups = (nr + G16 - 1) / G16;
 
-	threadpool_split(j->N, 16, ith, nth, &n0, &n1);
-	if (n0 >= n1)
-		return;
-	if (j->accumulate) {
-		tmp = malloc((size_t) j->M * TILE_N * sizeof(float));
-		if (!tmp)
-			abort(); /* a few KiB..MiB; the trainer cannot go on without it */
-	}
-	for (int64_t n = n0; n < n1; n += TILE_N) {
-		int64_t nr = n1 - n < TILE_N ? n1 - n : TILE_N;
+	if (nr % G16) /* the last group's pad rows */
+		memset(dst + (groups - 1) * G16 * K, 0, (size_t) (G16 * K) * sizeof(float));
+	if (s->f) {
+		for (int64_t r = 0; r < nr; r++) {
+			const float *p = s->f + (n0 + r) * s->sn;
+			float *d = dst + (r / G16) * G16 * K + r % G16;
 
-		if (!j->accumulate) {
-			quant_gemm(GGML_TYPE_F32, j->K, j->B + n * j->ldb, j->ldb * sizeof(float), nr,
-				   j->A, j->lda * sizeof(float), j->M, j->C + n,
-				   j->ldc);
-			continue;
+			if (s->sk == 1)
+				for (int64_t k = 0; k < K; k++)
+					d[k * G16] = p[k];
+			else
+				for (int64_t k = 0; k < K; k++)
+					d[k * G16] = p[k * s->sk];
 		}
-		quant_gemm(GGML_TYPE_F32, j->K, j->B + n * j->ldb, j->ldb * sizeof(float), nr, j->A,
-			   j->lda * sizeof(float), j->M, tmp, nr);
-		for (int64_t m = 0; m < j->M; m++)
-			for (int64_t c = 0; c < nr; c++)
-				j->C[m * j->ldc + n + c] += tmp[m * nr + c];
+		return;
 	}
-	free(tmp);
+	if (!s->transposed) { /* rows n of W, dequantized 16 at a time */
+		for (int64_t r0 = 0; r0 < nr; r0 += G16) {
+			int64_t rows = nr - r0 < G16 ? nr - r0 : G16;
+			float *d = dst + (r0 / G16) * G16 * K;
+
+			for (int64_t r = 0; r < rows; r++)
+				quant_dequantize_row(s->w->type,
+						     (const uint8_t *) s->w->data +
+							     (size_t) (n0 + r0 + r) * s->w->row_bytes,
+						     tmp + r * K, K);
+			for (int64_t k = 0; k < K; k++)
+				for (int64_t r = 0; r < rows; r++)
+					d[k * G16 + r] = tmp[r * K + k];
+		}
+		return;
+	}
+	/* columns [n0, n0 + nr) of W (block-aligned: n0 is a multiple of the block size): row k
+	 * of W contributes value k of each of them */
+	{
+		int64_t bv = (int64_t) quant_block_values(s->w->type);
+		size_t bb = quant_block_bytes(s->w->type);
+		int64_t span = (nr + bv - 1) / bv * bv;
+
+		for (int64_t k = 0; k < K; k++) {
+			const uint8_t *row = (const uint8_t *) s->w->data + (size_t) k * s->w->row_bytes;
+
+			quant_dequantize_row(s->w->type, row + (size_t) (n0 / bv) * bb, tmp, span);
+			for (int64_t r = 0; r < nr; r++)
+				dst[(r / G16) * G16 * K + k * G16 + r % G16] = tmp[r];
+		}
+	}
 }
 
-void train_mm_nt(struct threadpool *pool, int64_t M, int64_t N, int64_t K, const float *A,
-		 int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, bool accumulate)
+static void gemm_part(void *arg, int ith, int nth)
 {
-	struct mm_job j = { .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc,
-			    .A = A, .B = B, .C = C, .accumulate = accumulate };
+	struct gemm_job *j = arg;
+	int64_t K = j->K, ch = j->chunk, tmp_n = (ch > G16 ? ch : G16) * K;
+	long n0, n1;
+	float *packed, *tmp, *out = NULL;
+
+	threadpool_split(j->N, ch, ith, nth, &n0, &n1);
+	if (n0 >= n1)
+		return;
+	packed = malloc((size_t) ((ch + G16 - 1) / G16 * G16 * K) * sizeof(float));
+	tmp = j->B.f ? NULL : malloc((size_t) tmp_n * sizeof(float));
+	if (j->accumulate)
+		out = malloc((size_t) (j->M * ch) * sizeof(float));
+	if (!packed || (!j->B.f && !tmp) || (j->accumulate && !out))
+		abort(); /* per-thread scratch of a few MiB; nothing sensible to continue with */
+	for (int64_t n = n0; n < n1; n += ch) {
+		int64_t nr = n1 - n < ch ? n1 - n : ch;
+
+		pack(j, n, nr, packed, tmp);
+		if (!j->accumulate) {
+			quant_gemm_packed(GGML_TYPE_F32, K, packed, nr, j->A,
+					  (size_t) j->lda * sizeof(float), NULL, j->M, j->C + n,
+					  (size_t) j->ldc);
+			continue;
+		}
+		quant_gemm_packed(GGML_TYPE_F32, K, packed, nr, j->A, (size_t) j->lda * sizeof(float),
+				  NULL, j->M, out, (size_t) nr);
+		for (int64_t m = 0; m < j->M; m++) {
+			float *c = j->C + m * j->ldc + n;
+			const float *o = out + m * nr;
+
+			for (int64_t r = 0; r < nr; r++)
+				c[r] += o[r];
+		}
+	}
+	free(packed);
+	free(tmp);
+	free(out);
+}
+
+static void gemm(struct threadpool *pool, int64_t M, int64_t N, int64_t K, const float *A,
+		 int64_t lda, const struct src *B, float *C, int64_t ldc, bool accumulate)
+{
+	struct gemm_job j = { .M = M, .N = N, .K = K, .lda = lda, .ldc = ldc, .A = A, .B = *B,
+			      .C = C, .accumulate = accumulate, .chunk = 128 };
 
 	if (M <= 0 || N <= 0)
 		return;
@@ -93,126 +170,51 @@ void train_mm_nt(struct threadpool *pool, int64_t M, int64_t N, int64_t K, const
 				memset(C + m * ldc, 0, (size_t) N * sizeof(float));
 		return;
 	}
-	run(pool, mm_part, &j);
+	/* column ranges of a stored matrix start at its blocks (256 values for K-quants) */
+	if (B->w && B->transposed && quant_block_values(B->w->type) > (size_t) j.chunk)
+		j.chunk = (int64_t) quant_block_values(B->w->type);
+	run(pool, gemm_part, &j);
 }
 
-/* ---- frozen weights in any type ---- */
-
-struct lin_job {
-	const struct weight *w;
-	const float *x; /* forward: x; backward: dy */
-	int64_t n;
-	float *y; /* forward: y; backward: dx */
-};
-
-/* Row o of w as F32: the stored row itself for F32 weights, else dequantized into buf. */
-static const float *weight_rows(const struct weight *w, int64_t o, int64_t nr, float *buf)
+void train_mm_nt(struct threadpool *pool, int64_t M, int64_t N, int64_t K, const float *A,
+		 int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, bool accumulate)
 {
-	const uint8_t *src = (const uint8_t *) w->data + (size_t) o * w->row_bytes;
+	struct src s = { .f = B, .sn = ldb, .sk = 1 };
 
-	if (w->type == GGML_TYPE_F32)
-		return (const float *) src;
-	for (int64_t r = 0; r < nr; r++)
-		quant_dequantize_row(w->type, src + (size_t) r * w->row_bytes, buf + r * w->n_in,
-				     w->n_in);
-	return buf;
-}
-
-static void lin_fwd_part(void *arg, int ith, int nth)
-{
-	struct lin_job *j = arg;
-	const struct weight *w = j->w;
-	long o0, o1;
-	float *buf = NULL;
-
-	threadpool_split(w->n_out, FWD_ROWS, ith, nth, &o0, &o1);
-	if (o0 >= o1)
-		return;
-	if (w->type != GGML_TYPE_F32 && !(buf = malloc((size_t) FWD_ROWS * w->n_in * 4)))
-		abort();
-	for (int64_t o = o0; o < o1; o += FWD_ROWS) {
-		int64_t nr = o1 - o < FWD_ROWS ? o1 - o : FWD_ROWS;
-		const float *rows = weight_rows(w, o, nr, buf);
-
-		quant_gemm(GGML_TYPE_F32, w->n_in, rows, w->n_in * sizeof(float), nr, j->x,
-			   w->n_in * sizeof(float), j->n, j->y + o, w->n_out);
-	}
-	free(buf);
+	gemm(pool, M, N, K, A, lda, &s, C, ldc, accumulate);
 }
 
 void train_linear_fwd(struct threadpool *pool, const struct weight *w, const float *x, int64_t n,
 		      float *y)
 {
-	struct lin_job j = { .w = w, .x = x, .n = n, .y = y };
+	struct src s = { .w = w };
 
-	if (n > 0)
-		run(pool, lin_fwd_part, &j);
-}
-
-static void lin_bwd_part(void *arg, int ith, int nth)
-{
-	struct lin_job *j = arg;
-	const struct weight *w = j->w;
-	int64_t bv = (int64_t) quant_block_values(w->type), bb = (int64_t) quant_block_bytes(w->type);
-	long i0, i1;
-	int64_t il;
-	float *rows, *wt, *tmp;
-
-	/* Column ranges start at block boundaries, so each row's piece dequantizes alone. */
-	threadpool_split(w->n_in, bv > 16 ? bv : 16, ith, nth, &i0, &i1);
-	if (i0 >= i1)
-		return;
-	il = i1 - i0;
-	rows = malloc((size_t) BWD_ROWS * il * sizeof(float));
-	wt = malloc((size_t) BWD_ROWS * il * sizeof(float));
-	tmp = malloc((size_t) j->n * il * sizeof(float));
-	if (!rows || !wt || !tmp)
-		abort();
-	for (int64_t o0 = 0; o0 < w->n_out; o0 += BWD_ROWS) {
-		int64_t ob = w->n_out - o0 < BWD_ROWS ? w->n_out - o0 : BWD_ROWS;
-
-		for (int64_t r = 0; r < ob; r++) {
-			const uint8_t *src = (const uint8_t *) w->data + (size_t) (o0 + r) * w->row_bytes;
-
-			if (w->type == GGML_TYPE_F32)
-				memcpy(rows + r * il, (const float *) src + i0, (size_t) il * 4);
-			else
-				quant_dequantize_row(w->type, src + (size_t) (i0 / bv) * bb,
-						     rows + r * il, il);
-		}
-		train_transpose(ob, il, rows, il, wt, ob);
-		/* tmp[t][i] = sum over this row block of dy[t][o] W[o][i0 + i] */
-		quant_gemm(GGML_TYPE_F32, ob, wt, ob * sizeof(float), il, j->x + o0,
-			   w->n_out * sizeof(float), j->n, tmp, il);
-		for (int64_t t = 0; t < j->n; t++)
-			for (int64_t i = 0; i < il; i++)
-				j->y[t * w->n_in + i0 + i] += tmp[t * il + i];
-	}
-	free(rows);
-	free(wt);
-	free(tmp);
+	if (w->type == GGML_TYPE_F32)
+		s = (struct src){ .f = w->data, .sn = (int64_t) (w->row_bytes / 4), .sk = 1 };
+	gemm(pool, n, w->n_out, w->n_in, x, w->n_in, &s, y, w->n_out, false);
 }
 
 void train_linear_bwd_x(struct threadpool *pool, const struct weight *w, const float *dy,
 			int64_t n, float *dx)
 {
-	struct lin_job j = { .w = w, .x = dy, .n = n, .y = dx };
+	struct src s = { .w = w, .transposed = true };
 
-	if (n > 0)
-		run(pool, lin_bwd_part, &j);
+	if (w->type == GGML_TYPE_F32)
+		s = (struct src){ .f = w->data, .sn = 1, .sk = (int64_t) (w->row_bytes / 4) };
+	gemm(pool, n, w->n_in, w->n_out, dy, w->n_out, &s, dx, w->n_in, true);
 }
 
 void train_linear_bwd_w(struct threadpool *pool, int64_t n_out, int64_t n_in, const float *dy,
 			const float *x, int64_t n, float *dw)
 {
-	float *dyt = malloc((size_t) n_out * n * sizeof(float));
-	float *xt = malloc((size_t) n_in * n * sizeof(float));
+	/* dW[o][i] = Σ_t dyᵀ[o][t] x[t][i]: the left side is dy transposed, the right x read
+	 * down its columns */
+	float *dyt = malloc((size_t) (n_out * n) * sizeof(float));
+	struct src s = { .f = x, .sn = 1, .sk = n_in };
 
-	if (!dyt || !xt)
+	if (!dyt)
 		abort();
 	train_transpose(n, n_out, dy, n_out, dyt, n);
-	train_transpose(n, n_in, x, n_in, xt, n);
-	train_mm_nt(pool, n_out, n_in, n, dyt, n, xt, n, dw, n_in, true);
+	gemm(pool, n_out, n_in, n, dyt, n, &s, dw, n_in, true);
 	free(dyt);
-	free(xt);
 }
