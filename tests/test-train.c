@@ -444,3 +444,95 @@ TEST(model_full_gradients_llama_qwen2)
 		return r;
 	return net_case("tiny-qwen2-f32.gguf", TRAIN_MODE_FULL, false);
 }
+
+/* ---- data: labels and packing ---- */
+
+#include "../daemon/engine/vocab.h"
+#include "../daemon/train/data.h"
+
+/* The text of the labeled tokens of sample i. */
+static void labeled_text(const struct model *m, const struct train_sample *s, char *buf,
+			 size_t cap)
+{
+	size_t n = 0;
+
+	buf[0] = 0;
+	for (uint32_t i = 0; i < s->n; i++) {
+		int64_t k;
+
+		if (!s->label[i])
+			continue;
+		k = vocab_token_to_piece(m->vocab, s->ids[i], true, buf + n, cap - n - 1);
+		if (k > 0 && (size_t) k < cap - n - 1)
+			n += (size_t) k;
+		buf[n] = 0;
+	}
+}
+
+TEST(data_labels_and_packing)
+{
+	char path[512], dir[] = "/tmp/test-train-XXXXXX", text[1024];
+	struct errmsg e = { 0 };
+	_cleanup_(model_freep) struct model *m = NULL;
+	_cleanup_(train_data_freep) struct train_data *d = NULL;
+	struct train_epoch ep = { 0 };
+	struct train_batch_buf bb = { 0 };
+	FILE *f;
+	uint64_t lab;
+
+	snprintf(path, sizeof(path), "%s/models/tiny/tiny-llama-f32.gguf", MOLLY_SHARED_DIR);
+	if (access(path, R_OK) < 0)
+		return TEST_SKIP;
+	ASSERT_OK(model_load(path, &m, &e));
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/d.jsonl", dir);
+	f = fopen(path, "w");
+	ASSERT_TRUE(f != NULL);
+	fputs("{\"prompt\": \"Once upon a time\", \"completion\": \" there was a dog.\"}\n"
+	      "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi cat\"}, "
+	      "{\"role\": \"assistant\", \"content\": \"Hello dog\"}, "
+	      "{\"role\": \"user\", \"content\": \"More\"}, "
+	      "{\"role\": \"assistant\", \"content\": \"Sun\"}]}\n"
+	      "{\"text\": \"The end.\"}\n",
+	      f);
+	fclose(f);
+	ASSERT_OK(train_data_load(path, m, 256, &d, &e));
+	unlink(path);
+	rmdir(dir);
+	ASSERT_EQ(d->n_samples, 3);
+	/* prompt/completion: the completion and EOS only */
+	labeled_text(m, &d->samples[0], text, sizeof(text));
+	ASSERT_TRUE(strstr(text, "there was a dog.") != NULL);
+	ASSERT_TRUE(strstr(text, "Once") == NULL);
+	ASSERT_TRUE(d->samples[0].label[d->samples[0].n - 1] == 1 &&
+		    d->samples[0].ids[d->samples[0].n - 1] == vocab_eos(m->vocab));
+	/* messages (chatml: the tiny model has no template): both assistant turns, no user text */
+	labeled_text(m, &d->samples[1], text, sizeof(text));
+	ASSERT_TRUE(strstr(text, "Hello dog") != NULL && strstr(text, "Sun") != NULL);
+	ASSERT_TRUE(strstr(text, "Hi cat") == NULL && strstr(text, "More") == NULL &&
+		    strstr(text, "user") == NULL);
+	/* text: everything but BOS */
+	ASSERT_TRUE(d->samples[2].label[0] == 0 && d->samples[2].label[1] == 1);
+	/* packing: all three in one row of 256, positions restart, segments differ */
+	ASSERT_OK(train_epoch_plan(d, 1, 0, 256, true, &ep));
+	ASSERT_EQ(ep.n_rows, 1);
+	ASSERT_OK(train_batch_buf_init(&bb, 1, 256));
+	lab = train_batch_fill(&bb, d, &ep, 0, 1, 256);
+	ASSERT_EQ(bb.b.len, (int64_t) d->n_tokens);
+	ASSERT_EQ(lab, d->n_labeled);
+	{
+		uint32_t first = d->samples[ep.order[0]].n;
+
+		ASSERT_TRUE(bb.b.pos[first] == 0 && bb.b.seg[first] == bb.b.seg[0] + 1);
+		ASSERT_TRUE(bb.b.pos[first - 1] == (int32_t) first - 1);
+		/* the last token of a sample predicts nothing (no target across samples) */
+		ASSERT_TRUE(bb.b.targets[first - 1] == -1);
+	}
+	train_batch_buf_done(&bb);
+	train_epoch_done(&ep);
+	/* without packing: one sample per row */
+	ASSERT_OK(train_epoch_plan(d, 1, 0, 256, false, &ep));
+	ASSERT_EQ(ep.n_rows, 3);
+	train_epoch_done(&ep);
+	return 0;
+}
