@@ -95,7 +95,8 @@ static void usage(FILE *f)
 		"  --weight-decay W (0)  --clip C (1.0; 0 = off)  --grad-accum K (1)\n"
 		"  --batch B (4)  --seq-len L (512)  --no-pack  --recompute\n"
 		"  --seed S (0)  --threads T (all CPUs)\n"
-		"  --checkpoint PATH (OUT.ckpt)  --checkpoint-every N  --resume\n"
+		"  --checkpoint PATH (OUT.ckpt)  --checkpoint-every N (100; 0: at the end only)\n"
+		"  --resume                   continue from the checkpoint (from the start if none)\n"
 		"  --json                     one JSON object per step on stdout\n"
 		"  --dump DIR                 files for tests/train_reference.py\n");
 }
@@ -151,6 +152,7 @@ int main(int argc, char **argv)
 		.optim = { .lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .clip = 1.0f,
 			   .sched = TRAIN_SCHED_COSINE },
 		.epochs = 1, .batch = 4, .seq_len = 512, .accum = 1, .pack = true,
+		.checkpoint_every = 100,
 	};
 	struct ui ui = { 0 };
 	struct errmsg e = { 0 };

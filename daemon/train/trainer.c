@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../basic/sha256.h"
 #include "../basic/time-util.h"
@@ -223,7 +224,10 @@ int train_run(const struct train_config *c0, train_info_fn info, train_progress_
 	}
 	if ((r = run_hash(&c, rh, e)) < 0)
 		goto out;
-	if (c.resume && (r = train_checkpoint_load(c.checkpoint_path, net, opt, rh, e)) < 0)
+	/* --resume without a checkpoint yet (stopped or crashed before the first one) starts
+	 * from the beginning: what a resume of that run would do. */
+	if (c.resume && access(c.checkpoint_path, F_OK) == 0 &&
+	    (r = train_checkpoint_load(c.checkpoint_path, net, opt, rh, e)) < 0)
 		goto out;
 	if (c.dump_dir) {
 		(void) mkdir(c.dump_dir, 0755);

@@ -35,7 +35,7 @@ struct train_config {
 	bool pack;
 	const char *checkpoint_path; /* NULL: OUT.ckpt */
 	uint32_t checkpoint_every;   /* steps; 0: only at the end or on stop */
-	bool resume;                 /* continue from checkpoint_path */
+	bool resume;                 /* continue from checkpoint_path (from the start if none) */
 	const char *dump_dir;        /* NULL, or where the reference comparison's files go */
 	uint64_t stop_after;         /* tests: stop as on a signal after this step (0: never) */
 };
