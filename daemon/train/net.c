@@ -56,6 +56,7 @@ struct train_net {
 	const float *out_norm;
 	struct train_param *p_tok_embd, *p_output, *p_out_norm; /* full mode */
 	uint64_t stream;
+	int err; /* the first failure of an operation in this step (-ENOMEM) */
 
 	/* activations, sized for n_tok tokens and n_seq·len² probabilities */
 	int64_t n_tok, n_probs;
@@ -441,6 +442,13 @@ static int ensure_acts(struct train_net *n, int64_t nt, int64_t np)
 	return 0;
 }
 
+/* Keeps the first error of the step's operations; the step returns it at its end. */
+static void note(struct train_net *n, int r)
+{
+	if (r < 0 && n->err == 0)
+		n->err = r;
+}
+
 /* ---- projections with LoRA ---- */
 
 static bool dropped(uint64_t key, float p)
@@ -468,7 +476,7 @@ static void proj_fwd(struct train_net *n, struct threadpool *pool, uint32_t l, i
 	const struct weight *w = &L->w[t];
 	const float *xin = x;
 
-	train_linear_fwd(pool, w, x, nt, y);
+	note(n, train_linear_fwd(pool, w, x, nt, y));
 	if (!lo->a)
 		return;
 	if (a->lxd[t]) {
@@ -480,12 +488,12 @@ static void proj_fwd(struct train_net *n, struct threadpool *pool, uint32_t l, i
 		xin = a->lxd[t];
 	}
 	/* lu = scale · x A^T, then y += lu B^T */
-	train_mm_nt(pool, nt, lo->a->rows, w->n_in, xin, w->n_in, lo->a->w, w->n_in, a->lu[t],
-		    lo->a->rows, false);
+	note(n, train_mm_nt(pool, nt, lo->a->rows, w->n_in, xin, w->n_in, lo->a->w, w->n_in,
+			    a->lu[t], lo->a->rows, false));
 	for (int64_t i = 0; i < nt * lo->a->rows; i++)
 		a->lu[t][i] *= n->lora_scale;
-	train_mm_nt(pool, nt, w->n_out, lo->a->rows, a->lu[t], lo->a->rows, lo->b->w, lo->a->rows,
-		    y, w->n_out, true);
+	note(n, train_mm_nt(pool, nt, w->n_out, lo->a->rows, a->lu[t], lo->a->rows, lo->b->w,
+			    lo->a->rows, y, w->n_out, true));
 }
 
 /* dx += dy·W (+ the LoRA path); parameter gradients of W (full) or A, B (LoRA). */
@@ -497,14 +505,14 @@ static void proj_bwd(struct train_net *n, struct threadpool *pool, uint32_t l, i
 	const struct weight *w = &L->w[t];
 	int64_t r;
 
-	train_linear_bwd_x(pool, w, dy, nt, dx);
+	note(n, train_linear_bwd_x(pool, w, dy, nt, dx));
 	if (L->pw[t])
-		train_linear_bwd_w(pool, w->n_out, w->n_in, dy, x, nt, L->pw[t]->g);
+		note(n, train_linear_bwd_w(pool, w->n_out, w->n_in, dy, x, nt, L->pw[t]->g));
 	if (!lo->a)
 		return;
 	r = lo->a->rows;
 	/* dB += dyᵀ·lu;  d(lu) = dy·B;  dA += scale · d(lu)ᵀ·x_dropped;  dx += scale · d(lu)·A */
-	train_linear_bwd_w(pool, w->n_out, r, dy, a->lu[t], nt, lo->b->g);
+	note(n, train_linear_bwd_w(pool, w->n_out, r, dy, a->lu[t], nt, lo->b->g));
 	{
 		struct weight bw = { .data = lo->b->w, .type = GGML_TYPE_F32, .n_in = r,
 				     .n_out = w->n_out, .row_bytes = (size_t) r * 4 };
@@ -512,20 +520,20 @@ static void proj_bwd(struct train_net *n, struct threadpool *pool, uint32_t l, i
 				     .n_out = r, .row_bytes = (size_t) w->n_in * 4 };
 
 		memset(n->dlora, 0, (size_t) (nt * r) * sizeof(float));
-		train_linear_bwd_x(pool, &bw, dy, nt, n->dlora);
+		note(n, train_linear_bwd_x(pool, &bw, dy, nt, n->dlora));
 		for (int64_t i = 0; i < nt * r; i++)
 			n->dlora[i] *= n->lora_scale;
-		train_linear_bwd_w(pool, r, w->n_in, n->dlora, a->lxd[t] ? a->lxd[t] : x, nt,
-				   lo->a->g);
+		note(n, train_linear_bwd_w(pool, r, w->n_in, n->dlora, a->lxd[t] ? a->lxd[t] : x, nt,
+				   lo->a->g));
 		if (!a->lxd[t]) {
-			train_linear_bwd_x(pool, &aw, n->dlora, nt, dx);
+			note(n, train_linear_bwd_x(pool, &aw, n->dlora, nt, dx));
 			return;
 		}
 		uint64_t key = drop_key(n, l, t);
 		float keep = 1.0f / (1.0f - n->o.dropout);
 
 		memset(n->dlora2, 0, (size_t) (nt * w->n_in) * sizeof(float));
-		train_linear_bwd_x(pool, &aw, n->dlora, nt, n->dlora2);
+		note(n, train_linear_bwd_x(pool, &aw, n->dlora, nt, n->dlora2));
 		for (int64_t i = 0; i < nt * w->n_in; i++)
 			if (!dropped(key + (uint64_t) i, n->o.dropout))
 				dx[i] += n->dlora2[i] * keep;
@@ -612,7 +620,7 @@ static void layer_bwd(struct train_net *n, struct threadpool *pool, uint32_t l,
 	memset(n->dq, 0, (size_t) (nt * Q) * 4);
 	memset(n->dk, 0, (size_t) (nt * KV) * 4);
 	memset(n->dv, 0, (size_t) (nt * KV) * 4);
-	train_attn_bwd(pool, as, a->q, a->k, a->v, a->probs, n->dao, n->dq, n->dk, n->dv);
+	note(n, train_attn_bwd(pool, as, a->q, a->k, a->v, a->probs, n->dao, n->dq, n->dk, n->dv));
 	train_rope(n->dq, nt, hp->n_head, hp->head_dim, hp->rope_dim, neox, n->rope_cos,
 		   n->rope_sin, true);
 	train_rope(n->dk, nt, hp->n_head_kv, hp->head_dim, hp->rope_dim, neox, n->rope_cos,
@@ -649,6 +657,7 @@ int train_net_step(struct train_net *n, struct threadpool *pool, const struct tr
 	r = ensure_acts(n, nt, b->n_seq * hp->n_head * b->len * b->len);
 	if (r < 0)
 		return r;
+	n->err = 0;
 	train_rope_tables(b->pos, nt, hp->rope_dim, hp->rope_base, hp->rope_freq_scale,
 			  n->m->rope_freq_factors, n->rope_cos, n->rope_sin);
 	for (int64_t t = 0; t < nt; t++)
@@ -671,17 +680,17 @@ int train_net_step(struct train_net *n, struct threadpool *pool, const struct tr
 			any |= b->targets[t] >= 0;
 		if (!any)
 			continue;
-		train_linear_fwd(pool, &n->output, n->xf + t0 * E, c, n->head);
+		note(n, train_linear_fwd(pool, &n->output, n->xf + t0 * E, c, n->head));
 		loss += train_xent(n->head, b->targets + t0, c, V, scale, backward ? n->head : NULL);
 		if (!backward)
 			continue;
-		train_linear_bwd_x(pool, &n->output, n->head, c, n->dtmp + t0 * E);
+		note(n, train_linear_bwd_x(pool, &n->output, n->head, c, n->dtmp + t0 * E));
 		if (n->p_output)
-			train_linear_bwd_w(pool, V, E, n->head, n->xf + t0 * E, c, n->p_output->g);
+			note(n, train_linear_bwd_w(pool, V, E, n->head, n->xf + t0 * E, c, n->p_output->g));
 	}
 	*ret_loss = loss;
-	if (!backward)
-		return 0;
+	if (!backward || n->err < 0)
+		return n->err;
 	memset(n->dx, 0, (size_t) (nt * E) * 4);
 	train_rmsnorm_bwd(n->x_final, n->out_norm, n->rsf, n->dtmp, nt, E, n->dx,
 			  n->p_out_norm ? n->p_out_norm->g : NULL);
@@ -694,5 +703,5 @@ int train_net_step(struct train_net *n, struct threadpool *pool, const struct tr
 		for (int64_t t = 0; t < nt; t++)
 			for (int64_t i = 0; i < E; i++)
 				n->p_tok_embd->g[(int64_t) b->tokens[t] * E + i] += n->dx[t * E + i];
-	return 0;
+	return n->err;
 }

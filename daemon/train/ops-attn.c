@@ -4,6 +4,7 @@
  * ops.h). One task per (row, KV head): it handles that KV head's query heads in order, so
  * the KV gradients are summed in a fixed order by one thread (deterministic, no atomics).
  */
+#include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@ struct attn_job {
 	const float *probs_in;
 	float *probs, *out, *dq, *dk, *dv;
 	atomic_long next;
+	atomic_int err;
 };
 
 static bool visible(const int32_t *seg, int64_t i, int64_t j)
@@ -124,8 +126,10 @@ static void attn_part(void *arg, int ith, int nth, bool backward)
 	int64_t n_tasks = j->s->n_seq * j->s->n_head_kv;
 	float *dp = NULL;
 
-	if (backward && !(dp = malloc((size_t) j->s->len * sizeof(float))))
-		abort();
+	if (backward && !(dp = malloc((size_t) j->s->len * sizeof(float)))) {
+		atomic_store(&j->err, -ENOMEM);
+		return;
+	}
 	for (;;) {
 		long t = atomic_fetch_add(&j->next, 1);
 
@@ -155,13 +159,14 @@ void train_attn_fwd(struct threadpool *pool, const struct train_attn_shape *s, c
 	struct attn_job j = { .s = s, .q = q, .k = k, .v = v, .probs = probs, .out = out };
 
 	atomic_init(&j.next, 0);
+	atomic_init(&j.err, 0);
 	if (pool)
 		threadpool_run(pool, fwd_part, &j);
 	else
 		fwd_part(&j, 0, 1);
 }
 
-void train_attn_bwd(struct threadpool *pool, const struct train_attn_shape *s, const float *q,
+int train_attn_bwd(struct threadpool *pool, const struct train_attn_shape *s, const float *q,
 		    const float *k, const float *v, const float *probs, const float *dout,
 		    float *dq, float *dk, float *dv)
 {
@@ -169,8 +174,10 @@ void train_attn_bwd(struct threadpool *pool, const struct train_attn_shape *s, c
 			      .dq = dq, .dk = dk, .dv = dv };
 
 	atomic_init(&j.next, 0);
+	atomic_init(&j.err, 0);
 	if (pool)
 		threadpool_run(pool, bwd_part, &j);
 	else
 		bwd_part(&j, 0, 1);
+	return atomic_load(&j.err);
 }

@@ -12,6 +12,8 @@
  * (backward): no full F32 copy of a quantized base is ever made (QLoRA). Packing costs
  * O(N·K) against the product's O(M·N·K).
  */
+#include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +37,7 @@ struct gemm_job {
 	struct src B;
 	float *C;
 	bool accumulate;
+	atomic_int err; /* -ENOMEM when a thread could not get its scratch */
 };
 
 static void run(struct threadpool *pool, threadpool_fn fn, void *arg)
@@ -129,8 +132,10 @@ static void gemm_part(void *arg, int ith, int nth)
 	tmp = j->B.f ? NULL : malloc((size_t) tmp_n * sizeof(float));
 	if (j->accumulate)
 		out = malloc((size_t) (j->M * ch) * sizeof(float));
-	if (!packed || (!j->B.f && !tmp) || (j->accumulate && !out))
-		abort(); /* per-thread scratch of a few MiB; nothing sensible to continue with */
+	if (!packed || (!j->B.f && !tmp) || (j->accumulate && !out)) {
+		atomic_store(&j->err, -ENOMEM); /* the caller returns it; the outputs are void */
+		goto out;
+	}
 	for (int64_t n = n0; n < n1; n += ch) {
 		int64_t nr = n1 - n < ch ? n1 - n : ch;
 
@@ -151,70 +156,75 @@ static void gemm_part(void *arg, int ith, int nth)
 				c[r] += o[r];
 		}
 	}
+out:
 	free(packed);
 	free(tmp);
 	free(out);
 }
 
-static void gemm(struct threadpool *pool, int64_t M, int64_t N, int64_t K, const float *A,
-		 int64_t lda, const struct src *B, float *C, int64_t ldc, bool accumulate)
+static int gemm(struct threadpool *pool, int64_t M, int64_t N, int64_t K, const float *A,
+		int64_t lda, const struct src *B, float *C, int64_t ldc, bool accumulate)
 {
 	struct gemm_job j = { .M = M, .N = N, .K = K, .lda = lda, .ldc = ldc, .A = A, .B = *B,
 			      .C = C, .accumulate = accumulate, .chunk = 128 };
 
+	atomic_init(&j.err, 0);
 	if (M <= 0 || N <= 0)
-		return;
+		return 0;
 	if (K <= 0) {
 		if (!accumulate)
 			for (int64_t m = 0; m < M; m++)
 				memset(C + m * ldc, 0, (size_t) N * sizeof(float));
-		return;
+		return 0;
 	}
 	/* column ranges of a stored matrix start at its blocks (256 values for K-quants) */
 	if (B->w && B->transposed && quant_block_values(B->w->type) > (size_t) j.chunk)
 		j.chunk = (int64_t) quant_block_values(B->w->type);
 	run(pool, gemm_part, &j);
+	return atomic_load(&j.err);
 }
 
-void train_mm_nt(struct threadpool *pool, int64_t M, int64_t N, int64_t K, const float *A,
+int train_mm_nt(struct threadpool *pool, int64_t M, int64_t N, int64_t K, const float *A,
 		 int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, bool accumulate)
 {
 	struct src s = { .f = B, .sn = ldb, .sk = 1 };
 
-	gemm(pool, M, N, K, A, lda, &s, C, ldc, accumulate);
+	return gemm(pool, M, N, K, A, lda, &s, C, ldc, accumulate);
 }
 
-void train_linear_fwd(struct threadpool *pool, const struct weight *w, const float *x, int64_t n,
+int train_linear_fwd(struct threadpool *pool, const struct weight *w, const float *x, int64_t n,
 		      float *y)
 {
 	struct src s = { .w = w };
 
 	if (w->type == GGML_TYPE_F32)
 		s = (struct src){ .f = w->data, .sn = (int64_t) (w->row_bytes / 4), .sk = 1 };
-	gemm(pool, n, w->n_out, w->n_in, x, w->n_in, &s, y, w->n_out, false);
+	return gemm(pool, n, w->n_out, w->n_in, x, w->n_in, &s, y, w->n_out, false);
 }
 
-void train_linear_bwd_x(struct threadpool *pool, const struct weight *w, const float *dy,
+int train_linear_bwd_x(struct threadpool *pool, const struct weight *w, const float *dy,
 			int64_t n, float *dx)
 {
 	struct src s = { .w = w, .transposed = true };
 
 	if (w->type == GGML_TYPE_F32)
 		s = (struct src){ .f = w->data, .sn = 1, .sk = (int64_t) (w->row_bytes / 4) };
-	gemm(pool, n, w->n_in, w->n_out, dy, w->n_out, &s, dx, w->n_in, true);
+	return gemm(pool, n, w->n_in, w->n_out, dy, w->n_out, &s, dx, w->n_in, true);
 }
 
-void train_linear_bwd_w(struct threadpool *pool, int64_t n_out, int64_t n_in, const float *dy,
+int train_linear_bwd_w(struct threadpool *pool, int64_t n_out, int64_t n_in, const float *dy,
 			const float *x, int64_t n, float *dw)
 {
 	/* dW[o][i] = Σ_t dyᵀ[o][t] x[t][i]: the left side is dy transposed, the right x read
 	 * down its columns */
 	float *dyt = malloc((size_t) (n_out * n) * sizeof(float));
 	struct src s = { .f = x, .sn = 1, .sk = n_in };
+	int r;
 
 	if (!dyt)
-		abort();
+		return -ENOMEM;
 	train_transpose(n, n_out, dy, n_out, dyt, n);
-	gemm(pool, n_out, n_in, n, dyt, n, &s, dw, n_in, true);
+	r = gemm(pool, n_out, n_in, n, dyt, n, &s, dw, n_in, true);
 	free(dyt);
+	return r;
 }

@@ -14,6 +14,9 @@
  * count (threads split output elements, never a sum), so the same inputs give the same bits
  * with 1 or N threads.
  *
+ * Errors: the products and the attention backward take per-thread scratch (a few MiB); when
+ * it cannot be had they return -ENOMEM and their outputs are undefined. The rest cannot fail.
+ *
  * Threading: pool may be NULL (runs on the caller). Not reentrant on one pool.
  */
 #pragma once
@@ -30,20 +33,20 @@ struct threadpool;
 
 /* C[m][n] (row stride ldc) = (accumulate ? C : 0) + sum_k A[m][k] B[n][k]: A is M×K (row
  * stride lda floats), B is N×K (ldb). */
-void train_mm_nt(struct threadpool *pool, int64_t M, int64_t N, int64_t K, const float *A,
+int train_mm_nt(struct threadpool *pool, int64_t M, int64_t N, int64_t K, const float *A,
 		 int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, bool accumulate);
 /* dst[c][r] = src[r][c] for an R×C matrix src (row stride lds) into dst (row stride ldd). */
 void train_transpose(int64_t R, int64_t C, const float *src, int64_t lds, float *dst,
 		     int64_t ldd);
 
 /* y[t][o] = x[t]·W[o] for t < n (W: w->n_out × w->n_in, any engine type). */
-void train_linear_fwd(struct threadpool *pool, const struct weight *w, const float *x, int64_t n,
+int train_linear_fwd(struct threadpool *pool, const struct weight *w, const float *x, int64_t n,
 		      float *y);
 /* dx[t][i] += sum_o dy[t][o] W[o][i]. */
-void train_linear_bwd_x(struct threadpool *pool, const struct weight *w, const float *dy,
+int train_linear_bwd_x(struct threadpool *pool, const struct weight *w, const float *dy,
 			int64_t n, float *dx);
 /* dW[o][i] += sum_t dy[t][o] x[t][i] (dW: n_out × n_in F32). */
-void train_linear_bwd_w(struct threadpool *pool, int64_t n_out, int64_t n_in, const float *dy,
+int train_linear_bwd_w(struct threadpool *pool, int64_t n_out, int64_t n_in, const float *dy,
 			const float *x, int64_t n, float *dw);
 
 /* ---- elementwise and per-row (ops-norm.c) ---- */
@@ -87,7 +90,7 @@ struct train_attn_shape {
 void train_attn_fwd(struct threadpool *pool, const struct train_attn_shape *s, const float *q,
 		    const float *k, const float *v, float *probs, float *out);
 /* dq, dk, dv += the gradients (dk, dv summed over the query heads that share a KV head). */
-void train_attn_bwd(struct threadpool *pool, const struct train_attn_shape *s, const float *q,
+int train_attn_bwd(struct threadpool *pool, const struct train_attn_shape *s, const float *q,
 		    const float *k, const float *v, const float *probs, const float *dout,
 		    float *dq, float *dk, float *dv);
 
