@@ -29,6 +29,7 @@ runtime=(
 tests=(
 	libclang-rt-14-dev                 # libFuzzer targets and their sanitizer runtimes
 	python3-jinja2                     # cross-check of chat templates against real Jinja
+	python3-torch                      # molly-train against PyTorch (tests/train-reference.sh)
 	fio                                # the adapter-load benchmark's reference (bench-adapter-load.sh)
 	libglib2.0-bin util-linux          # gdbus, setpriv: real clients in tests
 	python3-dbus                       # D-Bus Stream clients in the integration tests

@@ -81,15 +81,14 @@ static size_t type_size(uint32_t dtype)
 	return dtype == GGML_TYPE_F32 ? 4 : 2;
 }
 
-static void *make_values(const struct lora_gen_opts *o, uint32_t layer, enum lora_target t, bool b,
-			 size_t n, float std)
+static void *convert_values(const struct lora_gen_opts *o, const float *src, size_t n)
 {
 	_cleanup_free_ float *v = malloc(n * sizeof(float));
 	void *out;
 
 	if (!v)
 		return NULL;
-	lora_gen_values(o->seed, layer, t, b, std, v, n);
+	memcpy(v, src, n * sizeof(float));
 	if (o->dtype == GGML_TYPE_F32)
 		return TAKE_PTR(v);
 	out = malloc(n * 2);
@@ -100,6 +99,17 @@ static void *make_values(const struct lora_gen_opts *o, uint32_t layer, enum lor
 		((uint16_t *) out)[i] =
 			o->dtype == GGML_TYPE_F16 ? f32_to_fp16(v[i]) : f32_to_bf16(v[i]);
 	return out;
+}
+
+static void *make_values(const struct lora_gen_opts *o, uint32_t layer, enum lora_target t, bool b,
+			 size_t n, float std)
+{
+	_cleanup_free_ float *v = malloc(n * sizeof(float));
+
+	if (!v)
+		return NULL;
+	lora_gen_values(o->seed, layer, t, b, std, v, n);
+	return convert_values(o, v, n);
 }
 
 static int write_peft_config(const char *path, const struct lora_gen_opts *o, float alpha,
@@ -297,6 +307,51 @@ int lora_gen_write(const char *path, const struct lora_gen_opts *o, struct errms
 	struct lora_gen_opts resolved = *o;
 
 	resolved.targets = targets;
+	if (o->format == LORA_FORMAT_PEFT)
+		r = write_peft(path, &resolved, m, n, alpha, e);
+	else
+		r = write_gguf(path, &resolved, m, n, alpha, e);
+out:
+	for (size_t i = 0; i < n; i++) {
+		free(m[i].a);
+		free(m[i].b);
+	}
+	free(m);
+	return r;
+}
+
+int lora_gen_write_mats(const char *path, const struct lora_gen_opts *o,
+			const struct lora_gen_mat *mats, size_t n, struct errmsg *e)
+{
+	struct gen_mat *m = NULL;
+	struct lora_gen_opts resolved;
+	float alpha;
+	int r = 0;
+
+	assert_return(path && o && o->base && (mats || n == 0), -EINVAL);
+	if (o->rank == 0 || n == 0)
+		return errmsg_set(e, -EINVAL, "rank and the number of matrices must be at least 1");
+	if (o->dtype != GGML_TYPE_F32 && o->dtype != GGML_TYPE_F16 && o->dtype != GGML_TYPE_BF16)
+		return errmsg_set(e, -EINVAL, "dtype must be f32, f16 or bf16");
+	if (o->format != LORA_FORMAT_PEFT && o->format != LORA_FORMAT_GGUF)
+		return errmsg_set(e, -EINVAL, "format must be peft or gguf");
+	alpha = o->alpha > 0 ? o->alpha : (float) o->rank;
+	resolved = *o;
+	resolved.targets = 0;
+	m = calloc(n, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		m[i] = (struct gen_mat){ .layer = mats[i].layer, .target = mats[i].target,
+					 .n_in = mats[i].n_in, .n_out = mats[i].n_out };
+		resolved.targets |= 1u << mats[i].target;
+		m[i].a = convert_values(o, mats[i].a, (size_t) o->rank * m[i].n_in);
+		m[i].b = convert_values(o, mats[i].b, (size_t) o->rank * m[i].n_out);
+		if (!m[i].a || !m[i].b) {
+			r = -ENOMEM;
+			goto out;
+		}
+	}
 	if (o->format == LORA_FORMAT_PEFT)
 		r = write_peft(path, &resolved, m, n, alpha, e);
 	else

@@ -37,6 +37,18 @@ struct lora_gen_opts {
 
 int lora_gen_write(const char *path, const struct lora_gen_opts *o, struct errmsg *e);
 
+/* A matrix pair with given values (the trainer's): A [rank][n_in], B [n_out][rank] F32. */
+struct lora_gen_mat {
+	uint32_t layer;
+	enum lora_target target;
+	uint32_t n_in, n_out;
+	const float *a, *b; /* borrowed */
+};
+/* Writes the n pairs (o->rank, o->alpha, o->dtype, o->format as for lora_gen_write(); seed,
+ * b_std and targets ignored: the targets are those of the pairs) in the same layouts. */
+int lora_gen_write_mats(const char *path, const struct lora_gen_opts *o,
+			const struct lora_gen_mat *mats, size_t n, struct errmsg *e);
+
 /* The n float values of one matrix: A ([rank][n_in], std 1/sqrt(n_in)) when !b_matrix,
  * else B ([n_out][rank], std b_std). */
 void lora_gen_values(uint64_t seed, uint32_t layer, enum lora_target t, bool b_matrix, float std,
