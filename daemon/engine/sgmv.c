@@ -15,11 +15,8 @@
 
 #define LORA_EXPAND_MAX_RANK 512
 
-/*
- * Element i of a row. A Q8_0 row's element is d·q, exact in float (an 11-bit fp16 mantissa
- * times an 8-bit integer fits 24 bits): a Q8_0 row computes exactly as an F32 row holding
- * its dequantized values would, at every level.
- */
+/* Element i of a row; a Q8_0 row's element is d·q, exact in float (an 11-bit fp16 mantissa
+ * times an 8-bit integer fits 24 bits). */
 static float load_elem(const void *row, uint32_t dtype, size_t i)
 {
 	switch (dtype) {
@@ -37,7 +34,8 @@ static float load_elem(const void *row, uint32_t dtype, size_t i)
 	}
 }
 
-/* Elements i..i+7 (i a multiple of 8, so a Q8_0 chunk lies within one block). */
+/* Elements i..i+7 of an F32, F16 or BF16 row (Q8_0 rows go through expand_val8() and a
+ * scale per block). */
 static inline __attribute__((always_inline, target("avx2,fma,f16c"))) __m256
 load8(const void *row, uint32_t dtype, size_t i)
 {
@@ -47,13 +45,6 @@ load8(const void *row, uint32_t dtype, size_t i)
 		return _mm256_castsi256_ps(_mm256_slli_epi32(
 			_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *) ((const uint16_t *) row + i))),
 			16));
-	if (dtype == GGML_TYPE_Q8_0) {
-		const struct block_q8_0 *blk = (const struct block_q8_0 *) row + i / QK8_0;
-		__m128i q = _mm_loadl_epi64((const __m128i *) (blk->qs + i % QK8_0));
-		__m256 d = _mm256_cvtph_ps(_mm_set1_epi16((short) blk->d));
-
-		return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
-	}
 	return _mm256_loadu_ps((const float *) row + i);
 }
 
@@ -133,7 +124,7 @@ __attribute__((target("avx2,fma,f16c"))) static void dot4_avx2(const float *x,
 								uint32_t dtype, size_t n, float *out)
 {
 	__m256 acc[4][2];
-	size_t i = 0, eb = dtype == GGML_TYPE_F32 ? 4 : dtype == GGML_TYPE_Q8_0 ? 1 : 2;
+	size_t i = 0, eb = dtype == GGML_TYPE_F32 ? 4 : 2;
 
 	for (int r = 0; r < 4; r++)
 		acc[r][0] = acc[r][1] = _mm256_setzero_ps();
@@ -158,7 +149,8 @@ __attribute__((target("avx2,fma,f16c"))) static void dot4_avx2(const float *x,
 				acc[r][i / QK8_0 % 2]);
 		}
 	}
-	for (; i + 16 <= n; i += 16) {
+	/* the other types (a Q8_0 row that is not whole blocks: its tail, through load_elem) */
+	for (; dtype != GGML_TYPE_Q8_0 && i + 16 <= n; i += 16) {
 		const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
 
 		if (next && (i * eb) % 64 == 0)

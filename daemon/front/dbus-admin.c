@@ -534,7 +534,9 @@ fail:
 	return r;
 }
 
-static int do_load(struct dbus_front *f, sd_bus_message *m, sd_bus_error *error)
+/* Load and Pin: the name in m, the work on a job thread, the reply when it is done. */
+static int start_name_job(struct dbus_front *f, sd_bus_message *m, sd_bus_error *error,
+			  enum job_kind kind)
 {
 	struct job *j;
 	const char *name;
@@ -547,7 +549,7 @@ static int do_load(struct dbus_front *f, sd_bus_message *m, sd_bus_error *error)
 	if (!j)
 		return -ENOMEM;
 	j->front = f;
-	j->kind = JOB_LOAD;
+	j->kind = kind;
 	j->progress_fd = -EBADF;
 	j->name = strdup(name);
 	if (!j->name) {
@@ -556,6 +558,11 @@ static int do_load(struct dbus_front *f, sd_bus_message *m, sd_bus_error *error)
 	}
 	j->call = sd_bus_message_ref(m);
 	return job_start(f, j, error);
+}
+
+static int do_load(struct dbus_front *f, sd_bus_message *m, sd_bus_error *error)
+{
+	return start_name_job(f, m, error, JOB_LOAD);
 }
 
 static int do_unload(struct dbus_front *f, sd_bus_message *m, sd_bus_error *error)
@@ -596,28 +603,8 @@ static int do_pin_false(struct dbus_front *f, sd_bus_message *m, sd_bus_error *e
  * that and the reply comes when it is done, while the loop serves everyone else. */
 static int do_pin_true(struct dbus_front *f, sd_bus_message *m, sd_bus_error *error)
 {
-	struct job *j;
-	const char *name;
-	int r;
-
-	r = sd_bus_message_read(m, "s", &name);
-	if (r < 0)
-		return r;
-	j = calloc(1, sizeof(*j));
-	if (!j)
-		return -ENOMEM;
-	j->front = f;
-	j->kind = JOB_PIN;
-	j->progress_fd = -EBADF;
-	j->name = strdup(name);
-	if (!j->name) {
-		job_free(j);
-		return -ENOMEM;
-	}
-	j->call = sd_bus_message_ref(m);
-	return job_start(f, j, error);
+	return start_name_job(f, m, error, JOB_PIN);
 }
-
 
 /* Prefetch: read a loaded adapter toward the hot tier now (the call returns at once). */
 static int do_prefetch(struct dbus_front *f, sd_bus_message *m, sd_bus_error *error)

@@ -255,6 +255,23 @@ static int write_gguf(const char *path, const struct lora_gen_opts *o, struct ge
 	return gguf_writer_finish(w, e);
 }
 
+/* The matrices in the format o asks for. */
+static int write_mats(const char *path, const struct lora_gen_opts *o, struct gen_mat *m,
+		      size_t n, float alpha, struct errmsg *e)
+{
+	return o->format == LORA_FORMAT_PEFT ? write_peft(path, o, m, n, alpha, e)
+					     : write_gguf(path, o, m, n, alpha, e);
+}
+
+static void gen_mats_free(struct gen_mat *m, size_t n)
+{
+	for (size_t i = 0; m && i < n; i++) {
+		free(m[i].a);
+		free(m[i].b);
+	}
+	free(m);
+}
+
 int lora_gen_write(const char *path, const struct lora_gen_opts *o, struct errmsg *e)
 {
 	struct gen_mat *m = NULL;
@@ -307,16 +324,9 @@ int lora_gen_write(const char *path, const struct lora_gen_opts *o, struct errms
 	struct lora_gen_opts resolved = *o;
 
 	resolved.targets = targets;
-	if (o->format == LORA_FORMAT_PEFT)
-		r = write_peft(path, &resolved, m, n, alpha, e);
-	else
-		r = write_gguf(path, &resolved, m, n, alpha, e);
+	r = write_mats(path, &resolved, m, n, alpha, e);
 out:
-	for (size_t i = 0; i < n; i++) {
-		free(m[i].a);
-		free(m[i].b);
-	}
-	free(m);
+	gen_mats_free(m, n);
 	return r;
 }
 
@@ -352,15 +362,8 @@ int lora_gen_write_mats(const char *path, const struct lora_gen_opts *o,
 			goto out;
 		}
 	}
-	if (o->format == LORA_FORMAT_PEFT)
-		r = write_peft(path, &resolved, m, n, alpha, e);
-	else
-		r = write_gguf(path, &resolved, m, n, alpha, e);
+	r = write_mats(path, &resolved, m, n, alpha, e);
 out:
-	for (size_t i = 0; i < n; i++) {
-		free(m[i].a);
-		free(m[i].b);
-	}
-	free(m);
+	gen_mats_free(m, n);
 	return r;
 }

@@ -541,6 +541,16 @@ static void adapter_untier(struct sched *s, struct adapter_entry *a)
 	a->blob = NULL;
 }
 
+/* Makes a hot: a big tiered adapter on the builder thread (-EINPROGRESS; the batch goes
+ * on), a small one here, at once (its build is shorter than a thread hand-off). keep: the
+ * sequence whose adapters eviction must spare, or NULL. */
+static int adapter_promote(struct sched *s, struct adapter_entry *a, const struct seq *keep)
+{
+	if (a->blob && adapter_hot_bytes(s, a) >= s->p.build_thread_min_bytes)
+		return adapter_start_build(s, a, keep);
+	return adapter_make_resident(s, a, keep);
+}
+
 /* Whether q's adapters can be made hot now: 1 yes (hot, warm, or not tiered), 0 not yet (a
  * cold one is being read: the loader thread was asked), -errno when one is bad (message in
  * msg). Counts hits and misses once per request. */
@@ -617,10 +627,7 @@ static int seq_adapters_ready(struct sched *s, struct seq *q, char *msg, size_t 
 			if (a->res || !a->blob || a->building ||
 			    tiers_want(s->tiers, a->blob, false) != TIER_WARM)
 				continue;
-			if (adapter_hot_bytes(s, a) >= s->p.build_thread_min_bytes)
-				(void) adapter_start_build(s, a, q);
-			else
-				(void) adapter_make_resident(s, a, q);
+			(void) adapter_promote(s, a, q);
 		}
 	return ready;
 }
@@ -654,9 +661,7 @@ static void prefetch_promote(struct sched *s)
 		if (a->building)
 			continue;
 		a->prefetch = false;
-		if (a->blob && adapter_hot_bytes(s, a) >= s->p.build_thread_min_bytes)
-			(void) adapter_start_build(s, a, NULL); /* hot when the builder is done */
-		else if (adapter_make_resident(s, a, NULL) == 0)
+		if (adapter_promote(s, a, NULL) == 0) /* -EINPROGRESS: hot when the builder is done */
 			a->last_used = s->stats.steps;
 	}
 }
@@ -879,11 +884,7 @@ static void admit(struct sched *s)
 
 		for (uint32_t i = 0; ok && i < q->n_loras; i++) { /* q is freed on failure */
 			struct adapter_entry *a = q->loras[i].entry;
-			/* a big adapter is built on the builder thread (the batch goes on); a
-			 * small one here, at once: its build is shorter than a thread hand-off */
-			int r = a->blob && adapter_hot_bytes(s, a) >= s->p.build_thread_min_bytes
-					? adapter_start_build(s, a, q)
-					: adapter_make_resident(s, a, q);
+			int r = adapter_promote(s, a, q);
 
 			if (r == -EINPROGRESS) {
 				/* built off this thread: q waits for it, the others go on */

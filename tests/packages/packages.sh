@@ -186,10 +186,10 @@ fi
 # without systemd: the state and run-time directories come from tmpfiles.d.
 DBUS_SYSTEM_BUS_ADDRESS=$BUS MOLLY_DEV_CUSE=0 /usr/sbin/mollyd --log-target=stderr >"$T/mollyd.log" 2>&1 &
 DAEMON_PID=$!
-deadline=$(($(date +%s) + 120))
+deadline=$(($(date +%s) + ${MOLLY_TEST_WAIT_S:-120})) # a hang bound, as the other tests' (tests/integration/lib)
 until busctl --address="$BUS" status org.molly.Daemon1 >/dev/null 2>&1 && curl -sf "${http[@]}/health" >/dev/null 2>&1; do
 	kill -0 "$DAEMON_PID" 2>/dev/null || fail "the installed mollyd exited"
-	[ "$(date +%s)" -lt "$deadline" ] || fail "the installed mollyd did not answer within 120 s"
+	[ "$(date +%s)" -lt "$deadline" ] || fail "the installed mollyd did not answer within ${MOLLY_TEST_WAIT_S:-120} s"
 	sleep 0.2
 done
 [ "$(ps -o user= -p "$DAEMON_PID")" = molly ] || fail "mollyd runs as $(ps -o user= -p "$DAEMON_PID"), not molly"
