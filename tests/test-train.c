@@ -219,6 +219,125 @@ TEST(attention_gradients_gqa_packed)
 	return 0;
 }
 
+/* Attention in double, directly from the definition: the reference for the blocked products
+ * at a size where the causal blocks (64 rows) matter and packed samples cross them. */
+static void attn_ref(const struct train_attn_shape *s, const float *q, const float *k,
+		     const float *v, const float *dout, double *out, double *dq, double *dk,
+		     double *dv)
+{
+	int64_t L = s->len, D = s->head_dim, qs = s->n_head * D, ks = s->n_head_kv * D;
+	uint32_t group = s->n_head / s->n_head_kv;
+	double *p = malloc((size_t) L * sizeof(double)), *dp = malloc((size_t) L * sizeof(double));
+	double scale = 1.0 / sqrt((double) D);
+
+	for (int64_t sq = 0; sq < s->n_seq; sq++)
+		for (uint32_t h = 0; h < s->n_head; h++)
+			for (int64_t i = 0; i < L; i++) {
+				int64_t b = sq * L, hk = h / group;
+				const int32_t *seg = s->seg + b;
+				const float *qi = q + (b + i) * qs + h * D, *di = dout + (b + i) * qs + h * D;
+				double mx = -INFINITY, sum = 0, pdp = 0;
+
+				for (int64_t t = 0; t <= i; t++) {
+					bool vis = t == i || (seg[i] >= 0 && seg[t] == seg[i]);
+
+					p[t] = -INFINITY;
+					if (!vis)
+						continue;
+					p[t] = 0;
+					for (int64_t d = 0; d < D; d++)
+						p[t] += (double) qi[d] * k[(b + t) * ks + hk * D + d];
+					p[t] *= scale;
+					mx = fmax(mx, p[t]);
+				}
+				for (int64_t t = 0; t <= i; t++)
+					sum += p[t] = exp(p[t] - mx);
+				for (int64_t t = 0; t <= i; t++) {
+					p[t] /= sum;
+					dp[t] = 0;
+					for (int64_t d = 0; d < D; d++) {
+						out[(b + i) * qs + h * D + d] += p[t] * v[(b + t) * ks + hk * D + d];
+						dp[t] += (double) di[d] * v[(b + t) * ks + hk * D + d];
+					}
+					pdp += p[t] * dp[t];
+				}
+				for (int64_t t = 0; t <= i; t++) {
+					double ds = p[t] * (dp[t] - pdp) * scale;
+
+					for (int64_t d = 0; d < D; d++) {
+						dq[(b + i) * qs + h * D + d] += ds * k[(b + t) * ks + hk * D + d];
+						dk[(b + t) * ks + hk * D + d] += ds * qi[d];
+						dv[(b + t) * ks + hk * D + d] += p[t] * di[d];
+					}
+				}
+			}
+	free(p);
+	free(dp);
+}
+
+static int compare_exact(const char *what, const float *g, const double *ref, int64_t n,
+			 double tol)
+{
+	double mx = 0, err = 0;
+
+	for (int64_t i = 0; i < n; i++) {
+		mx = fmax(mx, fabs(ref[i]));
+		err = fmax(err, fabs(g[i] - ref[i]));
+	}
+	if (!(err <= tol * mx)) {
+		fprintf(stderr, "  %s: max|Δ| %.3g vs max|ref| %.3g (tolerance %.1g relative)\n",
+			what, err, mx, tol);
+		return 1;
+	}
+	return 0;
+}
+
+TEST(attention_blocked_against_double_reference)
+{
+	/* 2 rows of 150 tokens (blocks of 64: two full, one partial), 6 query heads on 2 KV heads
+	 * of 40 values; row 0 packs samples of 70 and 60 tokens and 20 pads, row 1 is one sample */
+	enum { S = 2, T = 150, HQ = 6, HKV = 2, D = 40 };
+	int64_t nq = S * T * HQ * D, nk = S * T * HKV * D;
+	_cleanup_free_ float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4),
+			     *r = malloc(nq * 4), *out = malloc(nq * 4), *dq = calloc(nq, 4),
+			     *dk = calloc(nk, 4), *dv = calloc(nk, 4),
+			     *probs = malloc((size_t) S * HQ * T * T * 4);
+	_cleanup_free_ double *ro = calloc(nq, 8), *rq = calloc(nq, 8), *rk = calloc(nk, 8),
+			      *rv = calloc(nk, 8);
+	int32_t seg[S * T];
+	struct train_attn_shape sh = { .n_seq = S, .len = T, .n_head = HQ, .n_head_kv = HKV,
+				       .head_dim = D, .seg = seg };
+	_cleanup_(threadpool_freep) struct threadpool *pool = NULL;
+
+	ASSERT_TRUE(q && k && v && r && out && dq && dk && dv && probs && ro && rq && rk && rv);
+	for (int64_t t = 0; t < S * T; t++)
+		seg[t] = t < 70 ? 0 : t < 130 ? 1 : t < T ? -1 : 2;
+	test_rng_state = 11;
+	fill(q, nq, 2);
+	fill(k, nk, 2);
+	fill(v, nk, 1);
+	fill(r, nq, 1);
+	attn_ref(&sh, q, k, v, r, ro, rq, rk, rv);
+	ASSERT_OK(threadpool_new(2, &pool));
+	for (int pass = 0; pass < 2; pass++) { /* one thread, then the pool */
+		struct threadpool *p = pass ? pool : NULL;
+
+		memset(dq, 0, nq * 4);
+		memset(dk, 0, nk * 4);
+		memset(dv, 0, nk * 4);
+		ASSERT_OK(train_attn_fwd(p, &sh, q, k, v, probs, out));
+		ASSERT_OK(train_attn_bwd(p, &sh, q, k, v, probs, r, dq, dk, dv));
+		ASSERT_TRUE(compare_exact("out", out, ro, nq, 1e-5) == 0);
+		ASSERT_TRUE(compare_exact("dq", dq, rq, nq, 1e-5) == 0);
+		ASSERT_TRUE(compare_exact("dk", dk, rk, nk, 1e-5) == 0);
+		ASSERT_TRUE(compare_exact("dv", dv, rv, nk, 1e-5) == 0);
+	}
+	/* a pad sees itself alone; nothing past a row's own position */
+	ASSERT_TRUE(probs[140 * T + 140] == 1.0f && probs[140 * T + 139] == 0.0f);
+	ASSERT_TRUE(probs[10 * T + 11] == 0.0f && probs[80 * T + 69] == 0.0f);
+	return 0;
+}
+
 TEST(cross_entropy_gradients)
 {
 	enum { N = 3, V = 11 };
@@ -496,7 +615,7 @@ TEST(data_labels_and_packing)
 	      "{\"text\": \"The end.\"}\n",
 	      f);
 	fclose(f);
-	ASSERT_OK(train_data_load(path, m, 256, &d, &e));
+	ASSERT_OK(train_data_load(path, m, 256, false, &d, &e));
 	unlink(path);
 	rmdir(dir);
 	ASSERT_EQ(d->n_samples, 3);
@@ -534,5 +653,57 @@ TEST(data_labels_and_packing)
 	ASSERT_OK(train_epoch_plan(d, 1, 0, 256, false, &ep));
 	ASSERT_EQ(ep.n_rows, 3);
 	train_epoch_done(&ep);
+	return 0;
+}
+
+TEST(data_long_text_cut_or_split)
+{
+	_cleanup_(model_freep) struct model *m = NULL;
+	_cleanup_(train_data_freep) struct train_data *cut = NULL, *win = NULL, *whole = NULL;
+	struct errmsg e = { 0 };
+	char path[512], dir[] = "/tmp/test-train-XXXXXX";
+	const struct train_sample *w;
+	uint32_t at = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/models/tiny/tiny-llama-f32.gguf", MOLLY_SHARED_DIR);
+	if (access(path, R_OK) < 0)
+		return TEST_SKIP;
+	ASSERT_OK(model_load(path, &m, &e));
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/d.jsonl", dir);
+	f = fopen(path, "w");
+	ASSERT_TRUE(f != NULL);
+	fputs("{\"text\": \"Once upon a time there was a little dog who liked the sun. "
+	      "Every day the dog ran to the park and played with a red ball until night came.\"}\n"
+	      "{\"text\": \"Hi.\"}\n",
+	      f);
+	fclose(f);
+	ASSERT_OK(train_data_load(path, m, 1024, false, &whole, &e));
+	ASSERT_OK(train_data_load(path, m, 16, false, &cut, &e));
+	ASSERT_OK(train_data_load(path, m, 16, true, &win, &e));
+	unlink(path);
+	rmdir(dir);
+	ASSERT_TRUE(whole->samples[0].n > 40); /* long enough for three windows */
+	/* cut: the first 16 tokens */
+	ASSERT_EQ(cut->n_samples, 2);
+	ASSERT_EQ(cut->n_truncated, 1);
+	ASSERT_EQ(cut->samples[0].n, 16);
+	/* split: windows of at most 16 that overlap by one, every target once, the short text
+	 * as it was */
+	ASSERT_EQ(win->n_split, 1);
+	ASSERT_EQ(win->n_truncated, 0);
+	ASSERT_EQ(win->n_samples, (whole->samples[0].n - 1 + 14) / 15 + 1);
+	ASSERT_EQ(win->n_labeled, whole->n_labeled);
+	for (size_t i = 0; i + 1 < win->n_samples; i++) {
+		w = &win->samples[i];
+		ASSERT_TRUE(w->n >= 2 && w->n <= 16);
+		ASSERT_TRUE(memcmp(w->ids, whole->samples[0].ids + at, w->n * sizeof(int32_t)) == 0);
+		ASSERT_TRUE(memcmp(w->label, whole->samples[0].label + at, w->n) == 0);
+		at += w->n - 1;
+	}
+	ASSERT_EQ(at + 1, whole->samples[0].n);
+	w = &win->samples[win->n_samples - 1];
+	ASSERT_EQ(w->n, whole->samples[1].n);
 	return 0;
 }

@@ -42,15 +42,16 @@ static void on_info(void *ud, const struct train_info *i)
 
 	if (u->json)
 		printf("{\"event\": \"start\", \"samples\": %" PRIu64 ", \"truncated\": %" PRIu64
-		       ", \"tokens\": %" PRIu64 ", \"trainable\": %" PRIu64
+		       ", \"split\": %" PRIu64 ", \"tokens\": %" PRIu64 ", \"trainable\": %" PRIu64
 		       ", \"total_steps\": %" PRIu64 ", \"start_step\": %" PRIu64 "}\n",
-		       i->n_samples, i->n_truncated, i->n_tokens, i->n_trainable, i->total_steps,
-		       i->start_step);
+		       i->n_samples, i->n_truncated, i->n_split, i->n_tokens, i->n_trainable,
+		       i->total_steps, i->start_step);
 	else
 		fprintf(stderr,
-			"molly-train: %" PRIu64 " samples (%" PRIu64 " cut to --seq-len), %" PRIu64
-			" tokens; %" PRIu64 " trainable values; steps %" PRIu64 "..%" PRIu64 "\n",
-			i->n_samples, i->n_truncated, i->n_tokens, i->n_trainable,
+			"molly-train: %" PRIu64 " samples (%" PRIu64 " cut to --seq-len, %" PRIu64
+			" texts split into windows), %" PRIu64 " tokens; %" PRIu64
+			" trainable values; steps %" PRIu64 "..%" PRIu64 "\n",
+			i->n_samples, i->n_truncated, i->n_split, i->n_tokens, i->n_trainable,
 			i->start_step + 1, i->total_steps);
 	fflush(stdout);
 }
@@ -94,6 +95,8 @@ static void usage(FILE *f)
 		"  --lr X (1e-4)  --warmup N (0)  --schedule cosine|linear|constant (cosine)\n"
 		"  --weight-decay W (0)  --clip C (1.0; 0 = off)  --grad-accum K (1)\n"
 		"  --batch B (4)  --seq-len L (512)  --no-pack  --recompute\n"
+		"  --split-long               a text longer than --seq-len becomes windows of it\n"
+		"                             (overlapping by one token) instead of being cut\n"
 		"  --seed S (0)  --threads T (all CPUs)\n"
 		"  --checkpoint PATH (OUT.ckpt)  --checkpoint-every N (100; 0: at the end only)\n"
 		"  --resume                   continue from the checkpoint (from the start if none)\n"
@@ -122,7 +125,7 @@ static int parse_f(const char *s, double *ret)
 int main(int argc, char **argv)
 {
 	enum { O_FORMAT = 256, O_RANK, O_ALPHA, O_DROPOUT, O_TARGETS, O_FULL, O_STEPS, O_EPOCHS,
-	       O_LR, O_WARMUP, O_SCHED, O_WD, O_CLIP, O_ACCUM, O_BATCH, O_SEQ, O_NOPACK, O_RECOMP,
+	       O_LR, O_WARMUP, O_SCHED, O_WD, O_CLIP, O_ACCUM, O_BATCH, O_SEQ, O_NOPACK, O_SPLIT, O_RECOMP,
 	       O_SEED, O_THREADS, O_CKPT, O_CKPT_EVERY, O_RESUME, O_JSON, O_DUMP, O_INITB,
 	       O_MODEL, O_DATA, O_OUT, O_HELP, O_STOP_AFTER };
 	static const struct option opts[] = {
@@ -141,7 +144,7 @@ int main(int argc, char **argv)
 		{ "checkpoint-every", 1, 0, O_CKPT_EVERY }, { "resume", 0, 0, O_RESUME },
 		{ "json", 0, 0, O_JSON },       { "dump", 1, 0, O_DUMP },
 		{ "init-b-std", 1, 0, O_INITB }, { "help", 0, 0, O_HELP },
-		{ "stop-after", 1, 0, O_STOP_AFTER },
+		{ "stop-after", 1, 0, O_STOP_AFTER }, { "split-long", 0, 0, O_SPLIT },
 		{ 0 },
 	};
 	struct train_config c = {
@@ -212,6 +215,7 @@ int main(int argc, char **argv)
 		case O_BATCH: bad = parse_u64(optarg, &u) || u == 0 || u > 65536; c.batch = (uint32_t) u; break;
 		case O_SEQ: bad = parse_u64(optarg, &u) || u < 2 || u > 1u << 20; c.seq_len = (uint32_t) u; break;
 		case O_NOPACK: c.pack = false; break;
+		case O_SPLIT: c.split_long = true; break;
 		case O_RECOMP: c.net.recompute = true; break;
 		case O_SEED: bad = parse_u64(optarg, &c.net.seed); break;
 		case O_THREADS: bad = parse_u64(optarg, &u) || u == 0 || u > 1024; c.threads = (uint32_t) u; break;

@@ -100,7 +100,7 @@ if [ -s "$out" ]; then
 fi
 
 # 4. training: a calibration run first (a few steps in a scratch directory) for the ETA
-train_args=(--model "$work/init.gguf" --data "$work/corpus/train.jsonl" --full
+train_args=(--model "$work/init.gguf" --data "$work/corpus/train.jsonl" --full --split-long
 	--lr "$LR" --warmup "$WARMUP" --batch "$BATCH" --seq-len "$SEQ_LEN" --seed "$SEED"
 	--threads "$THREADS")
 if [ ! -e "$work/calibration.txt" ]; then

@@ -56,8 +56,7 @@ struct sample_build {
 	bool eos;            /* append a labeled EOS */
 };
 
-static int make_sample(const struct model *m, struct sample_build *sb, uint32_t max_len,
-		       struct train_sample *s, bool *truncated)
+static int make_sample(const struct model *m, struct sample_build *sb, struct train_sample *s)
 {
 	const struct vocab *v = m->vocab;
 	int32_t *ids = NULL;
@@ -90,9 +89,59 @@ static int make_sample(const struct model *m, struct sample_build *sb, uint32_t 
 		s->label[s->n] = 1;
 		s->n++;
 	}
-	*truncated = s->n > max_len;
-	if (s->n > max_len)
-		s->n = max_len;
+	return 0;
+}
+
+static int push_sample(struct train_data *d, size_t *cap, struct train_sample *s)
+{
+	if (d->n_samples == *cap) {
+		size_t nc = *cap ? 2 * *cap : 64;
+		struct train_sample *ns = realloc(d->samples, nc * sizeof(*ns));
+
+		if (!ns)
+			return -ENOMEM;
+		d->samples = ns;
+		*cap = nc;
+	}
+	d->samples[d->n_samples++] = *s;
+	d->n_tokens += s->n;
+	for (uint32_t i = 1; i < s->n; i++)
+		d->n_labeled += s->label[i];
+	*s = (struct train_sample){ 0 };
+	return 0;
+}
+
+/* A sample longer than max_len becomes windows of max_len tokens, each starting at the
+ * previous one's last token: every token after the first is a target in exactly one window,
+ * with at least max_len - 1 tokens of context before the window's end. */
+static int push_windows(struct train_data *d, size_t *cap, struct train_sample *s,
+			uint32_t max_len)
+{
+	for (uint32_t start = 0;; start += max_len - 1) {
+		uint32_t n = s->n - start < max_len ? s->n - start : max_len;
+		struct train_sample w = { .n = n };
+		int r;
+
+		w.ids = malloc(n * sizeof(*w.ids));
+		w.label = malloc(n);
+		if (!w.ids || !w.label) {
+			free(w.ids);
+			free(w.label);
+			return -ENOMEM;
+		}
+		memcpy(w.ids, s->ids + start, n * sizeof(*w.ids));
+		memcpy(w.label, s->label + start, n);
+		if ((r = push_sample(d, cap, &w)) < 0) {
+			free(w.ids);
+			free(w.label);
+			return r;
+		}
+		if (start + n >= s->n)
+			break;
+	}
+	free(s->ids);
+	free(s->label);
+	*s = (struct train_sample){ 0 };
 	return 0;
 }
 
@@ -246,7 +295,7 @@ out:
 }
 
 int train_data_load(const char *path, const struct model *m, uint32_t max_len,
-		    struct train_data **ret, struct errmsg *e)
+		    bool split_long, struct train_data **ret, struct errmsg *e)
 {
 	_cleanup_(train_data_freep) struct train_data *d = NULL;
 	_cleanup_free_ char *line = NULL;
@@ -269,7 +318,6 @@ int train_data_load(const char *path, const struct model *m, uint32_t max_len,
 	while ((len = getline(&line, &cap_line, f)) >= 0) {
 		struct sample_build sb = { 0 };
 		struct train_sample s = { 0 };
-		bool trunc = false;
 		size_t k = 0;
 
 		lineno++;
@@ -292,7 +340,7 @@ int train_data_load(const char *path, const struct model *m, uint32_t max_len,
 		}
 		r = parse_line(m, fam, line, (size_t) len, &sb, path, lineno, e);
 		if (r >= 0)
-			r = make_sample(m, &sb, max_len, &s, &trunc);
+			r = make_sample(m, &sb, &s);
 		free(sb.text);
 		if (r < 0) {
 			free(s.ids);
@@ -301,24 +349,21 @@ int train_data_load(const char *path, const struct model *m, uint32_t max_len,
 				errmsg_set(e, r, "%s:%zu: cannot tokenize", path, lineno);
 			break;
 		}
-		if (d->n_samples == cap) {
-			size_t nc = cap ? 2 * cap : 64;
-			struct train_sample *ns = realloc(d->samples, nc * sizeof(*ns));
-
-			if (!ns) {
-				free(s.ids);
-				free(s.label);
-				r = -ENOMEM;
-				break;
+		if (s.n > max_len && split_long) {
+			d->n_split++;
+			r = push_windows(d, &cap, &s, max_len);
+		} else {
+			if (s.n > max_len) {
+				d->n_truncated++;
+				s.n = max_len;
 			}
-			d->samples = ns;
-			cap = nc;
+			r = push_sample(d, &cap, &s);
 		}
-		d->samples[d->n_samples++] = s;
-		d->n_truncated += trunc;
-		d->n_tokens += s.n;
-		for (uint32_t i = 1; i < s.n; i++)
-			d->n_labeled += s.label[i];
+		if (r < 0) {
+			free(s.ids);
+			free(s.label);
+			break;
+		}
 	}
 	fclose(f);
 	if (r < 0)

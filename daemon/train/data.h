@@ -15,7 +15,10 @@
  * start. Errors name the file, the line and the field: "data.jsonl:3: field 'completion':
  * expected a string".
  *
- * Samples longer than the sequence length are cut (counted in n_truncated). Batches: the
+ * Samples longer than the sequence length are cut (counted in n_truncated), or with split_long
+ * become windows of the sequence length that overlap by one token, so that every token of a
+ * long text is trained on as a target once (counted in n_split; for pretraining on whole
+ * documents). Batches: the
  * samples are shuffled once (seeded) and fill rows of at most len tokens in that order,
  * several samples to a row when packing (positions restart and attention stops at each
  * sample's start); each epoch visits the rows in its own seeded order, cut into batches of
@@ -42,12 +45,12 @@ struct train_sample {
 struct train_data {
 	struct train_sample *samples; /* owned */
 	size_t n_samples;
-	size_t n_truncated;
+	size_t n_truncated, n_split;
 	uint64_t n_tokens, n_labeled;
 };
 
 int train_data_load(const char *path, const struct model *m, uint32_t max_len,
-		    struct train_data **ret, struct errmsg *e);
+		    bool split_long, struct train_data **ret, struct errmsg *e);
 struct train_data *train_data_free(struct train_data *d);
 DEFINE_CLEANUP_FUNC(struct train_data *, train_data_free, NULL)
 

@@ -579,7 +579,7 @@ static void layer_fwd(struct train_net *n, struct threadpool *pool, uint32_t l,
 		   n->rope_sin, false);
 	train_rope(a->k, nt, hp->n_head_kv, hp->head_dim, hp->rope_dim, neox, n->rope_cos,
 		   n->rope_sin, false);
-	train_attn_fwd(pool, as, a->q, a->k, a->v, a->probs, a->ao);
+	note(n, train_attn_fwd(pool, as, a->q, a->k, a->v, a->probs, a->ao));
 	proj_fwd(n, pool, l, LORA_TARGET_O, a, a->ao, nt, n->dtmp);
 	for (int64_t i = 0; i < nt * E; i++)
 		a->x_mid[i] = a->x_in[i] + n->dtmp[i];

@@ -87,12 +87,12 @@ struct train_attn_shape {
 };
 /* q: [t][n_head·head_dim], k, v: [t][n_head_kv·head_dim]; out like q; probs (saved) holds
  * n_seq·n_head·len·len floats: row i of head h of sequence s at ((s·n_head + h)·len + i)·len. */
-void train_attn_fwd(struct threadpool *pool, const struct train_attn_shape *s, const float *q,
-		    const float *k, const float *v, float *probs, float *out);
+int train_attn_fwd(struct threadpool *pool, const struct train_attn_shape *s, const float *q,
+		   const float *k, const float *v, float *probs, float *out);
 /* dq, dk, dv += the gradients (dk, dv summed over the query heads that share a KV head). */
 int train_attn_bwd(struct threadpool *pool, const struct train_attn_shape *s, const float *q,
-		    const float *k, const float *v, const float *probs, const float *dout,
-		    float *dq, float *dk, float *dv);
+		   const float *k, const float *v, const float *probs, const float *dout,
+		   float *dq, float *dk, float *dv);
 
 /* ---- loss (ops-loss.c) ---- */
 

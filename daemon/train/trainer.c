@@ -60,6 +60,8 @@ static int run_hash(const struct train_config *c, uint8_t out[32], struct errmsg
 		 c->optim.weight_decay, c->optim.clip, c->optim.warmup, c->optim.total_steps,
 		 c->optim.sched, c->batch, c->seq_len, c->accum, c->pack);
 	sha256_update(&h, opts, strlen(opts));
+	if (c->split_long) /* appended only when set: earlier runs' hashes stay as they were */
+		sha256_update(&h, " split=1", 8);
 	sha256_final(&h, out);
 	return 0;
 }
@@ -199,7 +201,7 @@ int train_run(const struct train_config *c0, train_info_fn info, train_progress_
 
 	if ((r = model_load(c.model_path, &m, e)) < 0)
 		return r;
-	if ((r = train_data_load(c.data_path, m, c.seq_len, &d, e)) < 0)
+	if ((r = train_data_load(c.data_path, m, c.seq_len, c.split_long, &d, e)) < 0)
 		return r;
 	if ((r = train_epoch_plan(d, c.net.seed, 0, c.seq_len, c.pack, &probe)) < 0)
 		return r;
@@ -239,6 +241,7 @@ int train_run(const struct train_config *c0, train_info_fn info, train_progress_
 	if (info)
 		info(ud, &(struct train_info){ .n_samples = d->n_samples,
 					       .n_truncated = d->n_truncated,
+					       .n_split = d->n_split,
 					       .n_tokens = d->n_tokens,
 					       .n_trainable = train_net_n_values(net),
 					       .total_steps = total,

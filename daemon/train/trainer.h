@@ -33,6 +33,7 @@ struct train_config {
 	double epochs;          /* used when steps is 0 */
 	uint32_t batch, seq_len, accum, threads;
 	bool pack;
+	bool split_long;             /* long texts become windows of seq_len (data.h) */
 	const char *checkpoint_path; /* NULL: OUT.ckpt */
 	uint32_t checkpoint_every;   /* steps; 0: only at the end or on stop */
 	bool resume;                 /* continue from checkpoint_path (from the start if none) */
@@ -53,7 +54,7 @@ struct train_progress {
 
 /* What a run will do, known after loading (for the progress bar and --json). */
 struct train_info {
-	uint64_t n_samples, n_truncated, n_tokens, n_trainable, total_steps, start_step;
+	uint64_t n_samples, n_truncated, n_split, n_tokens, n_trainable, total_steps, start_step;
 };
 
 typedef void (*train_progress_fn)(void *userdata, const struct train_progress *p);
