@@ -149,6 +149,39 @@ static bool test_env(const char *name)
 	return t && strcmp(t, "1") == 0 && v && v[0] && strcmp(v, "0") != 0;
 }
 
+/* The model when [Model] Path= is unset: $MOLLY_MODEL, else Molly's own model (issue 20),
+ * found from this executable as molly-egress is: PREFIX/sbin/mollyd or build/PRESET/bin/mollyd
+ * → ../share/molly/models/molly-mini.gguf (the build copies it there), else the configured
+ * data directory. None found: the path stays unset and the manager says what to set. */
+static int default_model_path(struct config *c)
+{
+	static const char rel[] = "share/molly/models/" MOLLY_DEFAULT_MODEL;
+	char self[4096], buf[4200];
+	const char *env = getenv("MOLLY_MODEL");
+	ssize_t n;
+
+	if (c->model_path)
+		return 0;
+	if (env && env[0])
+		return (c->model_path = strdup(env)) ? 0 : -ENOMEM;
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		char *slash;
+
+		self[n] = 0;
+		if ((slash = strrchr(self, '/'))) {
+			*slash = 0;
+			snprintf(buf, sizeof(buf), "%s/../%s", self, rel);
+			if (access(buf, R_OK) == 0)
+				return (c->model_path = realpath(buf, NULL)) ? 0 : -errno;
+		}
+	}
+	snprintf(buf, sizeof(buf), "%s/molly/models/%s", MOLLY_DATADIR, MOLLY_DEFAULT_MODEL);
+	if (access(buf, R_OK) == 0)
+		return (c->model_path = strdup(buf)) ? 0 : -ENOMEM;
+	return 0;
+}
+
 /* The molly-egress to start: WorkerPath=, else next to this executable (a build tree), else
  * ../libexec/molly/ from it, else the configured libexec directory. */
 static int egress_worker_path(const struct config *c, char *buf, size_t size)
@@ -517,8 +550,11 @@ static int daemon_reload(void *userdata, struct errmsg *e)
 		log_error("reload: %s; keeping the running configuration", e->text);
 		goto out;
 	}
-	if (!c->model_path && getenv("MOLLY_MODEL"))
-		c->model_path = strdup(getenv("MOLLY_MODEL"));
+	if ((r = default_model_path(c)) < 0) {
+		errmsg_set(e, r, "the default model: %s", strerror(-r));
+		log_error("reload: %s; keeping the running configuration", e->text);
+		goto out;
+	}
 	log_set_level(c->log_level);
 	r = manager_reload(d->manager, c, e);
 	if (r < 0) {
@@ -762,8 +798,11 @@ static int run(int argc, char **argv)
 		log_error_errno(r, "configuration: %s", e.text);
 		return 1;
 	}
-	if (!d.config->model_path && getenv("MOLLY_MODEL"))
-		d.config->model_path = strdup(getenv("MOLLY_MODEL"));
+	r = default_model_path(d.config);
+	if (r < 0) {
+		log_error_errno(r, "the default model: %m");
+		return 1;
+	}
 	log_set_level(d.config->log_level);
 	for (size_t i = 0; i < d.config->n_files; i++)
 		log_debug("configuration file: %s", d.config->files[i]);

@@ -596,7 +596,9 @@ int manager_new_with_egress(struct config *config, struct egress_client *egress,
 
 	assert_return(config && ret, -EINVAL);
 	if (!config->model_path)
-		return errmsg_set(e, -EINVAL, "no model configured: set [Model] Path= in %s",
+		return errmsg_set(e, -EINVAL,
+				  "no model configured and the default model (molly-mini.gguf) is "
+				  "not installed: set [Model] Path= in %s",
 				  config->n_files ? config->files[0] : CONFIG_DEFAULT_PATH);
 
 	m = calloc(1, sizeof(*m));

@@ -4,8 +4,8 @@
 # folder with a default config, ask it one question over D-Bus and one over its
 # OpenAI-compatible HTTP API, print both answers, and stop it.
 #
-# Model: $MOLLY_MODEL, else ../shared/models/stories260K.gguf; failing both, molly-mkmodel
-# makes a random one (its answers are noise). The question: $MOLLY_QUESTION or a default.
+# Model: $MOLLY_MODEL, else Molly's own model, models/molly-mini.gguf (docs/model.md), which
+# mollyd serves when its configuration names none. The question: $MOLLY_QUESTION or a default.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,12 +14,9 @@ cmake --preset release >/dev/null
 cmake --build --preset release -j "$(nproc)" >/dev/null
 bin=$PWD/build/release/bin
 
-model=${MOLLY_MODEL:-$PWD/../shared/models/stories260K.gguf}
-if [ ! -r "$model" ]; then
-	echo "run-main: no model at '$model'; making a random one (its answers are noise)" >&2
-	model=$PWD/build/release/random-100m-q8_0.gguf
-	[ -r "$model" ] || "$bin/molly-mkmodel" --preset 100m --type q8_0 --seed 1 --out "$model" >/dev/null
-fi
+# mollyd finds the default model beside its binaries (the build copies models/ there)
+model=${MOLLY_MODEL:-$PWD/build/release/share/molly/models/molly-mini.gguf}
+[ -r "$model" ] || { echo "run-main: no model at '$model'" >&2; exit 1; }
 question=${MOLLY_QUESTION:-Once upon a time}
 
 t=$(mktemp -d /tmp/molly-main.XXXXXX)
@@ -34,10 +31,8 @@ trap cleanup EXIT
 # A private session-style bus (nothing else can reach it) and a default configuration.
 read -r bus_addr bus_pid < <(dbus-daemon --session --fork --nopidfile --print-address=1 \
 	--print-pid=1 --address="unix:path=$t/bus.sock" | paste -sd' ')
+# No [Model] Path=: mollyd takes $MOLLY_MODEL, else its default model.
 cat >"$t/mollyd.conf" <<CONF
-[Model]
-Path=$model
-
 [DBus]
 Bus=session
 

@@ -99,23 +99,25 @@ if [ -s "$out" ]; then
 	exit 0
 fi
 
-# 4. training: a calibration run first (a few steps in a scratch directory) for the ETA
+# 4. training: a calibration run first (15 steps in a scratch directory) for the ETA: the time
+# per step is taken between steps 5 and 15, after start-up (tokenizing the corpus takes longer
+# than a step) and the first steps' page faults
 train_args=(--model "$work/init.gguf" --data "$work/corpus/train.jsonl" --full --split-long
 	--lr "$LR" --warmup "$WARMUP" --batch "$BATCH" --seq-len "$SEQ_LEN" --seed "$SEED"
 	--threads "$THREADS")
 if [ ! -e "$work/calibration.txt" ]; then
 	rm -rf "$work/calibration"
 	mkdir -p "$work/calibration"
-	t0=$(date +%s.%N)
-	"$bin/molly-train" "${train_args[@]}" --steps 5 --out "$work/calibration/model.gguf" \
-		>"$work/calibration/log" 2>&1 || { say "calibration run failed:" >&2;
-		tail "$work/calibration/log" >&2; exit 1; }
-	t1=$(date +%s.%N)
-	awk -v a="$t0" -v b="$t1" -v s="$STEPS" 'BEGIN { per = (b - a) / 5;
-		printf "%.1f s per step (5 steps, start-up included): %d steps take about %.0f min", per, s, per * s / 60
+	"$bin/molly-train" "${train_args[@]}" --steps 15 --json --checkpoint-every 0 \
+		--out "$work/calibration/model.gguf" 2>"$work/calibration/log" |
+		while IFS= read -r line; do echo "$(date +%s.%N) $line"; done >"$work/calibration/steps" ||
+		{ say "calibration run failed:" >&2; tail "$work/calibration/log" >&2; exit 1; }
+	awk -v s="$STEPS" '/"step": *5,/ { a = $1 } /"step": *15,/ { b = $1 }
+		END { if (!a || !b) { print "calibration: no step times"; exit 1 }
+		per = (b - a) / 10
+		printf "%.2f s per step (steps 5 to 15): %d steps take about %.0f min", per, s, per * s / 60
 		if (per * s > 105 * 60) printf "; over the budget: STEPS=%d fits 105 min", 105 * 60 / per
-		printf "\n" }' |
-		tee "$work/calibration.txt"
+		printf "\n" }' "$work/calibration/steps" | tee "$work/calibration.txt"
 	rm -rf "$work/calibration"
 fi
 say "$(cat "$work/calibration.txt")"

@@ -11,9 +11,8 @@
 #      that reads the installed D-Bus policy: it answers over D-Bus and HTTP; `molly status`
 #      works for a member of group molly and not for a stranger; `man mollyd` renders;
 #      systemd-analyze verify and security on the installed unit; the completions load.
-#      The model: the packaged config names /var/lib/molly/models/model.gguf, which no
-#      package ships yet (the default model is another branch's work): this test puts a small
-#      random model made with the installed molly-mkmodel there.
+#      The model: the packaged config leaves [Model] Path= unset, so mollyd serves the one
+#      mollyd's package ships, /usr/share/molly/models/molly-mini.gguf (issue 20).
 #   4. A changed conffile and the state directory survive the upgrade to V+1.
 #   5. apt-get remove keeps conffile and state, purge removes them; afterwards nothing named
 #      molly is left but the user and group (file lists before and after compared).
@@ -161,10 +160,7 @@ else
 fi
 
 ### 3. the installed daemon with the packaged configuration
-mkdir -p /var/lib/molly/models
-molly-mkmodel --hidden 64 --layers 2 --heads 4 --kv-heads 4 --ffn 128 --vocab-size 320 \
-	--context 256 --type f32 --seed 7 --out /var/lib/molly/models/model.gguf >/dev/null ||
-	fail "molly-mkmodel"
+[ -r /usr/share/molly/models/molly-mini.gguf ] || fail "mollyd's package has no molly-mini.gguf"
 molly config check /etc/molly/mollyd.conf >/dev/null || fail "molly config check of the packaged config"
 sed -e "s|@SOCKET@|$T/system.sock|" -e "s|@POLICYDIR@|/usr/share/dbus-1/system.d|" \
 	"$MOLLY_SOURCE_DIR/tests/integration/lib/private-system.conf.in" >"$T/system.conf"
@@ -197,7 +193,7 @@ pass "the installed mollyd starts with /etc/molly/mollyd.conf and runs as molly"
 
 member=(setpriv --reuid=nobody --regid=nogroup --groups="$(getent group molly | cut -d: -f3)")
 out=$("${member[@]}" env DBUS_SYSTEM_BUS_ADDRESS="$BUS" molly status 2>&1) || fail "molly status as a member of group molly: $out"
-grep -q model.gguf <<<"$out" || grep -qi model <<<"$out" || fail "molly status says: $out"
+grep -q molly-mini <<<"$out" || fail "molly status does not name the default model molly-mini: $out"
 out=$("${member[@]}" env DBUS_SYSTEM_BUS_ADDRESS="$BUS" molly ask "Once upon" --transport dbus --max-tokens 4 --seed 1 2>&1) ||
 	fail "molly ask over D-Bus as a member of group molly: $out"
 if setpriv --reuid=bin --regid=bin --clear-groups env DBUS_SYSTEM_BUS_ADDRESS="$BUS" molly status >/dev/null 2>&1; then
@@ -205,9 +201,9 @@ if setpriv --reuid=bin --regid=bin --clear-groups env DBUS_SYSTEM_BUS_ADDRESS="$
 fi
 pass "over D-Bus: molly status and ask for a member of group molly, refused to a stranger"
 out=$(curl -sf "${http[@]}/v1/models") || fail "GET /v1/models"
-grep -q '"object": *"list"' <<<"$out" || fail "/v1/models: $out"
+grep -q '"object": *"list"' <<<"$out" && grep -q '"molly-mini"' <<<"$out" || fail "/v1/models: $out"
 out=$(curl -sf "${http[@]}/v1/completions" -H 'Content-Type: application/json' \
-	-d '{"model": "model", "prompt": "Once upon", "max_tokens": 4, "seed": 1}') || fail "POST /v1/completions"
+	-d '{"model": "molly-mini", "prompt": "Once upon", "max_tokens": 4, "seed": 1}') || fail "POST /v1/completions"
 grep -q '"text_completion"' <<<"$out" || fail "/v1/completions: $out"
 pass "over HTTP: /v1/models and /v1/completions"
 kill -TERM "$DAEMON_PID"
