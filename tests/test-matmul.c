@@ -863,80 +863,141 @@ static float q8_0_at(const void *row, int64_t i)
 	return fp16_to_f32(b->d) * (float) b->qs[i % QK8_0];
 }
 
+/* Value i of an sgmv row of any hot type, as the kernels define it. */
+static float sgmv_at(const void *row, uint32_t dtype, int64_t i)
+{
+	switch (dtype) {
+	case GGML_TYPE_Q8_0:
+		return q8_0_at(row, i);
+	case GGML_TYPE_F16:
+		return fp16_to_f32(((const uint16_t *) row)[i]);
+	case GGML_TYPE_BF16:
+		return bf16_to_f32(((const uint16_t *) row)[i]);
+	default:
+		return ((const float *) row)[i];
+	}
+}
+
+/* An sgmv row of n random values in ±0.1 in dtype (Q8_0: n a multiple of 32). */
+static void sgmv_row(void *dst, uint32_t dtype, int64_t n)
+{
+	if (dtype == GGML_TYPE_Q8_0) {
+		q8_0_row(dst, n);
+		return;
+	}
+	for (int64_t i = 0; i < n; i++) {
+		float v = (float) (test_uniform() * 2 - 1) * 0.1f;
+
+		if (dtype == GGML_TYPE_F16)
+			((uint16_t *) dst)[i] = f32_to_fp16(v);
+		else if (dtype == GGML_TYPE_BF16)
+			((uint16_t *) dst)[i] = f32_to_bf16(v);
+		else
+			((float *) dst)[i] = v;
+	}
+}
+
+static size_t sgmv_row_bytes(uint32_t dtype, int64_t n)
+{
+	if (dtype == GGML_TYPE_Q8_0)
+		return (size_t) n / QK8_0 * sizeof(struct block_q8_0);
+	return (size_t) n * (dtype == GGML_TYPE_F32 ? 4 : 2);
+}
+
 /*
- * Hot adapters in Q8_0 ([Adapters] HotType=q8_0) at every level: the shrink against a double
- * reference of the dequantized rows, the expand bit for bit against its scalar definition
- * (y = fma(scale·tmp_k·d_block, q, y) over k in order), also over a column range that starts
- * and ends inside blocks (the threads' split), for ranks that are and are not multiples of 4.
+ * The LoRA kernels for every hot type (F32, F16, BF16 as stored; Q8_0 for [Adapters]
+ * HotType=q8_0) at every level: the shrink against a double reference of the rows' values,
+ * the expand bit for bit against its scalar definition (y = fma(scale·tmp_k·d_block, q, y) for
+ * Q8_0, fma(scale·tmp_k, v, y) otherwise, over k in order), over column ranges that start
+ * and end inside blocks and vector widths (the threads' split), for ranks that are and are
+ * not multiples of 4, with widths that leave tails after the widest passes (not for Q8_0,
+ * whose hot form needs whole blocks).
  */
-TEST(sgmv_q8_0_all_levels)
+TEST(sgmv_all_types_all_levels)
 {
 	static const uint32_t ranks[] = { 16, 5, 1 };
-	enum { N_IN = 96, N_OUT = 160, N_ROWS = 3 };
-	const size_t row_in = N_IN / QK8_0 * sizeof(struct block_q8_0);
-	const size_t row_out = N_OUT / QK8_0 * sizeof(struct block_q8_0);
+	static const uint32_t hot_types[] = { GGML_TYPE_Q8_0, GGML_TYPE_F16, GGML_TYPE_BF16,
+					  GGML_TYPE_F32 };
+	enum { N_ROWS = 3, MAX_IN = 224, MAX_OUT = 160 };
 	const char *orig = quant_simd_level();
-	float x[N_ROWS * N_IN];
+	float x[N_ROWS * MAX_IN];
 
 	seed_rng();
 	for (size_t i = 0; i < ELEMENTSOF(x); i++)
 		x[i] = (float) ((test_uniform() * 2 - 1) * 3);
-	for (size_t ri = 0; ri < ELEMENTSOF(ranks); ri++) {
-		const uint32_t rank = ranks[ri];
-		_cleanup_free_ char *mem = malloc(rank * (row_in + row_out));
-		const void *a_rows[16], *bt_rows[16];
-		struct lora_resident_mat mat = { .rank = rank, .n_in = N_IN, .n_out = N_OUT,
-						 .dtype = GGML_TYPE_Q8_0, .scale = 0.75f,
-						 .a_rows = a_rows, .bt_rows = bt_rows };
-		struct lora_pair pairs[2] = { { .mat = &mat, .row = 0, .scale = 1.5f },
-					      { .mat = &mat, .row = 2, .scale = -0.5f } };
+	for (size_t ti = 0; ti < ELEMENTSOF(hot_types); ti++)
+		for (size_t ri = 0; ri < ELEMENTSOF(ranks); ri++) {
+			const uint32_t dtype = hot_types[ti], rank = ranks[ri];
+			const int64_t n_in = dtype == GGML_TYPE_Q8_0 ? MAX_IN : 203;
+			const int64_t n_out = dtype == GGML_TYPE_Q8_0 ? MAX_OUT : 157;
+			const size_t row_in = sgmv_row_bytes(dtype, n_in);
+			const size_t row_out = sgmv_row_bytes(dtype, n_out);
+			_cleanup_free_ char *mem = malloc(rank * (row_in + row_out));
+			const void *a_rows[16], *bt_rows[16];
+			struct lora_resident_mat mat = { .rank = rank, .n_in = (uint32_t) n_in,
+							 .n_out = (uint32_t) n_out, .dtype = dtype,
+							 .scale = 0.75f, .a_rows = a_rows,
+							 .bt_rows = bt_rows };
+			struct lora_pair pairs[2] = { { .mat = &mat, .row = 0, .scale = 1.5f },
+						      { .mat = &mat, .row = 2, .scale = -0.5f } };
 
-		ASSERT_TRUE(mem);
-		for (uint32_t k = 0; k < rank; k++) {
-			a_rows[k] = mem + k * row_in;
-			bt_rows[k] = mem + rank * row_in + k * row_out;
-			q8_0_row(mem + k * row_in, N_IN);
-			q8_0_row(mem + rank * row_in + k * row_out, N_OUT);
-		}
-		for (size_t l = 0; l < n_levels; l++) {
-			float tmp[2][16], y[N_ROWS * N_OUT], yref[N_ROWS * N_OUT];
-
-			if (quant_force_simd_level(levels[l]) < 0)
-				continue;
-			for (int pi = 0; pi < 2; pi++) {
-				lora_shrink_pair(x, N_IN, &pairs[pi], tmp[pi]);
-				for (uint32_t k = 0; k < rank; k++) {
-					double d = 0;
-
-					for (int i = 0; i < N_IN; i++)
-						d += (double) x[pairs[pi].row * N_IN + i] * q8_0_at(a_rows[k], i);
-					if (fabs(tmp[pi][k] - d) > 1e-5 * (1 + fabs(d)))
-						TEST_FAIL_("%s rank %u: shrink row %u: %g vs %g", levels[l], rank,
-							   k, tmp[pi][k], d);
-				}
+			ASSERT_TRUE(mem);
+			for (uint32_t k = 0; k < rank; k++) {
+				a_rows[k] = mem + k * row_in;
+				bt_rows[k] = mem + rank * row_in + k * row_out;
+				sgmv_row(mem + k * row_in, dtype, n_in);
+				sgmv_row(mem + rank * row_in + k * row_out, dtype, n_out);
 			}
-			for (size_t i = 0; i < ELEMENTSOF(y); i++)
-				y[i] = yref[i] = (float) (i % 7) * 0.25f;
-			/* two column ranges, as two threads would split them */
-			lora_expand_range(y, N_OUT, pairs, 2, &tmp[0][0], 16, 0, 37);
-			lora_expand_range(y, N_OUT, pairs, 2, &tmp[0][0], 16, 37, N_OUT);
-			for (int pi = 0; pi < 2; pi++)
-				for (int64_t c = 0; c < N_OUT; c++) {
-					float *v = &yref[pairs[pi].row * N_OUT + c];
+			for (size_t l = 0; l < n_levels; l++) {
+				float tmp[2][16], y[N_ROWS * MAX_OUT], yref[N_ROWS * MAX_OUT];
 
+				if (quant_force_simd_level(levels[l]) < 0)
+					continue;
+				for (int pi = 0; pi < 2; pi++) {
+					lora_shrink_pair(x, (uint32_t) n_in, &pairs[pi], tmp[pi]);
 					for (uint32_t k = 0; k < rank; k++) {
-						const struct block_q8_0 *b =
-							(const struct block_q8_0 *) bt_rows[k] + c / QK8_0;
+						double d = 0;
 
-						*v = fmaf(pairs[pi].scale * tmp[pi][k] * fp16_to_f32(b->d),
-							  (float) b->qs[c % QK8_0], *v);
+						for (int64_t i = 0; i < n_in; i++)
+							d += (double) x[pairs[pi].row * n_in + i] *
+							     sgmv_at(a_rows[k], dtype, i);
+						if (fabs(tmp[pi][k] - d) > 1e-5 * (1 + fabs(d)))
+							TEST_FAIL_("%s %s rank %u: shrink row %u: %g vs %g",
+								   levels[l], quant_type_name(dtype), rank, k,
+								   tmp[pi][k], d);
 					}
 				}
-			if (memcmp(y, yref, sizeof(y)))
-				TEST_FAIL_("%s rank %u: Q8_0 expand differs from its scalar definition",
-					   levels[l], rank);
+				for (int64_t i = 0; i < N_ROWS * n_out; i++)
+					y[i] = yref[i] = (float) (i % 7) * 0.25f;
+				/* three column ranges, as three threads would split them */
+				lora_expand_range(y, (uint32_t) n_out, pairs, 2, &tmp[0][0], 16, 0, 37);
+				lora_expand_range(y, (uint32_t) n_out, pairs, 2, &tmp[0][0], 16, 37, 41);
+				lora_expand_range(y, (uint32_t) n_out, pairs, 2, &tmp[0][0], 16, 41,
+						  (size_t) n_out);
+				for (int pi = 0; pi < 2; pi++)
+					for (int64_t c = 0; c < n_out; c++) {
+						float *v = &yref[pairs[pi].row * n_out + c];
+
+						for (uint32_t k = 0; k < rank; k++) {
+							float a = pairs[pi].scale * tmp[pi][k];
+
+							if (dtype == GGML_TYPE_Q8_0) {
+								const struct block_q8_0 *b =
+									(const struct block_q8_0 *) bt_rows[k] +
+									c / QK8_0;
+
+								*v = fmaf(a * fp16_to_f32(b->d),
+									  (float) b->qs[c % QK8_0], *v);
+							} else {
+								*v = fmaf(a, sgmv_at(bt_rows[k], dtype, c), *v);
+							}
+						}
+					}
+				if (memcmp(y, yref, sizeof(float) * (size_t) (N_ROWS * n_out)))
+					TEST_FAIL_("%s %s rank %u: expand differs from its scalar definition",
+						   levels[l], quant_type_name(dtype), rank);
+			}
 		}
-	}
 	ASSERT_OK(quant_force_simd_level(orig));
 	return 0;
 }

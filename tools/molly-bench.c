@@ -39,7 +39,8 @@
  * the same C sequences one after another (max one running) for the unbatched comparison.
  *
  *   molly-bench --kernels [--reps R] [--json]
- *   molly-bench --sgmv [--reps R] [--json]     (8 rows on 8 adapters: the LoRA part of a step)
+ *   molly-bench --sgmv [--reps R] [--simd LEVEL] [--json]   (8 rows on 8 adapters: the LoRA
+ *                                               part of a step; LEVEL: a SIMD level to force)
  *   molly-bench --adapter-load FILE... [--path uring|pread|mmap] [--verify] [--json]
  *               (daemon/loader/bench-load.h)
  *   molly-bench --tier-sim [--adapters N] [--hot N] [--requests N] [--zipf S] ...
@@ -663,7 +664,7 @@ static int run_kernels(int argc, char **argv)
 }
 
 /*
- * molly-bench --sgmv [--reps R] [--json]: the LoRA part of one decode step of 8 sequences on
+ * molly-bench --sgmv [--reps R] [--simd LEVEL] [--json]: the LoRA part of one decode step of 8 sequences on
  * 8 adapters, on one thread: rank 16 on all seven projections of the 100m shape (768 wide,
  * FFN 2048, 12 layers), every pair's shrink, then its expand, pair by pair as the matrix
  * product job runs them. "distinct": 8 different adapters (45 MB of F16, more than the caches:
@@ -743,8 +744,15 @@ static int run_sgmv(int argc, char **argv)
 			reps = atoi(argv[++i]);
 		else if (strcmp(argv[i], "--json") == 0)
 			json = true;
-		else if (strcmp(argv[i], "--sgmv") != 0) {
-			fprintf(stderr, "usage: molly-bench --sgmv [--reps R] [--json]\n");
+		else if (strcmp(argv[i], "--simd") == 0 && i + 1 < argc) {
+			/* the same kernels at another level, for an A/B in one run */
+			if (quant_force_simd_level(argv[++i]) < 0) {
+				fprintf(stderr, "molly-bench: SIMD level '%s' does not run here\n", argv[i]);
+				free(x), free(y);
+				return -EINVAL;
+			}
+		} else if (strcmp(argv[i], "--sgmv") != 0) {
+			fprintf(stderr, "usage: molly-bench --sgmv [--reps R] [--simd LEVEL] [--json]\n");
 			free(x), free(y);
 			return -EINVAL;
 		}

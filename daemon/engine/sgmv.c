@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* sgmv.c: the batched LoRA kernels (see sgmv.h); moved here from lora/resident.c unchanged. */
+/* sgmv.c: the batched LoRA kernels (see sgmv.h): scalar, AVX2 and AVX-512 (F/BW/VL/DQ), the
+ * level chosen with quant's (quant_simd_level()). */
 #include <immintrin.h>
 #include <math.h>
 #include <stdbool.h>
@@ -188,36 +189,50 @@ static void axpy_scalar(float *y, float a, const void *row, uint32_t dtype, size
 		y[i] = expand_term(y[i], a, row, dtype, i);
 }
 
-static bool have_avx2(void)
+enum sgmv_isa { SGMV_SCALAR, SGMV_AVX2, SGMV_AVX512 };
+
+static enum sgmv_isa sgmv_isa(void)
 {
-	/* quant's dispatch already checked AVX2 + FMA + F16C for its avx2 level and above (clang
-	 * has no "f16c" for __builtin_cpu_supports); asked each time, so that a level forced by
-	 * quant_force_simd_level() (the tests) holds here too */
-	return strcmp(quant_simd_level(), "scalar") != 0;
+	/* quant's dispatch already checked the instruction sets of its level (and that the level
+	 * was proven on such a CPU, quant.c) — AVX2 + FMA + F16C for avx2 and above, AVX-512
+	 * F/BW/VL/DQ for the avx512* levels (clang has no "f16c" for __builtin_cpu_supports);
+	 * asked each time, so that a level forced by quant_force_simd_level() (the tests) holds
+	 * here too. The AVX-512 kernels below were proven with the avx512* levels' other kernels
+	 * (test-matmul: sgmv_all_types_all_levels) on AMD EPYC Zen 5 (family 26 model 2),
+	 * 2026-12-02. */
+	const char *l = quant_simd_level();
+
+	if (strncmp(l, "avx512", 6) == 0)
+		return SGMV_AVX512;
+	return strcmp(l, "scalar") != 0 ? SGMV_AVX2 : SGMV_SCALAR;
 }
+
+static void dot4_avx512(const float *x, const void *const *rows, const void *const *next,
+			uint32_t dtype, size_t n, float *out);
 
 void lora_shrink_pair(const float *x, uint32_t n_in, const struct lora_pair *p, float *tmp)
 {
 	const float *xr = x + (size_t) p->row * n_in;
-	bool avx2 = have_avx2();
-
+	enum sgmv_isa isa = sgmv_isa();
+	void (*dot4)(const float *, const void *const *, const void *const *, uint32_t, size_t,
+		     float *) = isa == SGMV_AVX512 ? dot4_avx512 : dot4_avx2;
 	uint32_t k = 0, rank = p->mat->rank;
 
-	if (!avx2) {
+	if (isa == SGMV_SCALAR) {
 		for (; k < rank; k++)
 			tmp[k] = dot_scalar(xr, p->mat->a_rows[k], p->mat->dtype, n_in);
 		return;
 	}
 	for (; k + 4 <= rank; k += 4)
-		dot4_avx2(xr, p->mat->a_rows + k, k + 8 <= rank ? p->mat->a_rows + k + 4 : NULL,
-			  p->mat->dtype, n_in, tmp + k);
+		dot4(xr, p->mat->a_rows + k, k + 8 <= rank ? p->mat->a_rows + k + 4 : NULL,
+		     p->mat->dtype, n_in, tmp + k);
 	if (k < rank) { /* the last 1-3 rows, padded with copies of the last (same bits per row) */
 		const void *rows[4];
 		float out[4];
 
 		for (uint32_t r = 0; r < 4; r++)
 			rows[r] = p->mat->a_rows[MIN(k + r, rank - 1)];
-		dot4_avx2(xr, rows, NULL, p->mat->dtype, n_in, out);
+		dot4(xr, rows, NULL, p->mat->dtype, n_in, out);
 		memcpy(tmp + k, out, (rank - k) * sizeof(float));
 	}
 }
@@ -333,10 +348,230 @@ expand_avx2(float *y, const void *const *rows, const float *a, uint32_t rank, ui
 	}
 }
 
+/* ---- AVX-512 (F/BW/VL/DQ): the same kernels 16 lanes wide ---- */
+
+#define AVX512_TARGET "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"
+
+/* expand_val() of elements i..i+15 (i a multiple of 16: inside one Q8_0 block) */
+static inline __attribute__((always_inline, target(AVX512_TARGET))) __m512
+val16(const void *row, uint32_t dtype, size_t i)
+{
+	switch (dtype) {
+	case GGML_TYPE_F16:
+		return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) ((const uint16_t *) row + i)));
+	case GGML_TYPE_BF16:
+		return _mm512_castsi512_ps(_mm512_slli_epi32(
+			_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *) ((const uint16_t *) row + i))),
+			16));
+	case GGML_TYPE_Q8_0: {
+		const struct block_q8_0 *blk = (const struct block_q8_0 *) row + i / QK8_0;
+
+		return _mm512_cvtepi32_ps(
+			_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *) (blk->qs + i % QK8_0))));
+	}
+	default:
+		return _mm512_loadu_ps((const float *) row + i);
+	}
+}
+
+/* Prefetches the bytes of elements [i, i + 64) of a row. */
+static inline __attribute__((always_inline)) void prefetch64(const void *row, uint32_t dtype,
+							     size_t i)
+{
+	const char *p = row;
+
+	if (dtype == GGML_TYPE_Q8_0) {
+		/* two blocks, 68 bytes */
+		_mm_prefetch(p + i / QK8_0 * sizeof(struct block_q8_0), _MM_HINT_T0);
+		_mm_prefetch(p + i / QK8_0 * sizeof(struct block_q8_0) + 64, _MM_HINT_T0);
+	} else if (dtype == GGML_TYPE_F32) {
+		for (int l = 0; l < 4; l++)
+			_mm_prefetch(p + i * 4 + 64 * l, _MM_HINT_T0);
+	} else {
+		_mm_prefetch(p + i * 2, _MM_HINT_T0);
+		_mm_prefetch(p + i * 2 + 64, _MM_HINT_T0);
+	}
+}
+
+/* expand_avx2_k() 16 lanes wide: per value the same fma chain over k, so the same bits. */
+static inline __attribute__((always_inline, target(AVX512_TARGET))) void
+expand_avx512_k(float *y, const void *const *rows, const float *a, uint32_t k0, uint32_t k1,
+		uint32_t dtype, size_t b, size_t e, const void *const *next, uint32_t n_next)
+{
+	size_t i = b;
+
+	/* to a multiple of 32 (16 for the other types): a pass of 64 is two whole Q8_0 blocks */
+	for (; i < e && i % (dtype == GGML_TYPE_Q8_0 ? QK8_0 : 16); i++) {
+		float v = y[i];
+
+		for (uint32_t k = k0; k < k1; k++)
+			v = expand_term(v, a[k], rows[k], dtype, i);
+		y[i] = v;
+	}
+	for (; i + 64 <= e; i += 64) {
+		__m512 y0 = _mm512_loadu_ps(y + i), y1 = _mm512_loadu_ps(y + i + 16);
+		__m512 y2 = _mm512_loadu_ps(y + i + 32), y3 = _mm512_loadu_ps(y + i + 48);
+
+		for (uint32_t j = 0; j < n_next; j++)
+			prefetch64(next[j], dtype, i);
+		for (uint32_t k = k0; k < k1; k++) {
+			/* a Q8_0 block's scale goes with the coefficient: blocks i/32 and i/32 + 1 */
+			const __m512 c0 = _mm512_set1_ps(expand_coef_avx2(a[k], rows[k], dtype, i));
+			const __m512 c1 = _mm512_set1_ps(expand_coef_avx2(a[k], rows[k], dtype, i + 32));
+
+			y0 = _mm512_fmadd_ps(c0, val16(rows[k], dtype, i), y0);
+			y1 = _mm512_fmadd_ps(c0, val16(rows[k], dtype, i + 16), y1);
+			y2 = _mm512_fmadd_ps(c1, val16(rows[k], dtype, i + 32), y2);
+			y3 = _mm512_fmadd_ps(c1, val16(rows[k], dtype, i + 48), y3);
+		}
+		_mm512_storeu_ps(y + i, y0);
+		_mm512_storeu_ps(y + i + 16, y1);
+		_mm512_storeu_ps(y + i + 32, y2);
+		_mm512_storeu_ps(y + i + 48, y3);
+	}
+	for (; i + 16 <= e; i += 16) {
+		__m512 y0 = _mm512_loadu_ps(y + i);
+
+		for (uint32_t k = k0; k < k1; k++)
+			y0 = _mm512_fmadd_ps(_mm512_set1_ps(expand_coef_avx2(a[k], rows[k], dtype, i)),
+					     val16(rows[k], dtype, i), y0);
+		_mm512_storeu_ps(y + i, y0);
+	}
+	for (; i < e; i++) {
+		float v = y[i];
+
+		for (uint32_t k = k0; k < k1; k++)
+			v = expand_term(v, a[k], rows[k], dtype, i);
+		y[i] = v;
+	}
+}
+
+static inline __attribute__((always_inline, target(AVX512_TARGET))) void
+expand_avx512_t(float *y, const void *const *rows, const float *a, uint32_t rank,
+		uint32_t dtype, size_t b, size_t e, const void *const *after, uint32_t n_after)
+{
+	for (uint32_t k0 = 0; k0 < rank; k0 += EXPAND_K_GROUP) {
+		uint32_t k1 = MIN(k0 + EXPAND_K_GROUP, rank);
+
+		if (k1 < rank)
+			expand_avx512_k(y, rows, a, k0, k1, dtype, b, e, rows + k1,
+					MIN(rank - k1, (uint32_t) EXPAND_K_GROUP));
+		else
+			expand_avx512_k(y, rows, a, k0, k1, dtype, b, e, after,
+					MIN(n_after, (uint32_t) EXPAND_K_GROUP));
+	}
+}
+
+__attribute__((target(AVX512_TARGET))) static void
+expand_avx512(float *y, const void *const *rows, const float *a, uint32_t rank, uint32_t dtype,
+	      size_t b, size_t e, const void *const *after, uint32_t n_after)
+{
+	switch (dtype) {
+	case GGML_TYPE_F16:
+		expand_avx512_t(y, rows, a, rank, GGML_TYPE_F16, b, e, after, n_after);
+		break;
+	case GGML_TYPE_BF16:
+		expand_avx512_t(y, rows, a, rank, GGML_TYPE_BF16, b, e, after, n_after);
+		break;
+	case GGML_TYPE_Q8_0:
+		expand_avx512_t(y, rows, a, rank, GGML_TYPE_Q8_0, b, e, after, n_after);
+		break;
+	default:
+		expand_avx512_t(y, rows, a, rank, GGML_TYPE_F32, b, e, after, n_after);
+		break;
+	}
+}
+
+/*
+ * dot4_avx2() 16 lanes wide: four rows at once, two chains of 16 lanes each (per 32 values,
+ * or per Q8_0 block, scaled once per block), next four rows prefetched. Its own summation
+ * order (a row's dot does not depend on the batch, but differs from the AVX2 level's in the
+ * last bits, as AVX2's differs from the scalar one's).
+ */
+static inline __attribute__((always_inline, target(AVX512_TARGET))) void
+dot4_avx512_t(const float *x, const void *const *rows, const void *const *next, uint32_t dtype,
+	      size_t n, float *out)
+{
+	__m512 acc[4][2];
+	size_t i = 0;
+
+	for (int r = 0; r < 4; r++)
+		acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+	if (dtype == GGML_TYPE_Q8_0) {
+		for (; i + QK8_0 <= n; i += QK8_0) {
+			const __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
+
+			if (next && i % 64 == 0)
+				for (int r = 0; r < 4; r++)
+					prefetch64(next[r], dtype, i);
+			for (int r = 0; r < 4; r++) {
+				__m512 t = _mm512_mul_ps(x0, val16(rows[r], dtype, i));
+
+				t = _mm512_fmadd_ps(x1, val16(rows[r], dtype, i + 16), t);
+				acc[r][i / QK8_0 % 2] = _mm512_fmadd_ps(
+					t,
+					_mm512_set1_ps(_cvtsh_ss(((const struct block_q8_0 *) rows[r])[i / QK8_0].d)),
+					acc[r][i / QK8_0 % 2]);
+			}
+		}
+	} else {
+		for (; i + 32 <= n; i += 32) {
+			const __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
+
+			if (next && i % 64 == 0)
+				for (int r = 0; r < 4; r++)
+					prefetch64(next[r], dtype, i);
+			for (int r = 0; r < 4; r++) {
+				acc[r][0] = _mm512_fmadd_ps(x0, val16(rows[r], dtype, i), acc[r][0]);
+				acc[r][1] = _mm512_fmadd_ps(x1, val16(rows[r], dtype, i + 16), acc[r][1]);
+			}
+		}
+		if (i + 16 <= n) {
+			const __m512 x0 = _mm512_loadu_ps(x + i);
+
+			for (int r = 0; r < 4; r++)
+				acc[r][0] = _mm512_fmadd_ps(x0, val16(rows[r], dtype, i), acc[r][0]);
+			i += 16;
+		}
+	}
+	for (int r = 0; r < 4; r++) {
+		float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
+
+		for (size_t j = i; j < n; j++)
+			sum += x[j] * load_elem(rows[r], dtype, j);
+		out[r] = sum;
+	}
+}
+
+__attribute__((target(AVX512_TARGET))) static void dot4_avx512(const float *x,
+								const void *const *rows,
+								const void *const *next,
+								uint32_t dtype, size_t n, float *out)
+{
+	switch (dtype) {
+	case GGML_TYPE_F16:
+		dot4_avx512_t(x, rows, next, GGML_TYPE_F16, n, out);
+		break;
+	case GGML_TYPE_BF16:
+		dot4_avx512_t(x, rows, next, GGML_TYPE_BF16, n, out);
+		break;
+	case GGML_TYPE_Q8_0:
+		dot4_avx512_t(x, rows, next, GGML_TYPE_Q8_0, n, out);
+		break;
+	default:
+		dot4_avx512_t(x, rows, next, GGML_TYPE_F32, n, out);
+		break;
+	}
+}
+
 void lora_expand_range(float *y, uint32_t n_out, const struct lora_pair *pairs, size_t n_pairs,
 		       const float *tmp, uint32_t max_rank, size_t b, size_t e)
 {
-	bool avx2 = have_avx2();
+	enum sgmv_isa isa = sgmv_isa();
+	bool avx2 = isa != SGMV_SCALAR;
+	void (*expand)(float *, const void *const *, const float *, uint32_t, uint32_t, size_t,
+		       size_t, const void *const *, uint32_t) =
+		isa == SGMV_AVX512 ? expand_avx512 : expand_avx2;
 	float a[LORA_EXPAND_MAX_RANK];
 
 	/* within [b, e) every pair and k is applied in list order, so a row's result is the
@@ -350,10 +585,10 @@ void lora_expand_range(float *y, uint32_t n_out, const struct lora_pair *pairs, 
 			for (uint32_t k = 0; k < rank; k++)
 				a[k] = p->scale * tmp[pi * max_rank + k];
 			if (pi + 1 < n_pairs && pairs[pi + 1].mat != p->mat)
-				expand_avx2(yr, p->mat->bt_rows, a, rank, p->mat->dtype, b, e,
-					    pairs[pi + 1].mat->bt_rows, pairs[pi + 1].mat->rank);
+				expand(yr, p->mat->bt_rows, a, rank, p->mat->dtype, b, e,
+				       pairs[pi + 1].mat->bt_rows, pairs[pi + 1].mat->rank);
 			else
-				expand_avx2(yr, p->mat->bt_rows, a, rank, p->mat->dtype, b, e, NULL, 0);
+				expand(yr, p->mat->bt_rows, a, rank, p->mat->dtype, b, e, NULL, 0);
 			continue;
 		}
 		for (uint32_t k = 0; k < rank; k++) {
