@@ -360,6 +360,48 @@ TEST(mask_and_budget)
 	return 0;
 }
 
+/* A state one matcher walked is a lookup for the next matcher of the same grammar and
+ * vocabulary (the sequences of a batch that share a schema), and only for it: another grammar
+ * whose states have the same shape walks its own. */
+TEST(mask_walks_shared_between_matchers)
+{
+	_cleanup_(grammar_vocab_freep) struct grammar_vocab *tv = toy_vocab();
+	_cleanup_(grammar_unrefp) struct grammar *g = NULL, *same = NULL, *other = NULL;
+	_cleanup_(matcher_freep) struct matcher *a = NULL, *b = NULL, *c = NULL;
+	const char *gbnf = "root ::= \"{\" [a-z]* \"}\"", *gbnf2 = "root ::= \"{\" [0-9]* \"}\"";
+	uint8_t ma[512], mb[512], mc[512];
+	uint64_t hits, misses;
+	struct errmsg e = {};
+
+	ASSERT_NOT_NULL(tv);
+	ASSERT_OK(grammar_parse(gbnf, strlen(gbnf), &g, &e));
+	ASSERT_OK(grammar_parse(gbnf, strlen(gbnf), &same, &e)); /* compiled twice: equal */
+	ASSERT_OK(grammar_parse(gbnf2, strlen(gbnf2), &other, &e));
+	ASSERT_OK(matcher_new(g, tv, &a));
+	ASSERT_OK(matcher_new(same, tv, &b));
+	ASSERT_OK(matcher_new(other, tv, &c));
+	for (int i = 0; i < 3; i++) {
+		ASSERT_OK(matcher_accept_token(i == 0 ? a : i == 1 ? b : c, '{'));
+	}
+	ASSERT_EQ(matcher_mask(a, UINT32_MAX, ma), 31);
+	grammar_vocab_shared_stats(tv, &hits, &misses);
+	ASSERT_EQ(hits, 0u);
+	ASSERT_EQ(misses, 1u);
+	ASSERT_EQ(matcher_mask(b, UINT32_MAX, mb), 31);
+	grammar_vocab_shared_stats(tv, &hits, &misses);
+	ASSERT_EQ(hits, 1u);
+	ASSERT_TRUE(memcmp(ma, mb, 276) == 0);
+	/* the budget still applies to a shared walk */
+	ASSERT_EQ(matcher_mask(b, 1, mb), 1);
+	ASSERT_TRUE(mb['}']);
+	ASSERT_EQ(matcher_mask(c, UINT32_MAX, mc), 13); /* 0-9, "12", "000" and "}" */
+	grammar_vocab_shared_stats(tv, &hits, &misses);
+	ASSERT_EQ(hits, 1u);
+	ASSERT_EQ(misses, 2u);
+	ASSERT_TRUE(mc['5'] && !mc['a']);
+	return 0;
+}
+
 /* ---- JSON Schema ---- */
 
 static int compile(const char *schema_text, struct grammar **ret, struct errmsg *e)

@@ -11,6 +11,7 @@
  * them and rewinds as it backtracks.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,8 +27,37 @@ struct trie_node {
 	uint8_t byte;
 };
 
+/*
+ * The walks every matcher of a vocabulary has made, by grammar (its content hash) and state:
+ * the sequences of a batch that share a schema meet the same states (inside a string, after
+ * a key), and a first visit walks the whole trie (~10 ms for a 32k vocabulary) on the
+ * scheduler's thread, so one sequence's walk serves the others. A matcher copies an entry
+ * into its own cache (matcher.cache) under the lock and uses its copy, so an entry may be
+ * replaced at any time. Bounded to SHARED_BYTES of walks (at least SHARED_MIN entries).
+ */
+#define SHARED_BYTES (16u << 20)
+#define SHARED_MIN   8
+
+struct shared_entry {
+	uint8_t grammar[32];
+	uint32_t *key; /* owned: state_key() */
+	uint32_t n_key;
+	uint64_t hash;
+	uint16_t *minb; /* owned [n_tokens] */
+	uint64_t used;
+};
+
+struct shared_walks {
+	pthread_mutex_t lock;
+	struct shared_entry *e; /* owned [n] */
+	uint32_t n;
+	uint64_t clock;
+	uint64_t hits, misses; /* tests, benchmarks */
+};
+
 struct grammar_vocab {
 	uint32_t n_tokens;
+	struct shared_walks *shared; /* owned; mutable although the table is not */
 	char **piece;          /* owned [n_tokens], NULL for never-offered tokens */
 	uint32_t *piece_len;   /* owned */
 	struct trie_node *trie; /* owned: node 0 is the root */
@@ -112,6 +142,15 @@ struct grammar_vocab *grammar_vocab_free(struct grammar_vocab *tv)
 	free(tv->piece_len);
 	free(tv->trie);
 	free(tv->same_next);
+	if (tv->shared) {
+		for (uint32_t i = 0; i < tv->shared->n; i++) {
+			free(tv->shared->e[i].key);
+			free(tv->shared->e[i].minb);
+		}
+		free(tv->shared->e);
+		pthread_mutex_destroy(&tv->shared->lock);
+		free(tv->shared);
+	}
 	free(tv);
 	return NULL;
 }
@@ -160,6 +199,18 @@ static int vocab_table_new(uint32_t n_tokens, struct grammar_vocab **ret)
 	if (!tv)
 		return -ENOMEM;
 	tv->n_tokens = n_tokens;
+	tv->shared = calloc(1, sizeof(*tv->shared));
+	if (!tv->shared)
+		return -ENOMEM;
+	tv->shared->n = MAX((uint32_t) (SHARED_BYTES / (sizeof(uint16_t) * MAX(n_tokens, 1u))),
+			    (uint32_t) SHARED_MIN);
+	tv->shared->e = calloc(tv->shared->n, sizeof(*tv->shared->e));
+	if (!tv->shared->e) {
+		free(tv->shared);
+		tv->shared = NULL;
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&tv->shared->lock, NULL);
 	tv->piece = calloc(n_tokens, sizeof(*tv->piece));
 	tv->piece_len = calloc(n_tokens, sizeof(*tv->piece_len));
 	tv->same_next = malloc(sizeof(*tv->same_next) * n_tokens);
@@ -837,7 +888,86 @@ static int state_key(struct matcher *m, uint32_t **ret, uint32_t *ret_n)
 	return 0;
 }
 
-/* The cached walk of the committed state, computed on a miss (least recently used out). */
+/* The vocabulary's shared walk for this grammar and state, copied into minb: true if found. */
+static bool shared_lookup(struct matcher *m, const uint32_t *key, uint32_t n_key, uint64_t h,
+			  uint16_t *minb)
+{
+	struct shared_walks *sw = m->tv ? m->tv->shared : NULL;
+	const uint8_t *gh = grammar_hash(m->g);
+	bool found = false;
+
+	if (!sw)
+		return false;
+	pthread_mutex_lock(&sw->lock);
+	for (uint32_t i = 0; i < sw->n; i++) {
+		struct shared_entry *se = &sw->e[i];
+
+		if (se->minb && se->hash == h && se->n_key == n_key &&
+		    memcmp(se->grammar, gh, sizeof(se->grammar)) == 0 &&
+		    memcmp(se->key, key, sizeof(*key) * n_key) == 0) {
+			memcpy(minb, se->minb, sizeof(*minb) * m->tv->n_tokens);
+			se->used = ++sw->clock;
+			found = true;
+			break;
+		}
+	}
+	if (found)
+		sw->hits++;
+	else
+		sw->misses++;
+	pthread_mutex_unlock(&sw->lock);
+	return found;
+}
+
+/* Offers a fresh walk to the other matchers of the vocabulary (least recently used out; on
+ * no memory it is simply not shared). */
+static void shared_insert(struct matcher *m, const uint32_t *key, uint32_t n_key, uint64_t h,
+			  const uint16_t *minb)
+{
+	struct shared_walks *sw = m->tv ? m->tv->shared : NULL;
+	struct shared_entry *se;
+	uint32_t victim = 0;
+
+	if (!sw)
+		return;
+	pthread_mutex_lock(&sw->lock);
+	for (uint32_t i = 0; i < sw->n; i++)
+		if (!sw->e[i].minb || sw->e[i].used < sw->e[victim].used) {
+			victim = i;
+			if (!sw->e[i].minb)
+				break;
+		}
+	se = &sw->e[victim];
+	free(se->key);
+	se->key = malloc(sizeof(*key) * n_key);
+	if (!se->minb)
+		se->minb = malloc(sizeof(*se->minb) * m->tv->n_tokens);
+	if (!se->key || !se->minb) {
+		free(se->key);
+		free(se->minb);
+		*se = (struct shared_entry){ 0 };
+	} else {
+		memcpy(se->grammar, grammar_hash(m->g), sizeof(se->grammar));
+		memcpy(se->key, key, sizeof(*key) * n_key);
+		memcpy(se->minb, minb, sizeof(*minb) * m->tv->n_tokens);
+		se->n_key = n_key;
+		se->hash = h;
+		se->used = ++sw->clock;
+	}
+	pthread_mutex_unlock(&sw->lock);
+}
+
+void grammar_vocab_shared_stats(const struct grammar_vocab *tv, uint64_t *hits,
+				uint64_t *misses)
+{
+	pthread_mutex_lock(&tv->shared->lock);
+	*hits = tv->shared->hits;
+	*misses = tv->shared->misses;
+	pthread_mutex_unlock(&tv->shared->lock);
+}
+
+/* The cached walk of the committed state, computed on a miss (least recently used out): the
+ * matcher's own recent states first, then the vocabulary's shared walks. */
 static int cached_minb(struct matcher *m, const uint16_t **ret)
 {
 	_cleanup_free_ uint32_t *key = NULL;
@@ -871,11 +1001,14 @@ static int cached_minb(struct matcher *m, const uint16_t **ret)
 	free(en->key);
 	en->key = NULL;
 	en->used = 0;
-	k = mask_walk(m, en->minb);
-	if (k < 0) {
-		free(en->minb);
-		en->minb = NULL;
-		return k;
+	if (!shared_lookup(m, key, n_key, h, en->minb)) {
+		k = mask_walk(m, en->minb);
+		if (k < 0) {
+			free(en->minb);
+			en->minb = NULL;
+			return k;
+		}
+		shared_insert(m, key, n_key, h, en->minb);
 	}
 	en->key = TAKE_PTR(key);
 	en->n_key = n_key;

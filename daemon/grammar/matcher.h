@@ -20,8 +20,9 @@
  * that test, every token the grammar allows is offered instead: the output is then a valid
  * prefix and ends with finish reason "length".
  *
- * Threading: a grammar_vocab is immutable once built and may be shared; a matcher belongs to
- * one sequence (one thread at a time).
+ * Threading: a grammar_vocab may be shared by any threads (its token table is immutable; the
+ * walks it shares between matchers are locked); a matcher belongs to one sequence (one thread
+ * at a time).
  */
 #pragma once
 
@@ -46,6 +47,11 @@ int grammar_vocab_new_pieces(const char *const *piece, const size_t *len, uint32
 struct grammar_vocab *grammar_vocab_free(struct grammar_vocab *tv);
 DEFINE_CLEANUP_FUNC(struct grammar_vocab *, grammar_vocab_free, NULL)
 uint32_t grammar_vocab_n_tokens(const struct grammar_vocab *tv);
+/* How often a matcher's first visit of a state found the walk another matcher of this
+ * vocabulary made for the same grammar (hits) or walked the trie itself (misses). The table
+ * is immutable but for these shared walks, which are locked. */
+void grammar_vocab_shared_stats(const struct grammar_vocab *tv, uint64_t *hits,
+				uint64_t *misses);
 
 /* A matcher at the start of g (it takes a reference); tv is borrowed and must outlive it. */
 int matcher_new(struct grammar *g, const struct grammar_vocab *tv, struct matcher **ret);
