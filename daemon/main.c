@@ -41,6 +41,7 @@
 #include <systemd/sd-event.h>
 
 #include "core/config.h"
+#include "core/default-model.h"
 #include "core/log.h"
 #include "egress/client.h"
 #include "egress/egress.h"
@@ -149,37 +150,11 @@ static bool test_env(const char *name)
 	return t && strcmp(t, "1") == 0 && v && v[0] && strcmp(v, "0") != 0;
 }
 
-/* The model when [Model] Path= is unset: $MOLLY_MODEL, else Molly's own model (issue 20),
- * found from this executable as molly-egress is: PREFIX/sbin/mollyd or build/PRESET/bin/mollyd
- * → ../share/molly/models/molly-mini.gguf (the build copies it there), else the configured
- * data directory. None found: the path stays unset and the manager says what to set. */
+/* [Model] Path= unset: $MOLLY_MODEL, else Molly's own model (default-model.h). None found:
+ * the path stays unset and the manager says what to set. */
 static int default_model_path(struct config *c)
 {
-	static const char rel[] = "share/molly/models/" MOLLY_DEFAULT_MODEL;
-	char self[4096], buf[4200];
-	const char *env = getenv("MOLLY_MODEL");
-	ssize_t n;
-
-	if (c->model_path)
-		return 0;
-	if (env && env[0])
-		return (c->model_path = strdup(env)) ? 0 : -ENOMEM;
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n > 0) {
-		char *slash;
-
-		self[n] = 0;
-		if ((slash = strrchr(self, '/'))) {
-			*slash = 0;
-			snprintf(buf, sizeof(buf), "%s/../%s", self, rel);
-			if (access(buf, R_OK) == 0)
-				return (c->model_path = realpath(buf, NULL)) ? 0 : -errno;
-		}
-	}
-	snprintf(buf, sizeof(buf), "%s/molly/models/%s", MOLLY_DATADIR, MOLLY_DEFAULT_MODEL);
-	if (access(buf, R_OK) == 0)
-		return (c->model_path = strdup(buf)) ? 0 : -ENOMEM;
-	return 0;
+	return c->model_path ? 0 : default_model_find(&c->model_path);
 }
 
 /* The molly-egress to start: WorkerPath=, else next to this executable (a build tree), else

@@ -64,6 +64,7 @@
 #include "egress/worker.h"
 #include "router/priors.h"
 #include "core/config.h"
+#include "core/default-model.h"
 #include "front/keys.h"
 #include "policy/policy.h"
 
@@ -1569,8 +1570,19 @@ static int cmd_config(int argc, char **argv)
 	}
 	/* Not errors for the parser, but mollyd would not start: say so. */
 	if (!c->model_path) {
-		fprintf(stderr, "warning: no [Model] Path=; mollyd needs one (or $MOLLY_MODEL)\n");
-		return 1;
+		_cleanup_free_ char *def = NULL;
+
+		if (default_model_find(&def) < 0 || !def) {
+			fprintf(stderr, "warning: no [Model] Path=, no $MOLLY_MODEL, and the default "
+					"model (%s) is not installed: mollyd would not start\n",
+				DEFAULT_MODEL_FILE);
+			return 1;
+		}
+		if (access(def, R_OK) < 0) {
+			fprintf(stderr, "warning: $MOLLY_MODEL=%s: %s\n", def, strerror(errno));
+			return 1;
+		}
+		return 0;
 	}
 	if (access(c->model_path, R_OK) < 0) {
 		fprintf(stderr, "warning: [Model] Path=%s: %s\n", c->model_path, strerror(errno));

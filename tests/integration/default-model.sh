@@ -42,6 +42,9 @@ PY
 ht_stop
 [ "$HT_EXIT" = 0 ] || ht_fail "mollyd exited with $HT_EXIT"
 ht_ok "no [Model] Path=: mollyd serves molly-mini from beside its binaries"
+"$HT_BIN/molly" config check "$HT_TMP/mollyd.conf" >"$HT_TMP/check" 2>&1 ||
+	ht_fail "molly config check refuses a configuration that relies on the default model: $(cat "$HT_TMP/check")"
+ht_ok "molly config check accepts it"
 
 # ---- $MOLLY_MODEL wins over the default ----
 "$HT_BIN/molly-mkmodel" --hidden 64 --layers 1 --heads 2 --kv-heads 2 --ffn 128 --vocab-size 300 \
@@ -68,5 +71,10 @@ else
 	fi
 	grep -q "Path=" "$HT_TMP/mollyd.log" && grep -q "molly-mini" "$HT_TMP/mollyd.log" ||
 		ht_fail "the refusal does not say what to set: $(tail -3 "$HT_TMP/mollyd.log")"
+	cp "$HT_BIN/molly" "$HT_TMP/alone/bin/molly"
+	if "$HT_TMP/alone/bin/molly" config check "$HT_TMP/mollyd.conf" >"$HT_TMP/check" 2>&1; then
+		ht_fail "molly config check accepts a configuration with no model anywhere"
+	fi
+	grep -q "molly-mini" "$HT_TMP/check" || ht_fail "molly config check says: $(cat "$HT_TMP/check")"
 	ht_ok "no model anywhere: mollyd refuses and names [Model] Path= and molly-mini"
 fi
