@@ -17,7 +17,7 @@ bin=$PWD/build/release/bin
 # mollyd finds the default model beside its binaries (the build copies models/ there)
 model=${MOLLY_MODEL:-$PWD/build/release/share/molly/models/molly-mini.gguf}
 [ -r "$model" ] || { echo "run-main: no model at '$model'" >&2; exit 1; }
-question=${MOLLY_QUESTION:-Once upon a time}
+question=${MOLLY_QUESTION:-The command}
 
 t=$(mktemp -d /tmp/molly-main.XXXXXX)
 bus_pid= daemon_pid=
