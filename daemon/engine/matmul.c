@@ -63,17 +63,24 @@ struct group_out {
 	size_t group_bytes; /* packed: bytes of a group */
 	int64_t tok_chunk;  /* tokens per pass over a chunk */
 	_Atomic int64_t chunks_done;
+	_Atomic int64_t shrinks_done;
 };
 
 /*
- * The items of a group job, claimed in this order from one counter (`next1`) after the
- * conversion and LoRA shrink items (phase 0, which all later items wait for):
+ * The items of a group job. Phase 0: the conversion of the activations (the base chunks
+ * wait for all of it: at most one item's time). Then, from one counter (`next1`), in this
+ * order:
+ *   LoRA shrinks: one per pair (they read x itself, not the conversion, so they start while
+ *     the last conversions run, and nothing waits for them but the expands);
  *   base chunks: output rows of one output (with an epilogue: the same rows of every output,
  *     then the epilogue on them, unless LoRA deltas must come first);
  *   expands: one per (output with pairs, token row): that row's deltas over ALL columns, so
- *     every Bᵀ row streams whole; waits for that output's base chunks (claimed long before
- *     when there are several outputs, so the wait is usually nil);
+ *     every Bᵀ row streams whole; waits for that output's shrinks and base chunks (claimed
+ *     long before, so the wait is usually nil);
  *   epilogue ranges (only when deltas deferred the epilogue): wait for everything before.
+ * (The shrinks were phase-0 items once: every thread then waited at the phase boundary for
+ * the slowest shrink, whose A rows come from memory in a decode step, before any base chunk
+ * could start.)
  */
 struct group_job {
 	struct group_out out[GROUP_MAX];
@@ -88,11 +95,11 @@ struct group_job {
 	matmul_epilogue_fn epilogue;
 	void *epilogue_arg;
 	bool epilogue_deferred;
-	/* phase 0: conversion items (tokens tok_per_item at a time), then one item per LoRA pair */
+	/* phase 0: conversion items (tokens tok_per_item at a time) */
 	int64_t n_conv_items, tok_per_item, n_items0;
 	_Atomic int64_t next0, done0;
 	/* phase 1 (see above) */
-	int64_t n_chunk_items, n_expand_items, n_epi_items, epi_cols;
+	int64_t n_shrink_items, n_chunk_items, n_expand_items, n_epi_items, epi_cols;
 	_Atomic int64_t next1, expands_done;
 };
 
@@ -132,19 +139,21 @@ static void convert_tokens(struct group_job *j, int64_t b, int64_t e)
 
 static void phase0_item(struct group_job *j, int64_t i)
 {
-	if (i < j->n_conv_items) {
-		int64_t b = i * j->tok_per_item;
+	int64_t b = i * j->tok_per_item;
 
-		convert_tokens(j, b, MIN(b + j->tok_per_item, j->n_tokens));
-		return;
-	}
-	i -= j->n_conv_items;
+	convert_tokens(j, b, MIN(b + j->tok_per_item, j->n_tokens));
+}
+
+/* The LoRA shrink of pair i (counted across the outputs in order). */
+static void shrink_item(struct group_job *j, int64_t i)
+{
 	for (int o = 0; o < j->n_outs; o++) {
 		struct group_out *g = &j->out[o];
 
 		if (i < (int64_t) g->n_pairs) {
 			lora_shrink_pair(j->x, (uint32_t) j->n_in, &g->pairs[i],
 					 g->tmp + (size_t) i * g->max_rank);
+			atomic_fetch_add_explicit(&g->shrinks_done, 1, memory_order_release);
 			return;
 		}
 		i -= (int64_t) g->n_pairs;
@@ -210,6 +219,7 @@ static void expand_item(struct group_job *j, int64_t i)
 		if (!g->n_pairs)
 			continue;
 		if (i < j->n_tokens) {
+			wait_count(&g->shrinks_done, (int64_t) g->n_pairs);
 			wait_count(&g->chunks_done, g->n_chunks);
 			for (size_t pi = 0; pi < g->n_pairs; pi++)
 				if (g->pairs[pi].row == (uint32_t) i)
@@ -234,11 +244,16 @@ static void group_run(void *arg, int ith, int nth)
 		phase0_item(j, i);
 		atomic_fetch_add_explicit(&j->done0, 1, memory_order_release);
 	}
-	/* base chunks read the converted x, expands the shrinks */
-	wait_count(&j->done0, j->n_items0);
 	while ((i = atomic_fetch_add_explicit(&j->next1, 1, memory_order_relaxed)) <
-	       j->n_chunk_items + j->n_expand_items + j->n_epi_items) {
+	       j->n_shrink_items + j->n_chunk_items + j->n_expand_items + j->n_epi_items) {
+		if (i < j->n_shrink_items) {
+			shrink_item(j, i);
+			continue;
+		}
+		i -= j->n_shrink_items;
 		if (i < j->n_chunk_items) {
+			/* base chunks read the converted x */
+			wait_count(&j->done0, j->n_items0);
 			chunk_item(j, i);
 			continue;
 		}
@@ -340,6 +355,7 @@ void matmul_group(struct threadpool *pool, const struct matmul_out *outs, int n_
 		if (g->n_pairs)
 			j.n_expand_items += n_tokens;
 		atomic_init(&g->chunks_done, 0);
+		atomic_init(&g->shrinks_done, 0);
 	}
 	if (epilogue) {
 		for (int o = 1; o < n_outs; o++)
@@ -353,7 +369,8 @@ void matmul_group(struct threadpool *pool, const struct matmul_out *outs, int n_
 			j.n_epi_items = (w0->n_out + j.epi_cols - 1) / j.epi_cols;
 		}
 	}
-	j.n_items0 = j.n_conv_items + (int64_t) n_pairs;
+	j.n_items0 = j.n_conv_items;
+	j.n_shrink_items = (int64_t) n_pairs;
 	atomic_init(&j.next0, 0);
 	atomic_init(&j.done0, 0);
 	atomic_init(&j.next1, 0);
