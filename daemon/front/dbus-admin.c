@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../basic/utf8-prefix.h"
 #include "../core/config.h"
 #include "../core/log.h"
 #include "../registry/registry.h"
@@ -514,9 +515,9 @@ static int do_import(struct dbus_front *f, sd_bus_message *m, sd_bus_error *erro
 			j->load_after = b;
 		} else {
 			sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS,
-					  "option '%.64s' of type '%s' is unknown (known: name s, "
+					  "option '%.*s' of type '%s' is unknown (known: name s, "
 					  "progress_fd h, load b)",
-					  key, contents);
+					  utf8_prefix(key, 64), key, contents);
 			r = -EINVAL;
 		}
 		if (r < 0)

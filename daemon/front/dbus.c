@@ -27,6 +27,7 @@
 
 #include <json-c/json.h>
 
+#include "../basic/utf8-prefix.h"
 #include "../core/config.h"
 #include "../core/log.h"
 #include "../grammar/schema.h"
@@ -639,8 +640,8 @@ static int read_messages(sd_bus_message *m, struct parsed_request *p, sd_bus_err
 				return sd_bus_error_setf(
 					error, SD_BUS_ERROR_INVALID_ARGS,
 					"key 'messages': message %zu has unknown key "
-					"'%.64s' (only role and content)",
-					p->req.n_messages, k);
+					"'%.*s' (only role and content)",
+					p->req.n_messages, utf8_prefix(k, 64), k);
 		}
 		if (r < 0)
 			return r;
@@ -896,11 +897,11 @@ static int read_request(sd_bus_message *m, struct parsed_request *p, sd_bus_erro
 		} else
 			return sd_bus_error_setf(
 				error, SD_BUS_ERROR_INVALID_ARGS,
-				"unknown key '%.64s' (known: prompt, messages, "
+				"unknown key '%.*s' (known: prompt, messages, "
 				"max_tokens, temperature, top_p, seed, stop, adapter, "
 				"lora, logprobs, ignore_eos, class, budget, grammar, "
 				"response_format)",
-				key);
+				utf8_prefix(key, 64), key);
 		if (sd_bus_error_is_set(error))
 			return -EINVAL;
 		if (r < 0)

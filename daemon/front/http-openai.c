@@ -13,6 +13,7 @@
 
 #include <json-c/json.h>
 
+#include "basic/utf8-prefix.h"
 #include "front/http-openai.h"
 #include "grammar/grammar.h"
 #include "grammar/schema.h"
@@ -642,7 +643,7 @@ static int parse_response_format(struct json_object *root, struct openai_request
 	if (strcmp(type, "json_schema") != 0)
 		return openai_error_set(err, -EINVAL, 400, NULL, "response_format.type",
 					"'response_format.type' must be \"text\", \"json_object\" "
-					"or \"json_schema\", not \"%.32s\"", type);
+					"or \"json_schema\", not \"%.*s\"", utf8_prefix(type, 32), type);
 	js = get_field(v, "json_schema");
 	if (!js || json_object_get_type(js) != json_type_object)
 		return openai_error_set(err, -EINVAL, 400, NULL, "response_format.json_schema",
@@ -874,9 +875,9 @@ static int parse_root(struct json_object *root, struct openai_request *r, struct
 			(void) val;
 			if (strcmp(key, "budget") != 0 && strcmp(key, "grammar") != 0)
 				return openai_error_set(err, -EINVAL, 400, NULL, "molly",
-							"unknown key 'molly.%.64s' (known: budget, "
+							"unknown key 'molly.%.*s' (known: budget, "
 							"grammar)",
-							key);
+							utf8_prefix(key, 64), key);
 		}
 		if ((u = get_field(v, "budget"))) {
 			k = get_number(u, "molly.budget", 0, 1e12, &r->budget, err);
