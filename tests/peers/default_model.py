@@ -17,45 +17,15 @@ import http.client
 import json
 import math
 import os
-import socket
-import subprocess
 import sys
-import time
+
+from peerlib import molly_greedy, start_llama_server
 
 molly_bin, llama_bin, model, work = sys.argv[1:5]
 PROMPTS = ["The command", "Il comando", "El programa"]
 N = 24
 TOL = 2e-3
 TIE = 2e-3
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_llama():
-    port = free_port()
-    cmd = [f"{llama_bin}/llama-server", "-m", model, "-t", "2", "-c", "256", "-np", "1",
-           "--host", "127.0.0.1", "--port", str(port), "--no-webui"]
-    log = open(os.path.join(work, "llama.log"), "w")
-    p = subprocess.Popen(cmd, stdout=log, stderr=log)
-    deadline = time.time() + 300  # only turns a hang into a failure
-    while True:
-        if p.poll() is not None:
-            raise RuntimeError(f"llama-server exited {p.returncode}: see {log.name}")
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            c.request("GET", "/health")
-            if c.getresponse().status == 200:
-                return p, port
-        except OSError:
-            pass
-        if time.time() > deadline:
-            p.terminate()
-            raise RuntimeError("llama-server never became healthy")
-        time.sleep(0.1)
 
 
 def llama(port, prompt):
@@ -77,23 +47,9 @@ def llama(port, prompt):
     return r["tokens"], probs, r["content"]
 
 
-def molly(prompt):
-    ids, logits = os.path.join(work, "ids"), os.path.join(work, "logits")
-    cmd = [f"{molly_bin}/molly-run", "--model", model, "--prompt", prompt, "-n", str(N),
-           "--temp", "0", "--quiet", "--threads", "2", "--ids-out", ids, "--logits-out", logits]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    toks = [int(l) for l in open(ids) if l.strip()]
-    if len(toks) < N:  # stopped at end of generation (llama-server ignores it)
-        toks = toks[:-1]
-    z = [float(l.split()[1]) for l in open(logits) if l.strip()]
-    m = max(z)
-    s = sum(math.exp(v - m) for v in z)
-    return toks, [math.exp(v - m) / s for v in z]
-
-
 def compare(port, prompt):
     lt, lp, text = llama(port, prompt)
-    mt, mp = molly(prompt)
+    mt, mp = molly_greedy(molly_bin, model, prompt, N, work)
     mt = mt[:len(lt)]
     worst = max(abs(p - mp[i]) for i, p in lp[0].items())
     same = 0
@@ -114,7 +70,8 @@ def compare(port, prompt):
 
 
 def main():
-    p, port = start_llama()
+    p, port = start_llama_server(llama_bin, model, ["-t", "2", "-c", "256", "-np", "1"],
+                                 os.path.join(work, "llama.log"))
     try:
         ok = all([compare(port, prompt) for prompt in PROMPTS])
     finally:

@@ -14,10 +14,10 @@ import http.client
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
-import time
+
+from peerlib import molly_greedy, start_llama_server
 
 molly_bin, llama_bin, base, work = sys.argv[1:5]
 PROMPT = "Once upon a time"
@@ -30,34 +30,12 @@ DATA = [
 ]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def llama(model, lora=None):
-    port = free_port()
-    cmd = [f"{llama_bin}/llama-server", "-m", model, "-t", "2", "-c", "512", "-np", "1",
-           "--host", "127.0.0.1", "--port", str(port), "--no-webui"]
+    args = ["-t", "2", "-c", "512", "-np", "1"]
     if lora:
-        cmd += ["--lora", lora]
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        args += ["--lora", lora]
+    p, port = start_llama_server(llama_bin, model, args)
     try:
-        deadline = time.time() + 300  # only turns a hang into a failure
-        while True:
-            if p.poll() is not None:
-                raise RuntimeError(f"llama-server exited {p.returncode}: {' '.join(cmd)}")
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-                c.request("GET", "/health")
-                if c.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            if time.time() > deadline:
-                raise RuntimeError("llama-server never became healthy")
-            time.sleep(0.1)
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
         body = {"prompt": PROMPT, "n_predict": N, "temperature": 0, "top_k": 1, "seed": 0,
                 "return_tokens": True, "n_probs": 5, "post_sampling_probs": False,
@@ -74,19 +52,7 @@ def llama(model, lora=None):
 
 
 def molly(model, lora=None):
-    ids, logits = os.path.join(work, "ids"), os.path.join(work, "logits")
-    cmd = [f"{molly_bin}/molly-run", "--model", model, "--prompt", PROMPT, "-n", str(N),
-           "--temp", "0", "--quiet", "--threads", "2", "--ids-out", ids, "--logits-out", logits]
-    if lora:
-        cmd += ["--lora", lora]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    toks = [int(l) for l in open(ids) if l.strip()]
-    if len(toks) < N:  # stopped at end of generation (llama-server is asked to ignore it)
-        toks = toks[:-1]
-    z = [float(l.split()[1]) for l in open(logits) if l.strip()]
-    m = max(z)
-    s = sum(math.exp(v - m) for v in z)
-    return toks, [math.exp(v - m) / s for v in z]
+    return molly_greedy(molly_bin, model, PROMPT, N, work, ["--lora", lora] if lora else [])
 
 
 def train(out, *extra):
