@@ -30,13 +30,16 @@
  * server load test) belong in their own function beside it.
  *
  *   molly-bench --serve --model M --adapters DIR|N --concurrency C [--prompt-tokens P]
- *               [--tokens T] [--sequential] [--threads T] [--hot-type stored|q8_0] [--json]
+ *               [--tokens T] [--sequential] [--threads T] [--hot-type stored|q8_0] [--rounds R]
+ *               [--json]
  *
  * --serve: C sequences (prompt P = 16 and T = 64 generated tokens by default), each on one of
  * the adapters (DIR: every adapter file or PEFT directory in it; N: N generated ones, rank 16
  * on all seven projections, F16; all made resident first), through the real scheduler; the
- * aggregate generated tokens per second of wall time, prefill included. --sequential runs
- * the same C sequences one after another (max one running) for the unbatched comparison.
+ * aggregate generated tokens per second of wall time, prefill included: the median of R timed
+ * rounds (default 1), after one untimed round that touches the pool and caches first, as a
+ * running daemon has. --sequential runs the same C sequences one after another (max one
+ * running) for the unbatched comparison.
  *
  *   molly-bench --kernels [--reps R] [--json]
  *   molly-bench --sgmv [--reps R] [--simd LEVEL] [--json]   (8 rows on 8 adapters: the LoRA
@@ -470,6 +473,7 @@ static int run_serve(int argc, char **argv)
 		{ "sequential", no_argument, NULL, 'q' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "hot-type", required_argument, NULL, 'H' },
+		{ "rounds", required_argument, NULL, 'r' },
 		{ "json", no_argument, NULL, 'j' },
 		{}
 	};
@@ -487,7 +491,7 @@ static int run_serve(int argc, char **argv)
 		char *end = NULL;
 		long v = 0;
 
-		if (optarg && (c == 'c' || c == 'p' || c == 'n' || c == 't')) {
+		if (optarg && (c == 'c' || c == 'p' || c == 'n' || c == 't' || c == 'r')) {
 			v = strtol(optarg, &end, 10);
 			if (*end || v < 1 || v > 100000) {
 				fprintf(stderr, "molly-bench: bad number '%s'\n", optarg);
@@ -502,6 +506,7 @@ static int run_serve(int argc, char **argv)
 		case 'p': o.prompt_tokens = (uint32_t) v; break;
 		case 'n': o.gen_tokens = (uint32_t) v; break;
 		case 'q': o.sequential = true; break;
+		case 'r': o.rounds = (uint32_t) v; break;
 		case 't': o.n_threads = (int) v; break;
 		case 'H':
 			if (strcmp(optarg, "q8_0") == 0)
@@ -515,7 +520,7 @@ static int run_serve(int argc, char **argv)
 		default:
 			fprintf(stderr, "usage: molly-bench --serve --model M --adapters DIR|N "
 					"--concurrency C [--prompt-tokens P] [--tokens T] [--sequential] "
-					"[--threads T] [--hot-type stored|q8_0] [--json]\n");
+					"[--threads T] [--hot-type stored|q8_0] [--rounds R] [--json]\n");
 			return -EINVAL;
 		}
 	}

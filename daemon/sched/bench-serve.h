@@ -2,7 +2,8 @@
 /*
  * bench-serve.h: the serving benchmark behind `molly-bench --serve`: C concurrent sequences,
  * each on one of the adapters, through the real scheduler; aggregate generated tokens per
- * second of wall time, prefill included.
+ * second of wall time, prefill included: the median over the timed rounds, each after an
+ * untimed warm-up round.
  */
 #pragma once
 
@@ -21,6 +22,7 @@ struct bench_serve_opts {
 	uint32_t concurrency;     /* sequences at once (and in total) */
 	uint32_t prompt_tokens;   /* default 16 */
 	uint32_t gen_tokens;      /* default 64 */
+	uint32_t rounds;          /* timed rounds of the C sequences, after one untimed; default 1 */
 	bool sequential;          /* one after another instead of together */
 	int n_threads;
 	uint64_t seed;
@@ -28,12 +30,12 @@ struct bench_serve_opts {
 };
 
 struct bench_serve_result {
-	double wall_s;
-	double aggregate_tok_s;
+	double wall_s;          /* of the timed rounds together */
+	double aggregate_tok_s; /* the median round's */
 	/* CPU time the process got over wall × threads: near 1 when no other load took the
 	 * cores (the pool's threads spin between jobs), so a lower figure flags a busy host */
 	double cpu_util;
-	uint64_t generated;
+	uint64_t generated;     /* in the timed rounds */
 	uint32_t adapters_loaded;
 	uint32_t adapters_resident;
 	uint32_t adapters_used;
