@@ -43,13 +43,6 @@ int page_pool_new(size_t page_bytes, size_t n_pages, struct page_pool **ret)
 		page_pool_free(p);
 		return -ENOMEM;
 	}
-	/* Huge pages where the kernel has them (THP "madvise" is Debian's default): a decode step
-	 * reads every running sequence's KV blocks and every adapter's rows in use, spread over
-	 * the pool, and with 4 KiB pages that is a TLB miss every 4 KiB. Measured on the 100m
-	 * Q8_0 model, 8 sequences: +25-40 % tokens per second with or without adapters
-	 * (docs/PERFORMANCE.md, session 9). A discarded page still gives its memory back: the
-	 * kernel splits the huge page around it. Advice only: no error if refused. */
-	(void) madvise(p->base, bytes, MADV_HUGEPAGE);
 	/* lowest ids on top, so a fresh pool hands out pages in address order */
 	for (size_t i = 0; i < n_pages; i++)
 		p->free_stack[i] = (uint32_t) (n_pages - 1 - i);
