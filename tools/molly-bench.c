@@ -42,8 +42,8 @@
  * running) for the unbatched comparison.
  *
  *   molly-bench --kernels [--reps R] [--json]
- *   molly-bench --sgmv [--reps R] [--simd LEVEL] [--json]   (8 rows on 8 adapters: the LoRA
- *                                               part of a step; LEVEL: a SIMD level to force)
+ *   molly-bench --sgmv [--reps R] [--simd LEVEL] [--cold] [--json]   (8 rows on 8 adapters: the
+ *               LoRA part of a step; LEVEL: a SIMD level to force; --cold: caches emptied first)
  *   molly-bench --adapter-load FILE... [--path uring|pread|mmap] [--verify] [--json]
  *               (daemon/loader/bench-load.h)
  *   molly-bench --tier-sim [--adapters N] [--hot N] [--requests N] [--zipf S] ...
@@ -675,6 +675,9 @@ static int run_kernels(int argc, char **argv)
  * product job runs them. "distinct": 8 different adapters (45 MB of F16, more than the caches:
  * what a step streams from memory); "same": one adapter 8 times (in cache: the arithmetic
  * alone). Thread CPU time, best of R; also the adapter bytes one step reads per second.
+ * --cold writes 256 MiB of other memory before each rep, as a serving step's base weights
+ * (more than the caches) pass between two steps' adapter rows: without it, part of the 45 MB
+ * can still be in a large L3 from the rep before.
  */
 enum { SG_ADAPTERS = 8, SG_LAYERS = 12, SG_RANK = 16, SG_TARGETS = 7 };
 
@@ -743,13 +746,21 @@ static int run_sgmv(int argc, char **argv)
 	uint64_t rng = 0x9e3779b97f4a7c15ull;
 	float *x = malloc(sizeof(float) * SG_ADAPTERS * 2048), *y = malloc(sizeof(float) * SG_ADAPTERS * 2048);
 	float tmp[SG_ADAPTERS * SG_RANK];
+	const size_t evict_bytes = (size_t) 256 << 20;
+	char *evict = NULL;
 
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
 			reps = atoi(argv[++i]);
 		else if (strcmp(argv[i], "--json") == 0)
 			json = true;
-		else if (strcmp(argv[i], "--simd") == 0 && i + 1 < argc) {
+		else if (strcmp(argv[i], "--cold") == 0 && !evict) {
+			evict = malloc(evict_bytes);
+			if (!evict) {
+				free(x), free(y);
+				return -ENOMEM;
+			}
+		} else if (strcmp(argv[i], "--simd") == 0 && i + 1 < argc) {
 			/* the same kernels at another level, for an A/B in one run */
 			if (quant_force_simd_level(argv[++i]) < 0) {
 				fprintf(stderr, "molly-bench: SIMD level '%s' does not run here\n", argv[i]);
@@ -757,8 +768,8 @@ static int run_sgmv(int argc, char **argv)
 				return -EINVAL;
 			}
 		} else if (strcmp(argv[i], "--sgmv") != 0) {
-			fprintf(stderr, "usage: molly-bench --sgmv [--reps R] [--simd LEVEL] [--json]\n");
-			free(x), free(y);
+			fprintf(stderr, "usage: molly-bench --sgmv [--reps R] [--simd LEVEL] [--cold] [--json]\n");
+			free(x), free(y), free(evict);
 			return -EINVAL;
 		}
 	}
@@ -784,7 +795,11 @@ static int run_sgmv(int argc, char **argv)
 				return r;
 			}
 			for (int rep = 0; rep < reps; rep++) {
-				double t0 = thread_cpu_s();
+				double t0;
+
+				if (evict)
+					memset(evict, rep + 1, evict_bytes);
+				t0 = thread_cpu_s();
 
 				for (int l = 0; l < SG_LAYERS; l++)
 					for (int t = 0; t < SG_TARGETS; t++) {
@@ -808,9 +823,10 @@ static int run_sgmv(int argc, char **argv)
 
 			if (json)
 				printf("%s{\"type\":\"%s\",\"adapters\":\"%s\",\"ms_per_step\":%.3f,"
-				       "\"gb_per_cpu_s\":%.2f,\"simd\":\"%s\"}",
+				       "\"gb_per_cpu_s\":%.2f,\"simd\":\"%s\",\"cold\":%s}",
 				       first ? "" : ",", quant_type_name(types[ti]), same ? "same" : "distinct",
-				       best * 1e3, step_bytes / best * 1e-9, quant_simd_level());
+				       best * 1e3, step_bytes / best * 1e-9, quant_simd_level(),
+				       evict ? "true" : "false");
 			else
 				printf("sgmv %-4s %-8s adapters: %.3f ms per step (8 rows, rank 16, 100m "
 				       "shape; %.1f GB of adapter rows per CPU-second; best of %d; %s)\n",
@@ -822,7 +838,7 @@ static int run_sgmv(int argc, char **argv)
 		}
 	if (json)
 		printf("]\n");
-	free(x), free(y);
+	free(x), free(y), free(evict);
 	return 0;
 }
 
