@@ -352,6 +352,7 @@ TEST(gemm_packed_all_levels)
 	static const int64_t shapes[][3] = {
 		{ 96, 13, 7 }, { 32, 1, 1 }, { 256, 8, 1 }, { 768, 21, 9 }, { 64, 16, 6 }, { 160, 3, 13 },
 		{ 64, 70, 1 }, { 32, 40, 27 },
+		{ 96, 24, 70 }, /* the amx level: tiles of 16 tokens, a partial one, two passes of 64 */
 	};
 	const char *orig = quant_simd_level();
 

@@ -147,6 +147,12 @@ void quant_gemm_packed_q8_0_avxvnni(int64_t n, const void *w, int64_t nr, const 
 				    size_t xs, const int16_t *sums, int64_t nc, float *y, size_t ys);
 void quant_gemm_packed_q4_0_avxvnni(int64_t n, const void *w, int64_t nr, const void *x,
 				    size_t xs, const int16_t *sums, int64_t nc, float *y, size_t ys);
+/* The "amx" table's packed products (kernels-amx.c): AMX tiles from AMX_MIN_TOKENS tokens on,
+ * the avx512vnni kernels below. */
+void quant_gemm_packed_q8_0_amx(int64_t n, const void *w, int64_t nr, const void *x, size_t xs,
+				const int16_t *sums, int64_t nc, float *y, size_t ys);
+void quant_gemm_packed_q4_0_amx(int64_t n, const void *w, int64_t nr, const void *x, size_t xs,
+				const int16_t *sums, int64_t nc, float *y, size_t ys);
 float quant_dot_bf16_avx512bf16(int64_t n, const void *w, const void *x);
 void quant_gemm_bf16_avx512bf16(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
 				size_t xs, int64_t nc, float *y, size_t ys);

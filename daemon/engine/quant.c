@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -850,8 +852,12 @@ static void dequantize_scalar(uint32_t type, const void *src, float *dst, int64_
  * and when in `proven` below; the tests print which levels ran, which were skipped for want
  * of an instruction set, and which were held back.
  *
- * Not written yet (so neither listed nor proven): AMX tiles (needs arch_prctl
- * ARCH_REQ_XCOMP_PERM and a Sapphire Rapids or later CPU to prove it on).
+ * "amx" (kernels-amx.c: packed Q8_0 / Q4_0 prefill on AMX tiles, the rest as avx512bf16) is
+ * written but held back: no CPU here has had AMX yet. Its kernel was checked on CPUs without
+ * AMX through a C model of the tile instructions (tests/test-amx-emulated.c: the same source,
+ * bit for bit against the scalar reference); a session on a Sapphire Rapids (or later) CPU
+ * proves it by running test-quant and test-matmul with MOLLY_CPU_UNPROVEN=1 and recording
+ * the CPU and date in `proven`.
  */
 enum {
 	CPU_AVX2 = 1 << 0,       /* AVX2 + FMA + F16C */
@@ -859,10 +865,11 @@ enum {
 	CPU_AVX512VNNI = 1 << 2, /* AVX-512 VNNI */
 	CPU_AVXVNNI = 1 << 3,    /* AVX-VNNI (VEX-encoded vpdpbusd) */
 	CPU_AVX512BF16 = 1 << 4, /* AVX512-BF16 */
+	CPU_AMX = 1 << 5,        /* AMX-TILE + AMX-INT8, tile state granted by the kernel */
 };
 
 #if defined(__x86_64__)
-static struct quant_kernels kernels_avxvnni, kernels_avx512bf16; /* filled by kernels_init() */
+static struct quant_kernels kernels_avxvnni, kernels_avx512bf16, kernels_amx; /* kernels_init() */
 #endif
 
 static const struct simd_level {
@@ -871,6 +878,7 @@ static const struct simd_level {
 	const char *proven; /* where and when its tests first passed on a CPU that has it */
 } simd_levels[] = {
 #if defined(__x86_64__)
+	{ &kernels_amx, CPU_AVX2 | CPU_AVX512 | CPU_AVX512VNNI | CPU_AVX512BF16 | CPU_AMX, NULL },
 	{ &kernels_avx512bf16, CPU_AVX2 | CPU_AVX512 | CPU_AVX512VNNI | CPU_AVX512BF16,
 	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01" },
 	{ &quant_kernels_avx512vnni, CPU_AVX2 | CPU_AVX512 | CPU_AVX512VNNI,
@@ -890,6 +898,21 @@ static const struct quant_kernels *kernels_active = &quant_kernels_scalar;
 static unsigned cpu_features;
 static bool allow_unproven;
 static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
+
+#if defined(__x86_64__)
+#define ARCH_REQ_XCOMP_PERM_ 0x1023 /* <asm/prctl.h>, absent from older headers */
+#define XFEATURE_XTILEDATA_ 18
+
+/* XCR0: the state components the OS saves (only asked after cpuid reports OSXSAVE, which
+ * AMX-TILE implies) */
+static uint64_t xgetbv0(void)
+{
+	uint32_t lo, hi;
+
+	__asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+	return ((uint64_t) hi << 32) | lo;
+}
+#endif
 
 /* The CPU_* sets this CPU (and OS) runs. __builtin_cpu_supports() also checks that the OS
  * saves the vector state (XCR0); AVX-VNNI is VEX-encoded, so AVX2's check covers it. */
@@ -917,6 +940,14 @@ static unsigned detect_features(void)
 		if (eax & (1u << 5))
 			f |= CPU_AVX512BF16;
 	}
+	/* AMX: leaf 7 EDX bit 24 (AMX-TILE) and 25 (AMX-INT8), the OS saving the tile state
+	 * (XCR0 bits 17 and 18), and this process allowed to use it: Linux hands the 8 KiB tile
+	 * state out on request only (arch_prctl ARCH_REQ_XCOMP_PERM, 5.16 and later), for every
+	 * thread of the process. */
+	if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx & (1u << 24)) &&
+	    (edx & (1u << 25)) && (xgetbv0() & (3u << 17)) == (3u << 17) &&
+	    syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM_, XFEATURE_XTILEDATA_) == 0)
+		f |= CPU_AMX;
 #endif
 	return f;
 }
@@ -945,6 +976,10 @@ static void kernels_init(void)
 	kernels_avx512bf16.name = "avx512bf16";
 	kernels_avx512bf16.dot_bf16 = quant_dot_bf16_avx512bf16;
 	kernels_avx512bf16.gemm_bf16 = quant_gemm_bf16_avx512bf16;
+	kernels_amx = kernels_avx512bf16;
+	kernels_amx.name = "amx";
+	kernels_amx.gemm_packed_q8_0 = quant_gemm_packed_q8_0_amx;
+	kernels_amx.gemm_packed_q4_0 = quant_gemm_packed_q4_0_amx;
 #endif
 	cpu_features = detect_features();
 	allow_unproven = env && strcmp(env, "1") == 0;
