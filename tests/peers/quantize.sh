@@ -109,9 +109,18 @@ best = z.index(m)
 print("  %-9s llama.cpp top-1 %d, molly %d; top-10 log-probs within %.2g" % (
     name, top[0]["id"], best, d))
 # same weights, same activation conversion: ~1e-6 apart, except F16, which llama.cpp
-# accumulates in half precision on AVX512-FP16 CPUs (models/tiny/README.md: ~5e-3)
-if d > 1e-2:
-    sys.exit("%s: log-probabilities differ by %g" % (name, d))
+# accumulates in half precision on AVX512-FP16 CPUs (models/tiny/README.md: ~5e-3). The
+# trained molly-mini is more sensitive than the random models: where a sum of its activations
+# lands next to a Q8_0 rounding boundary, the last-bit differences of two float32 evaluations
+# (llama.cpp's and Molly's summation orders) flip one rounding, and the log-probabilities move
+# by ~1e-2. Measured (session 9): on most prompts the two agree within 3e-6; on this one
+# within 1.02e-2; a float64 evaluation of the same file with the same activation rounding
+# differs from a float32 one by 1.4e-2 and 1.7e-2 on two prompts. Its bound is therefore the
+# spread of valid float32 evaluations, 3e-2 (a wrong weight, layout or RoPE moves it by far
+# more: the greedy token check below still applies).
+limit = 3e-2 if name == "molly-mini" else 1e-2
+if d > limit:
+    sys.exit("%s: log-probabilities differ by %g (bound %g)" % (name, d, limit))
 if z[top[0]["id"]] < m - 1e-3:
     sys.exit("%s: llama.cpp's greedy token %d is not molly's %d" % (name, top[0]["id"], best))
 PY
