@@ -57,6 +57,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "../basic/strbuf.h"
 #include "chat.h"
 
 static const char *const family_names[CHAT_FAMILY_COUNT_] = {
@@ -209,57 +210,7 @@ int chat_family_choose(const char *name, const char *jinja, enum chat_family *re
 
 /* ---- rendering helpers ---- */
 
-struct buf {
-	char *p;
-	size_t len, cap;
-};
-
-static int buf_add(struct buf *b, const char *s, size_t n)
-{
-	if (n > SIZE_MAX - 1 - b->len)
-		return -ENOMEM;
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		char *p;
-
-		while (cap < b->len + n + 1) {
-			if (cap > SIZE_MAX / 2) {
-				cap = b->len + n + 1;
-				break;
-			}
-			cap *= 2;
-		}
-		p = realloc(b->p, cap);
-		if (!p)
-			return -ENOMEM;
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-	return 0;
-}
-
-static int buf_str(struct buf *b, const char *s)
-{
-	return buf_add(b, s, strlen(s));
-}
-
-/* Appends each NULL-terminated argument; stops at the first error. */
-static int buf_cat(struct buf *b, ...)
-{
-	va_list ap;
-	const char *s;
-	int r = 0;
-
-	va_start(ap, b);
-	while ((s = va_arg(ap, const char *)) && r >= 0)
-		r = buf_str(b, s);
-	va_end(ap);
-	return r;
-}
-#define CAT(b, ...) buf_cat(b, __VA_ARGS__, (const char *) NULL)
+#define CAT(b, ...) strbuf_cat(b, __VA_ARGS__)
 
 /* Whether code point c is white space for Python's str.isspace() (what str.strip() removes). */
 static bool py_isspace(uint32_t c)
@@ -335,12 +286,12 @@ static void py_strip(const char *s, size_t n, size_t *ret_begin, size_t *ret_end
 	*ret_end = end;
 }
 
-static int buf_stripped(struct buf *b, const char *s)
+static int buf_stripped(struct strbuf *b, const char *s)
 {
 	size_t begin, end;
 
 	py_strip(s, strlen(s), &begin, &end);
-	return buf_add(b, s + begin, end - begin);
+	return strbuf_add(b, s + begin, end - begin);
 }
 
 enum role {
@@ -409,18 +360,18 @@ static int check_alternation(enum chat_family f, const enum role *roles, size_t 
 
 /* ---- the families ---- */
 
-static int render_chatml(struct buf *b, const struct chat_message *m, size_t n, bool add)
+static int render_chatml(struct strbuf *b, const struct chat_message *m, size_t n, bool add)
 {
 	int r = 0;
 
 	for (size_t i = 0; i < n && r >= 0; i++)
 		r = CAT(b, "<|im_start|>", m[i].role, "\n", m[i].content, "<|im_end|>\n");
 	if (r >= 0 && add)
-		r = buf_str(b, "<|im_start|>assistant\n");
+		r = strbuf_adds(b, "<|im_start|>assistant\n");
 	return r;
 }
 
-static int render_llama3(struct buf *b, const struct chat_message *m, size_t n, bool add)
+static int render_llama3(struct strbuf *b, const struct chat_message *m, size_t n, bool add)
 {
 	int r = 0;
 
@@ -429,14 +380,14 @@ static int render_llama3(struct buf *b, const struct chat_message *m, size_t n, 
 		if (r >= 0)
 			r = buf_stripped(b, m[i].content);
 		if (r >= 0)
-			r = buf_str(b, "<|eot_id|>");
+			r = strbuf_adds(b, "<|eot_id|>");
 	}
 	if (r >= 0 && add)
-		r = buf_str(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+		r = strbuf_adds(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 	return r;
 }
 
-static int render_phi3(struct buf *b, const struct chat_message *m, const enum role *roles,
+static int render_phi3(struct strbuf *b, const struct chat_message *m, const enum role *roles,
 		       size_t n, bool add)
 {
 	int r = 0;
@@ -447,11 +398,11 @@ static int render_phi3(struct buf *b, const struct chat_message *m, const enum r
 		r = CAT(b, "<|", m[i].role, "|>\n", m[i].content, "<|end|>\n");
 	}
 	if (r >= 0)
-		r = buf_str(b, add ? "<|assistant|>\n" : "<|endoftext|>");
+		r = strbuf_adds(b, add ? "<|assistant|>\n" : "<|endoftext|>");
 	return r;
 }
 
-static int render_gemma(struct buf *b, const struct chat_message *m, const enum role *roles,
+static int render_gemma(struct strbuf *b, const struct chat_message *m, const enum role *roles,
 			size_t n, bool add, struct errmsg *e)
 {
 	size_t first;
@@ -471,22 +422,22 @@ static int render_gemma(struct buf *b, const struct chat_message *m, const enum 
 
 			py_strip(m[0].content, strlen(m[0].content), &begin, &end);
 			if (end > begin) {
-				r = buf_add(b, m[0].content + begin, end - begin);
+				r = strbuf_add(b, m[0].content + begin, end - begin);
 				if (r >= 0)
-					r = buf_str(b, "\n\n");
+					r = strbuf_adds(b, "\n\n");
 			}
 		}
 		if (r >= 0)
 			r = buf_stripped(b, m[i].content);
 		if (r >= 0)
-			r = buf_str(b, "<end_of_turn>\n");
+			r = strbuf_adds(b, "<end_of_turn>\n");
 	}
 	if (r >= 0 && add)
-		r = buf_str(b, "<start_of_turn>model\n");
+		r = strbuf_adds(b, "<start_of_turn>model\n");
 	return r;
 }
 
-static int render_llama2(struct buf *b, const struct chat_message *m, const enum role *roles,
+static int render_llama2(struct strbuf *b, const struct chat_message *m, const enum role *roles,
 			 size_t n, struct errmsg *e)
 {
 	_cleanup_free_ char *first_content = NULL;
@@ -502,33 +453,33 @@ static int render_llama2(struct buf *b, const struct chat_message *m, const enum
 		if (i == 1 && first == 1) {
 			/* The system prompt is wrapped into the first user turn, and the whole
 			 * is stripped together. */
-			struct buf t = {};
+			struct strbuf t = {};
 
 			r = CAT(&t, "<<SYS>>\n", m[0].content, "\n<</SYS>>\n\n", content);
-			first_content = t.p;
+			first_content = t.s;
 			if (r < 0)
 				return r;
 			content = first_content;
 		}
 		if (roles[i] == ROLE_USER) {
 			/* Each user turn opens with BOS; the first one is the tokenizer's. */
-			r = buf_str(b, i == first ? "[INST] " : "<s>[INST] ");
+			r = strbuf_adds(b, i == first ? "[INST] " : "<s>[INST] ");
 			if (r >= 0)
 				r = buf_stripped(b, content);
 			if (r >= 0)
-				r = buf_str(b, " [/INST]");
+				r = strbuf_adds(b, " [/INST]");
 		} else {
-			r = buf_str(b, " ");
+			r = strbuf_adds(b, " ");
 			if (r >= 0)
 				r = buf_stripped(b, content);
 			if (r >= 0)
-				r = buf_str(b, " </s>");
+				r = strbuf_adds(b, " </s>");
 		}
 	}
 	return r;
 }
 
-static int render_mistral(struct buf *b, const struct chat_message *m, const enum role *roles,
+static int render_mistral(struct strbuf *b, const struct chat_message *m, const enum role *roles,
 			  size_t n, struct errmsg *e)
 {
 	size_t first;
@@ -554,7 +505,7 @@ int chat_render(enum chat_family f, const struct chat_message *msgs, size_t n_ms
 {
 	_cleanup_free_ enum role *roles = NULL;
 	_cleanup_free_ char *text = NULL;
-	struct buf b = {};
+	struct strbuf b = {};
 	int r;
 
 	assert_return(ret, -EINVAL);
@@ -572,7 +523,7 @@ int chat_render(enum chat_family f, const struct chat_message *msgs, size_t n_ms
 		return r;
 
 	/* So that an empty rendering still returns a string. */
-	r = buf_add(&b, "", 0);
+	r = strbuf_add(&b, "", 0);
 	if (r >= 0) {
 		switch (f) {
 		case CHAT_FAMILY_LLAMA2:
@@ -597,7 +548,7 @@ int chat_render(enum chat_family f, const struct chat_message *msgs, size_t n_ms
 			r = -EINVAL;
 		}
 	}
-	text = b.p;
+	text = b.s;
 	if (r == -ENOMEM)
 		return errmsg_set(e, r, "out of memory rendering %zu chat messages", n_msgs);
 	if (r < 0)

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../basic/macro.h"
+#include "../basic/strbuf.h"
 #include "vocab-pre.h"
 
 #define PRE_MAX_REGEX 6
@@ -178,38 +180,6 @@ struct vocab_pre {
 	"\\t-\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}"     \
 	"\\x{205F}\\x{3000}"
 
-static int append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
-{
-	if (*len + n + 1 > *cap) {
-		size_t ncap = MAX(*cap * 2, *len + n + 64);
-		char *nb = realloc(*buf, ncap);
-
-		if (!nb)
-			return -ENOMEM;
-		*buf = nb;
-		*cap = ncap;
-	}
-	memcpy(*buf + *len, s, n);
-	*len += n;
-	(*buf)[*len] = 0;
-	return 0;
-}
-
-struct strbuf {
-	char *s;
-	size_t len, cap;
-};
-
-static int sb_add(struct strbuf *b, const char *s, size_t n)
-{
-	return append(&b->s, &b->len, &b->cap, s, n);
-}
-
-static int sb_adds(struct strbuf *b, const char *s)
-{
-	return sb_add(b, s, strlen(s));
-}
-
 /*
  * Turns one of llama.cpp's patterns into the PCRE2 pattern that matches the same way:
  *
@@ -229,22 +199,22 @@ static int rewrite_pattern(const char *re, char **ret)
 		bool negated = false, has_sym = false;
 
 		if (strncmp(re + i, "\\p{S}", 5) == 0) {
-			r = sb_adds(&out, "(?:(?!~)\\p{S})");
+			r = strbuf_adds(&out, "(?:(?!~)\\p{S})");
 			i += 4;
 			continue;
 		}
 		if (re[i] == '\\' && re[i + 1]) {
 			if (re[i + 1] == 's')
-				r = sb_adds(&out, "[" WS_INNER "]");
+				r = strbuf_adds(&out, "[" WS_INNER "]");
 			else if (re[i + 1] == 'S')
-				r = sb_adds(&out, "[^" WS_INNER "]");
+				r = strbuf_adds(&out, "[^" WS_INNER "]");
 			else
-				r = sb_add(&out, re + i, 2);
+				r = strbuf_add(&out, re + i, 2);
 			i++;
 			continue;
 		}
 		if (re[i] != '[') {
-			r = sb_add(&out, re + i, 1);
+			r = strbuf_add(&out, re + i, 1);
 			continue;
 		}
 
@@ -256,17 +226,17 @@ static int rewrite_pattern(const char *re, char **ret)
 			i++;
 		}
 		if (re[i] == ']') /* a leading ] is a literal */
-			r = sb_add(&c, re + i++, 1);
+			r = strbuf_add(&c, re + i++, 1);
 		for (; re[i] && re[i] != ']' && r >= 0; i++) {
 			if (re[i] == '\\' && re[i + 1]) {
 				if (re[i + 1] == 's')
-					r = sb_adds(&c, WS_INNER);
+					r = strbuf_adds(&c, WS_INNER);
 				else
-					r = sb_add(&c, re + i, 2);
+					r = strbuf_add(&c, re + i, 2);
 				has_sym |= strncmp(re + i, "\\p{S}", 5) == 0;
 				i++;
 			} else {
-				r = sb_add(&c, re + i, 1);
+				r = strbuf_add(&c, re + i, 1);
 			}
 		}
 		if (r < 0)
@@ -275,10 +245,10 @@ static int rewrite_pattern(const char *re, char **ret)
 			r = -EINVAL; /* unterminated class */
 			break;
 		}
-		if ((r = sb_adds(&out, has_sym ? (negated ? "(?:~|[^" : "(?:(?!~)[")
+		if ((r = strbuf_adds(&out, has_sym ? (negated ? "(?:~|[^" : "(?:(?!~)[")
 					       : (negated ? "[^" : "["))) < 0 ||
-		    (r = sb_add(&out, c.s ? c.s : "", c.len)) < 0 ||
-		    (r = sb_adds(&out, has_sym ? "])" : "]")) < 0)
+		    (r = strbuf_add(&out, c.s ? c.s : "", c.len)) < 0 ||
+		    (r = strbuf_adds(&out, has_sym ? "])" : "]")) < 0)
 			break;
 	}
 	free(c.s);

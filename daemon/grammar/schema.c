@@ -14,6 +14,7 @@
 
 #include <json-c/json.h>
 
+#include "basic/strbuf.h"
 #include "basic/sha256.h"
 #include "grammar/grammar.h"
 #include "grammar/schema.h"
@@ -24,11 +25,6 @@ struct ref_entry {
 	struct json_object *target; /* borrowed: the $defs entry */
 	char rule[32];
 	bool done;
-};
-
-struct strbuf {
-	char *s;
-	size_t len, cap;
 };
 
 /* Rules are written whole into `rules`; a rule being built goes into its own line buffer
@@ -52,22 +48,7 @@ static int sb_append(struct schema_gbnf *b, struct strbuf *sb, const char *s, si
 	if (b->rules.len + sb->len + n + 1 > GRAMMAR_MAX_TEXT)
 		return errmsg_set(b->e, -E2BIG, "the schema's grammar is too big (more than %u bytes)",
 				  GRAMMAR_MAX_TEXT);
-	if (sb->len + n + 1 > sb->cap) {
-		size_t cap = sb->cap ? sb->cap : 256;
-		char *t;
-
-		while (cap < sb->len + n + 1)
-			cap *= 2;
-		t = realloc(sb->s, cap);
-		if (!t)
-			return -ENOMEM;
-		sb->s = t;
-		sb->cap = cap;
-	}
-	memcpy(sb->s + sb->len, s, n);
-	sb->len += n;
-	sb->s[sb->len] = '\0';
-	return 0;
+	return strbuf_add(sb, s, n);
 }
 
 static int append_len(struct schema_gbnf *b, const char *s, size_t n)
