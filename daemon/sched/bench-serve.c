@@ -182,7 +182,7 @@ int bench_serve_run(const struct bench_serve_opts *o, struct bench_serve_result 
 	uint32_t n_ad = 0, rounds = o->rounds ? o->rounds : 1;
 	int32_t *prompt;
 	double *rates, wall = 0, cpu = 0;
-	uint64_t tokens = 0;
+	uint64_t tokens = 0, warmup_steps = 0;
 	int r;
 
 	static struct opened op;
@@ -231,17 +231,23 @@ int bench_serve_run(const struct bench_serve_opts *o, struct bench_serve_result 
 	/* Round 0 is not timed: it touches the pool's KV pages and the caches for the first
 	 * time, which a running daemon did long before (in a 64-token round that first touch
 	 * is a large and unsteady part of the time). */
-	for (uint32_t round = 0; round <= rounds && r == 0; round++) {
-		double t0 = now_s(), cpu0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+	for (uint32_t round = 0; round <= rounds && r >= 0; round++) {
+		double t0 = now_s(), cpu0 = clock_s(CLOCK_PROCESS_CPUTIME_ID), dt;
 
 		c = (struct counter){};
 		r = run_round(s, o, conc, n_ad, names, prompt, P, T, &c, e);
-		if (r < 0 || round == 0)
+		if (r < 0)
 			continue;
-		wall += now_s() - t0;
+		if (round == 0) {
+			sched_get_stats(s, &st);
+			warmup_steps = st.steps;
+			continue;
+		}
+		dt = now_s() - t0;
+		wall += dt;
 		cpu += clock_s(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
 		tokens += c.tokens;
-		rates[round - 1] = (double) c.tokens / (now_s() - t0);
+		rates[round - 1] = (double) c.tokens / dt;
 	}
 	free(prompt);
 	if (r < 0) {
@@ -256,7 +262,7 @@ int bench_serve_run(const struct bench_serve_opts *o, struct bench_serve_result 
 					  : (rates[rounds / 2 - 1] + rates[rounds / 2]) / 2;
 	free(rates);
 	sched_get_stats(s, &st);
-	ret->steps = st.steps;
+	ret->steps = st.steps - warmup_steps; /* of the timed rounds */
 	ret->adapters_loaded = n_ad;
 	ret->adapters_used = MIN(n_ad, conc);
 	ret->adapters_resident = 0;
