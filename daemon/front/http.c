@@ -45,6 +45,7 @@
 
 #include <microhttpd.h>
 
+#include "basic/strbuf.h"
 #include "basic/time-util.h"
 #include "core/config.h"
 #include "core/log.h"
@@ -70,11 +71,6 @@ enum req_state {
 	REQ_DONE,      /* a response is queued */
 };
 
-struct buf {
-	char *data;
-	size_t len;
-	size_t cap;
-};
 
 struct http_front {
 	struct manager *mgr;     /* borrowed: outlives the front */
@@ -122,7 +118,7 @@ struct http_req {
 	int fd;         /* the connection's socket (borrowed from microhttpd) */
 
 	/* body */
-	struct buf body;
+	struct strbuf body;
 	uint64_t max_body;
 	bool too_large;     /* over max_body: the rest is read and dropped */
 	uint64_t discarded; /* bytes dropped so far */
@@ -146,7 +142,7 @@ struct http_req {
 	bool finished;              /* the final event came */
 	bool started;               /* the first text came */
 	bool overflow;              /* the queue overflowed: cancelled */
-	struct buf text;            /* stream: released text not yet sent; else all the text */
+	struct strbuf text;            /* stream: released text not yet sent; else all the text */
 	struct openai_logprob *lps; /* as text: not yet sent / all */
 	size_t n_lps, cap_lps;
 	size_t text_offset;        /* bytes of text released so far (logprob offsets) */
@@ -161,7 +157,7 @@ struct http_req {
 	struct openai_error error;
 
 	/* stream output: MHD thread only */
-	struct buf out;
+	struct strbuf out;
 	size_t out_pos;
 	bool role_sent;
 	bool final_sent;
@@ -173,7 +169,7 @@ struct http_req {
 	bool tool_forced;         /* required / named: the grammar makes it a call */
 	bool tool_released;       /* it is content: stream as usual */
 	enum chat_family family;
-	struct buf tool_held;     /* MHD thread */
+	struct strbuf tool_held;     /* MHD thread */
 	/* a forced call streamed as it comes: its first delta sent, then its arguments from
 	 * tool_held[call_args_at] on, call_args_sent bytes of them so far */
 	bool call_started;
@@ -181,40 +177,13 @@ struct http_req {
 	/* chatml, auto: content may be followed by calls (Qwen writes a line first); released
 	 * text that may be the start of "<tool_call>" waits in tool_pending */
 	bool tool_mid;            /* the calls began after content */
-	struct buf tool_pending;
+	struct strbuf tool_pending;
 	char *tool_grammar;       /* owned: the grammar of required / named */
 	struct chat_message *msgs;          /* owned (strings borrowed from oreq) */
 	struct chat_tool_call **msg_calls;  /* owned: per message */
 };
 
 
-static int buf_append(struct buf *b, const char *s, size_t n)
-{
-	if (n > SIZE_MAX / 2 - b->len)
-		return -ENOMEM;
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = MAX(b->cap * 2, b->len + n + 1);
-		char *d;
-
-		cap = MAX(cap, (size_t) 256);
-		d = realloc(b->data, cap);
-		if (!d)
-			return -ENOMEM;
-		b->data = d;
-		b->cap = cap;
-	}
-	if (n)
-		memcpy(b->data + b->len, s, n);
-	b->len += n;
-	b->data[b->len] = '\0';
-	return 0;
-}
-
-static void buf_free(struct buf *b)
-{
-	free(b->data);
-	*b = (struct buf){ 0 };
-}
 
 static void logprobs_free(struct openai_logprob *lps, size_t n)
 {
@@ -243,11 +212,11 @@ static void req_unref(struct http_req *r)
 	pthread_cond_broadcast(&h->cond);
 	pthread_mutex_unlock(&h->lock);
 
-	buf_free(&r->body);
-	buf_free(&r->text);
-	buf_free(&r->out);
-	buf_free(&r->tool_held);
-	buf_free(&r->tool_pending);
+	strbuf_done(&r->body);
+	strbuf_done(&r->text);
+	strbuf_done(&r->out);
+	strbuf_done(&r->tool_held);
+	strbuf_done(&r->tool_pending);
 	free(r->tool_grammar);
 	for (size_t i = 0; r->msg_calls && i < r->oreq.n_messages; i++)
 		free(r->msg_calls[i]);
@@ -492,7 +461,7 @@ static void on_event(const struct manager_event *ev, void *userdata)
 			bool full = r->oreq.stream ? r->text.len + ev->text_len > QUEUE_MAX_BYTES
 						   : r->text.len + ev->text_len > RESULT_MAX_BYTES;
 
-			if (full || buf_append(&r->text, ev->text, ev->text_len) < 0 ||
+			if (full || strbuf_add(&r->text, ev->text, ev->text_len) < 0 ||
 			    (r->oreq.logprobs && queue_tokens(r, ev) < 0)) {
 				/* the client does not read (or we are out of memory): give up on
 				 * it rather than buffer without bound */
@@ -582,7 +551,7 @@ static int out_take(struct http_req *r, char *chunk)
 
 	if (!chunk)
 		return -ENOMEM;
-	k = buf_append(&r->out, chunk, strlen(chunk));
+	k = strbuf_add(&r->out, chunk, strlen(chunk));
 	free(chunk);
 	return k;
 }
@@ -664,7 +633,7 @@ static struct tool_calls *tool_calls_find(const struct http_req *r, const char *
 
 /* Streams with tools: takes the new text into tool_held while the output may still be calls.
  * 1: held back; 0: *text is what to send now (held text first); -ENOMEM. */
-static int tool_hold(struct http_req *r, struct buf *text)
+static int tool_hold(struct http_req *r, struct strbuf *text)
 {
 	const char *prefix = chat_tool_call_prefix(r->family);
 	size_t plen = prefix ? strlen(prefix) : 0, at = 0;
@@ -672,56 +641,56 @@ static int tool_hold(struct http_req *r, struct buf *text)
 	if (!r->tools_on)
 		return 0;
 	if (r->tool_released) {
-		struct buf *pd = &r->tool_pending;
+		struct strbuf *pd = &r->tool_pending;
 		const char *hit;
 		size_t send, keep = 0;
 
 		if (r->family != CHAT_FAMILY_CHATML || r->tool_forced)
 			return 0;
 		/* content so far; a call may still begin: send all but a possible start of one */
-		if (buf_append(pd, text->data ? text->data : "", text->len) < 0)
+		if (strbuf_add(pd, text->s ? text->s : "", text->len) < 0)
 			return -ENOMEM;
-		buf_free(text);
-		hit = memmem(pd->data, pd->len, prefix, plen);
+		strbuf_done(text);
+		hit = memmem(pd->s, pd->len, prefix, plen);
 		if (hit) {
-			send = (size_t) (hit - pd->data);
-			if (buf_append(&r->tool_held, hit, pd->len - send) < 0)
+			send = (size_t) (hit - pd->s);
+			if (strbuf_add(&r->tool_held, hit, pd->len - send) < 0)
 				return -ENOMEM;
 			r->tool_released = false;
 			r->tool_mid = true;
 			keep = pd->len - send; /* moved to tool_held */
 		} else {
 			for (size_t k = MIN(plen - 1, pd->len); k > 0; k--)
-				if (memcmp(pd->data + pd->len - k, prefix, k) == 0) {
+				if (memcmp(pd->s + pd->len - k, prefix, k) == 0) {
 					keep = k;
 					break;
 				}
 			send = pd->len - keep;
 		}
-		if (send && buf_append(text, pd->data, send) < 0)
+		if (send && strbuf_add(text, pd->s, send) < 0)
 			return -ENOMEM;
-		memmove(pd->data, pd->data + send + (hit ? keep : 0), hit ? 0 : keep);
+		memmove(pd->s, pd->s + send + (hit ? keep : 0), hit ? 0 : keep);
 		pd->len = hit ? 0 : keep;
 		return send ? 0 : 1;
 	}
-	if (buf_append(&r->tool_held, text->data ? text->data : "", text->len) < 0)
+	if (strbuf_add(&r->tool_held, text->s ? text->s : "", text->len) < 0)
 		return -ENOMEM;
 	if (r->tool_forced || r->tool_mid)
 		return 1;
-	while (at < r->tool_held.len && strchr(" \t\n\r", r->tool_held.data[at]))
+	while (at < r->tool_held.len && strchr(" \t\n\r", r->tool_held.s[at]))
 		at++;
 	{
 		size_t n = MIN(plen, r->tool_held.len - at);
 
-		if (at == r->tool_held.len || memcmp(r->tool_held.data + at, prefix, n) == 0)
+		if (at == r->tool_held.len || memcmp(r->tool_held.s + at, prefix, n) == 0)
 			return 1; /* a call, or may still become one: decided at the end */
 	}
 	/* content after all: what was held goes through the released path, which still finds a
 	 * call that begins later in it (several tokens may arrive in one piece: "Sure.\n<tool_call>") */
 	r->tool_released = true;
-	buf_free(text);
+	strbuf_done(text);
 	*text = r->tool_held;
-	r->tool_held = (struct buf){ 0 };
+	r->tool_held = (struct strbuf){ 0 };
 	return tool_hold(r, text);
 }
 
@@ -731,7 +700,7 @@ static int tool_hold(struct http_req *r, struct buf *text)
  * answer is complete; the rest of the arguments go out. */
 static int tool_stream_forced(struct http_req *r, const struct openai_result *res, bool final)
 {
-	const char *open, *key, *close, *held = r->tool_held.data;
+	const char *open, *key, *close, *held = r->tool_held.s;
 	size_t len = r->tool_held.len, end;
 
 	if (!r->tool_forced || chat_tool_call_frame(r->family, &open, &key, &close) < 0 || !held)
@@ -792,7 +761,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
 		if (r->out_pos < r->out.len) {
 			size_t n = MIN(max, r->out.len - r->out_pos);
 
-			memcpy(dst, r->out.data + r->out_pos, n);
+			memcpy(dst, r->out.s + r->out_pos, n);
 			r->out_pos += n;
 			return (ssize_t) n;
 		}
@@ -813,13 +782,13 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
 		pthread_mutex_lock(&r->lock);
 		if (r->text.len > 0 || r->n_lps > 0) {
 			/* take the queue, format it without the lock */
-			struct buf text = r->text;
+			struct strbuf text = r->text;
 			struct openai_logprob *lps = r->lps;
 			size_t n_lps = r->n_lps;
 			bool held;
 			int k;
 
-			r->text = (struct buf){ 0 };
+			r->text = (struct strbuf){ 0 };
 			r->lps = NULL;
 			r->n_lps = r->cap_lps = 0;
 			pthread_mutex_unlock(&r->lock);
@@ -830,20 +799,20 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
 				k = tool_stream_forced(r, &res, false);
 			if (k < 0 || held) {
 				/* held (logprobs of held text are not sent) */
-				buf_free(&text);
+				strbuf_done(&text);
 				logprobs_free(lps, n_lps);
 				if (k < 0)
 					return MHD_CONTENT_READER_END_WITH_ERROR;
 				continue;
 			}
-			res.text = text.data;
+			res.text = text.s;
 			res.text_len = text.len;
 			if (r->oreq.logprobs) {
 				res.logprobs = lps ? lps : (const struct openai_logprob *) "";
 				res.n_logprobs = n_lps;
 			}
 			k = out_take(r, openai_stream_chunk(ep, &res, false, false));
-			buf_free(&text);
+			strbuf_done(&text);
 			logprobs_free(lps, n_lps);
 			if (k < 0)
 				return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -867,7 +836,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
 			}
 			if (!has_error && r->tool_pending.len) {
 				/* released content held back as a possible call start: it was not */
-				res.text = r->tool_pending.data;
+				res.text = r->tool_pending.s;
 				res.text_len = r->tool_pending.len;
 				k = out_take(r, openai_stream_chunk(ep, &res, false, false));
 				res.text = NULL;
@@ -884,7 +853,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
 			} else if (!has_error && r->tools_on && !r->tool_released && r->tool_held.len) {
 				/* the held text: calls, or content after all */
 				struct tool_calls *tc = strcmp(finish, "stop") == 0
-								? tool_calls_find(r, r->tool_held.data,
+								? tool_calls_find(r, r->tool_held.s,
 										  r->tool_held.len, NULL)
 								: NULL;
 
@@ -896,7 +865,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
 					res.n_tool_calls = 0;
 					finish = "tool_calls";
 				} else {
-					res.text = r->tool_held.data;
+					res.text = r->tool_held.s;
 					res.text_len = r->tool_held.len;
 					k = out_take(r, openai_stream_chunk(ep, &res, false, false));
 					res.text = NULL;
@@ -915,7 +884,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max)
 					k = out_take(r, openai_stream_chunk(ep, &res, false, true));
 			}
 			if (k >= 0)
-				k = buf_append(&r->out, OPENAI_STREAM_DONE,
+				k = strbuf_add(&r->out, OPENAI_STREAM_DONE,
 					       strlen(OPENAI_STREAM_DONE));
 			if (k < 0)
 				return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -970,7 +939,7 @@ static enum MHD_Result respond_result(struct http_req *r)
 	if (has_error)
 		return respond_error(r, &err);
 	result_head(r, &res);
-	res.text = r->text.data ? r->text.data : "";
+	res.text = r->text.s ? r->text.s : "";
 	res.text_len = r->text.len;
 	res.finish_reason = r->finish_reason;
 	if (r->tools_on && strcmp(r->finish_reason, "stop") == 0) {
@@ -1063,10 +1032,10 @@ static enum MHD_Result start_generation(struct http_req *r, enum openai_endpoint
 	uint64_t seq;
 	int k;
 
-	k = openai_request_parse(endpoint, r->body.data ? r->body.data : "", r->body.len, o, &oerr);
+	k = openai_request_parse(endpoint, r->body.s ? r->body.s : "", r->body.len, o, &oerr);
 	if (k < 0)
 		return respond_error(r, &oerr);
-	buf_free(&r->body);
+	strbuf_done(&r->body);
 
 	manager_request_init(&mr);
 	if (endpoint == OPENAI_COMPLETIONS) {
@@ -1418,7 +1387,7 @@ static enum MHD_Result handle_lora_admin(struct http_req *r, bool load)
 	char *msg = NULL;
 	int k;
 
-	k = openai_parse_lora_admin(r->body.data ? r->body.data : "", r->body.len, load, &name,
+	k = openai_parse_lora_admin(r->body.s ? r->body.s : "", r->body.len, load, &name,
 				    load ? &path : NULL, &oerr);
 	if (k < 0)
 		return respond_error(r, &oerr);
@@ -1574,8 +1543,8 @@ static enum MHD_Result on_headers(struct http_req *r, const char *url, const cha
 					      "allows %" PRIu64,
 					      n, r->max_body);
 		if (!errno && end != cl && n > 0 && n <= r->max_body) {
-			r->body.data = malloc((size_t) n + 1);
-			if (!r->body.data)
+			r->body.s = malloc((size_t) n + 1);
+			if (!r->body.s)
 				return MHD_NO;
 			r->body.cap = (size_t) n + 1;
 		}
@@ -1610,13 +1579,13 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 				if (!r->too_large)
 					r->discarded = r->body.len;
 				r->too_large = true;
-				buf_free(&r->body);
+				strbuf_done(&r->body);
 				r->discarded += n;
 				if (r->discarded > r->max_body + DISCARD_MAX_BYTES)
 					return MHD_NO;
 				return MHD_YES;
 			}
-			if (buf_append(&r->body, upload_data, n) < 0)
+			if (strbuf_add(&r->body, upload_data, n) < 0)
 				return MHD_NO;
 			return MHD_YES;
 		}
