@@ -450,6 +450,12 @@ TEST(simd_levels)
 	ASSERT_EQ(quant_simd_level_state("avx512bf16") != QUANT_LEVEL_NO_ISA,
 		  avx512 && __builtin_cpu_supports("avx512vnni") &&
 			  __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5)));
+	/* amx: also needs the kernel to grant the tile state, so only one way round here: no
+	 * AMX-TILE + AMX-INT8 in cpuid (leaf 7 EDX bits 24, 25), no amx level */
+	if (!(__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx & (1u << 24)) &&
+	      (edx & (1u << 25))))
+		ASSERT_TRUE(quant_simd_level_state("amx") == QUANT_LEVEL_NO_ISA);
+	ASSERT_TRUE(quant_simd_level_state("amx") != QUANT_LEVEL_UNKNOWN);
 #endif
 	/* force works exactly for the levels that run; a held-back one says so */
 	for (size_t i = 0; i < n_all; i++) {
