@@ -19,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -221,15 +220,8 @@ TEST(amx_packed_emulated_equals_reference)
 	static const int64_t nrs[] = { 8, 16, 24, 41, 45, 64 };
 	/* below a tile, one tile, a tile and one, whole and partial 64-token passes */
 	static const int64_t ncs[] = { 1, 5, 16, 17, 64, 70, 130 };
-	uint64_t seed = 0;
-	const char *env = getenv("MOLLY_TEST_SEED");
 
-	if (env)
-		seed = strtoull(env, NULL, 0);
-	if (!seed && getrandom(&seed, sizeof(seed), 0) != sizeof(seed))
-		seed = 42;
-	printf("  seed %llu (MOLLY_TEST_SEED)\n", (unsigned long long) seed);
-	test_rng_state = seed;
+	test_seed_rng();
 	for (size_t t = 0; t < ELEMENTSOF(types); t++)
 		for (size_t a = 0; a < ELEMENTSOF(ns); a++)
 			for (size_t b = 0; b < ELEMENTSOF(nrs); b++)

@@ -18,7 +18,6 @@
  */
 #include <stdint.h>
 #include <stdlib.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -96,24 +95,9 @@ static int check_type(uint32_t type, int64_t n_in, int64_t n_out, int64_t n_tok)
 	return 0;
 }
 
-static void seed_rng(void)
-{
-	static uint64_t seed;
-	const char *env = getenv("MOLLY_TEST_SEED");
-
-	if (!seed) {
-		if (env)
-			seed = strtoull(env, NULL, 0);
-		if (!seed && getrandom(&seed, sizeof(seed), 0) != sizeof(seed))
-			seed = 42;
-		printf("  seed %llu (MOLLY_TEST_SEED)\n", (unsigned long long) seed);
-	}
-	test_rng_state = seed;
-}
-
 TEST(matmul_all_types_against_float64)
 {
-	seed_rng();
+	test_seed_rng();
 	for (size_t i = 0; i < ELEMENTSOF(types); i++) {
 		int64_t n_in = quant_block_values(types[i]) >= 256 ? 512 : 96;
 
@@ -283,7 +267,7 @@ TEST(gemm_all_levels_all_types)
 	};
 	const char *orig = quant_simd_level();
 
-	seed_rng();
+	test_seed_rng();
 	for (size_t l = 0; l < n_levels; l++) {
 		if (quant_force_simd_level(levels[l]) < 0)
 			continue;
@@ -319,7 +303,7 @@ TEST(gemm_float_odd_lengths)
 {
 	const char *orig = quant_simd_level();
 
-	seed_rng();
+	test_seed_rng();
 	for (size_t l = 0; l < n_levels; l++) {
 		if (quant_force_simd_level(levels[l]) < 0)
 			continue;
@@ -356,7 +340,7 @@ TEST(gemm_packed_all_levels)
 	};
 	const char *orig = quant_simd_level();
 
-	seed_rng();
+	test_seed_rng();
 	for (size_t i = 0; i < ELEMENTSOF(ptypes); i++)
 		for (size_t s = 0; s < ELEMENTSOF(shapes); s++) {
 			struct tile_case c;
@@ -450,7 +434,7 @@ TEST(matmul_packed)
 {
 	static const uint32_t ptypes[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_F32 };
 
-	seed_rng();
+	test_seed_rng();
 	for (size_t i = 0; i < ELEMENTSOF(ptypes); i++) {
 		const int64_t n = 320, n_out = 45, n_tok = 11;
 		struct tile_case c;
@@ -535,7 +519,7 @@ TEST(axpy_all_levels)
 {
 	const char *orig = quant_simd_level();
 
-	seed_rng();
+	test_seed_rng();
 	for (size_t l = 0; l < n_levels; l++) {
 		if (quant_force_simd_level(levels[l]) < 0)
 			continue;
@@ -574,7 +558,7 @@ TEST(axpy_rows_all_levels)
 	static const int64_t lengths[] = { 64, 128, 48, 7 };
 	const char *orig = quant_simd_level();
 
-	seed_rng();
+	test_seed_rng();
 	for (size_t l = 0; l < n_levels; l++) {
 		if (quant_force_simd_level(levels[l]) < 0)
 			continue;
@@ -612,7 +596,7 @@ TEST(attn_scores_all_levels)
 	static const int64_t dims[] = { 64, 128, 5 };
 	const char *orig = quant_simd_level();
 
-	seed_rng();
+	test_seed_rng();
 	for (size_t l = 0; l < n_levels; l++) {
 		if (quant_force_simd_level(levels[l]) < 0)
 			continue;
@@ -834,7 +818,7 @@ static int check_group(uint32_t type, bool packed, int64_t n_in, int64_t n_tok)
 
 TEST(matmul_group_same_bits_as_matmul_then_sgmv)
 {
-	seed_rng();
+	test_seed_rng();
 	for (int64_t n_tok = 1; n_tok <= 13; n_tok += 12) {
 		if (check_group(GGML_TYPE_Q8_0, true, 320, n_tok) ||
 		    check_group(GGML_TYPE_Q4_0, true, 320, n_tok) ||
@@ -923,7 +907,7 @@ TEST(sgmv_all_types_all_levels)
 	const char *orig = quant_simd_level();
 	float x[N_ROWS * MAX_IN];
 
-	seed_rng();
+	test_seed_rng();
 	for (size_t i = 0; i < ELEMENTSOF(x); i++)
 		x[i] = (float) ((test_uniform() * 2 - 1) * 3);
 	for (size_t ti = 0; ti < ELEMENTSOF(hot_types); ti++)

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,6 +35,23 @@ static inline double test_uniform(void)
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
 	z ^= z >> 31;
 	return (double) (z >> 11) / 9007199254740992.0;
+}
+
+/* Seeds test_uniform() from MOLLY_TEST_SEED, or from getrandom() (printed once, so that a
+ * failing run can be repeated); every call restarts the same sequence. */
+static inline void test_seed_rng(void)
+{
+	static uint64_t seed;
+	const char *env = getenv("MOLLY_TEST_SEED");
+
+	if (!seed) {
+		if (env)
+			seed = strtoull(env, NULL, 0);
+		if (!seed && getrandom(&seed, sizeof(seed), 0) != sizeof(seed))
+			seed = 42;
+		printf("  seed %llu (MOLLY_TEST_SEED)\n", (unsigned long long) seed);
+	}
+	test_rng_state = seed;
 }
 
 /*

@@ -8,7 +8,8 @@
 
 #include "strbuf.h"
 
-int strbuf_add(struct strbuf *b, const void *s, size_t n)
+/* Room for n more bytes and the NUL after them. */
+static int reserve(struct strbuf *b, size_t n)
 {
 	if (n > SIZE_MAX / 2 - b->len) /* the doubling below must not overflow */
 		return -ENOMEM;
@@ -21,6 +22,15 @@ int strbuf_add(struct strbuf *b, const void *s, size_t n)
 		b->s = p;
 		b->cap = cap;
 	}
+	return 0;
+}
+
+int strbuf_add(struct strbuf *b, const void *s, size_t n)
+{
+	int r = reserve(b, n);
+
+	if (r < 0)
+		return r;
 	if (n)
 		memcpy(b->s + b->len, s, n);
 	b->len += n;
@@ -56,18 +66,8 @@ int strbuf_addf(struct strbuf *b, const char *fmt, ...)
 	va_end(ap);
 	if (n < 0)
 		return -EINVAL;
-	/* room for the text and vsnprintf's NUL, then the length set as strbuf_add() sets it */
-	if (strbuf_add(b, "", 0) < 0 || (size_t) n > SIZE_MAX / 2 - b->len)
+	if (reserve(b, (size_t) n) < 0)
 		return -ENOMEM;
-	if (b->len + (size_t) n + 1 > b->cap) {
-		size_t cap = MAX(b->cap * 2, b->len + (size_t) n + 1);
-		char *p = realloc(b->s, cap);
-
-		if (!p)
-			return -ENOMEM;
-		b->s = p;
-		b->cap = cap;
-	}
 	va_start(ap, fmt);
 	vsnprintf(b->s + b->len, (size_t) n + 1, fmt, ap);
 	va_end(ap);

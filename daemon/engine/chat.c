@@ -456,7 +456,7 @@ static int render_llama2(struct strbuf *b, const struct chat_message *m, const e
 			struct strbuf t = {};
 
 			r = CAT(&t, "<<SYS>>\n", m[0].content, "\n<</SYS>>\n\n", content);
-			first_content = t.s;
+			first_content = strbuf_steal(&t);
 			if (r < 0)
 				return r;
 			content = first_content;
@@ -548,7 +548,7 @@ int chat_render(enum chat_family f, const struct chat_message *msgs, size_t n_ms
 			r = -EINVAL;
 		}
 	}
-	text = b.s;
+	text = strbuf_steal(&b);
 	if (r == -ENOMEM)
 		return errmsg_set(e, r, "out of memory rendering %zu chat messages", n_msgs);
 	if (r < 0)

@@ -28,22 +28,18 @@
 
 #define AMX_MIN_TOKENS 16
 
-void quant_gemm_packed_q8_0_amx(int64_t n, const void *w, int64_t nr, const void *x, size_t xs,
-				const int16_t *sums, int64_t nc, float *y, size_t ys)
-{
-	if (nc < AMX_MIN_TOKENS)
-		quant_kernels_avx512vnni.gemm_packed_q8_0(n, w, nr, x, xs, sums, nc, y, ys);
-	else
-		amx_gemm_packed(false, n, w, nr, x, xs, nc, y, ys);
-}
+#define DEFINE_AMX_PACKED(kind, q4)                                                               \
+	void quant_gemm_packed_##kind##_amx(int64_t n, const void *w, int64_t nr, const void *x,   \
+					    size_t xs, const int16_t *sums, int64_t nc, float *y,   \
+					    size_t ys)                                              \
+	{                                                                                         \
+		if (nc < AMX_MIN_TOKENS)                                                          \
+			quant_kernels_avx512vnni.gemm_packed_##kind(n, w, nr, x, xs, sums, nc, y, ys); \
+		else                                                                              \
+			amx_gemm_packed(q4, n, w, nr, x, xs, nc, y, ys);                          \
+	}
 
-void quant_gemm_packed_q4_0_amx(int64_t n, const void *w, int64_t nr, const void *x, size_t xs,
-				const int16_t *sums, int64_t nc, float *y, size_t ys)
-{
-	if (nc < AMX_MIN_TOKENS)
-		quant_kernels_avx512vnni.gemm_packed_q4_0(n, w, nr, x, xs, sums, nc, y, ys);
-	else
-		amx_gemm_packed(true, n, w, nr, x, xs, nc, y, ys);
-}
+DEFINE_AMX_PACKED(q8_0, false)
+DEFINE_AMX_PACKED(q4_0, true)
 
 #endif

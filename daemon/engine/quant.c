@@ -1011,6 +1011,27 @@ const char *quant_simd_level(void)
 	return kernels()->name;
 }
 
+/* The needs (CPU_* bits) of the level in use. */
+static unsigned active_needs(void)
+{
+	const struct quant_kernels *k = kernels();
+
+	for (size_t i = 0; i < ELEMENTSOF(simd_levels); i++)
+		if (simd_levels[i].k == k)
+			return simd_levels[i].needs;
+	return 0;
+}
+
+bool quant_simd_level_avx2(void)
+{
+	return active_needs() & CPU_AVX2;
+}
+
+bool quant_simd_level_avx512(void)
+{
+	return active_needs() & CPU_AVX512;
+}
+
 size_t quant_simd_levels(const char **names, size_t max)
 {
 	size_t n = 0;

@@ -199,13 +199,17 @@ void quant_axpy_f32_ref(int64_t n, const float *a, int64_t count, const float *x
 void quant_softmax_f32_ref(float *x, int64_t n, float scale);
 
 /*
- * SIMD levels (quant.c has the table): "avx512bf16", "avx512vnni", "avx512", "avxvnni",
- * "avx2", "scalar", best first. The default is the best one that runs here: the CPU has its instruction sets
+ * SIMD levels (quant.c has the table): "amx", "avx512bf16", "avx512vnni", "avx512",
+ * "avxvnni", "avx2", "scalar", best first. The default is the best one that runs here: the CPU has its instruction sets
  * and the level is proven (its tests have passed on a CPU that has them; a level not yet
  * proven is held back unless the environment has MOLLY_CPU_UNPROVEN=1).
  */
 /* The level quant_vec_dot() and the rest dispatch to now. */
 const char *quant_simd_level(void);
+/* The instruction sets the level in use may run, for kernels outside quant (the LoRA ones)
+ * that follow its choice: AVX2 + FMA + F16C; AVX-512 F/BW/VL/DQ. */
+bool quant_simd_level_avx2(void);
+bool quant_simd_level_avx512(void);
 /* Up to max level names, best first; returns how many. */
 size_t quant_simd_levels(const char **names, size_t max);
 enum quant_level_state {

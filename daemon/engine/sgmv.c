@@ -194,18 +194,13 @@ enum sgmv_isa { SGMV_SCALAR, SGMV_AVX2, SGMV_AVX512 };
 static enum sgmv_isa sgmv_isa(void)
 {
 	/* quant's dispatch already checked the instruction sets of its level (and that the level
-	 * was proven on such a CPU, quant.c) — AVX2 + FMA + F16C for avx2 and above, AVX-512
-	 * F/BW/VL/DQ for the avx512* levels and "amx" (which is avx512bf16 plus the tile unit)
-	 * (clang has no "f16c" for __builtin_cpu_supports);
-	 * asked each time, so that a level forced by quant_force_simd_level() (the tests) holds
-	 * here too. The AVX-512 kernels below were proven with the avx512* levels' other kernels
-	 * (test-matmul: sgmv_all_types_all_levels) on AMD EPYC Zen 5 (family 26 model 2),
-	 * 2026-12-02. */
-	const char *l = quant_simd_level();
-
-	if (strncmp(l, "avx512", 6) == 0 || strcmp(l, "amx") == 0)
+	 * was proven on such a CPU, quant.c); asked each time, so that a level forced by
+	 * quant_force_simd_level() (the tests) holds here too. The AVX-512 kernels below were
+	 * proven with the avx512* levels' other kernels (test-matmul: sgmv_all_types_all_levels)
+	 * on AMD EPYC Zen 5 (family 26 model 2), 2026-12-02. */
+	if (quant_simd_level_avx512())
 		return SGMV_AVX512;
-	return strcmp(l, "scalar") != 0 ? SGMV_AVX2 : SGMV_SCALAR;
+	return quant_simd_level_avx2() ? SGMV_AVX2 : SGMV_SCALAR;
 }
 
 static void dot4_avx512(const float *x, const void *const *rows, const void *const *next,

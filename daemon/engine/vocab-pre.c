@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../basic/macro.h"
 #include "../basic/strbuf.h"
 #include "vocab-pre.h"
 
@@ -251,14 +250,14 @@ static int rewrite_pattern(const char *re, char **ret)
 		    (r = strbuf_adds(&out, has_sym ? "])" : "]")) < 0)
 			break;
 	}
-	free(c.s);
+	strbuf_done(&c);
 	if (r >= 0 && !out.s)
 		r = -EINVAL;
 	if (r < 0) {
-		free(out.s);
+		strbuf_done(&out);
 		return r;
 	}
-	*ret = out.s;
+	*ret = strbuf_steal(&out);
 	return 0;
 }
 
