@@ -903,16 +903,20 @@ INLINE void pf32_tile(const int G, const int C, int64_t n, const float *g, size_
 {
 	__m256 acc[2 * 2 * PF32_C];
 
+#pragma GCC unroll 24
 	for (int i = 0; i < 2 * G * C; i++)
 		acc[i] = _mm256_setzero_ps();
 	for (int64_t k = 0; k < n; k++) {
 		__m256 wv[4];
 
+#pragma GCC unroll 4
 		for (int h = 0; h < 2 * G; h++)
 			wv[h] = _mm256_loadu_ps(g + (size_t) (h / 2) * gs + (size_t) k * 16 + (size_t) (h % 2) * 8);
+#pragma GCC unroll 6
 		for (int c = 0; c < C; c++) {
 			const __m256 xb = _mm256_broadcast_ss((const float *) (x + (size_t) c * xs) + k);
 
+#pragma GCC unroll 4
 			for (int h = 0; h < 2 * G; h++)
 				acc[h * C + c] = _mm256_fmadd_ps(wv[h], xb, acc[h * C + c]);
 		}
