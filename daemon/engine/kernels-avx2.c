@@ -966,35 +966,57 @@ void quant_gemm_packed_f32_avx2(int64_t n, const void *w, int64_t nr, const void
  * 16 keys in two registers, 4 queries per pass (8 chains), x_i[d] broadcast: each lane is
  * one key's chain over d, the scalar reference's bits. Lanes past np compute on whatever the
  * block holds there (a finished block's other keys, or zeros) and are not stored. */
+/* M (1-4) queries against one block of 16 keys. M is a constant in each caller, so the 2M
+ * accumulators stay in registers (with a run-time count gcc 12 kept them on the stack and every
+ * multiply-add went through memory). */
+INLINE void attn_scores_tile(const int M, int64_t n, const float *kt, int64_t np, const float *q,
+			     size_t q_stride, float *s, size_t s_stride)
+{
+	__m256 acc[4][2];
+
+#pragma GCC unroll 4
+	for (int i = 0; i < M; i++)
+		acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+	for (int64_t d = 0; d < n; d++) {
+		const __m256 k0 = _mm256_loadu_ps(kt + (size_t) d * 16);
+		const __m256 k1 = _mm256_loadu_ps(kt + (size_t) d * 16 + 8);
+
+#pragma GCC unroll 4
+		for (int i = 0; i < M; i++) {
+			const __m256 qv = _mm256_broadcast_ss(q + (size_t) i * q_stride + (size_t) d);
+
+			acc[i][0] = _mm256_fmadd_ps(k0, qv, acc[i][0]);
+			acc[i][1] = _mm256_fmadd_ps(k1, qv, acc[i][1]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int i = 0; i < M; i++) {
+		float t[16];
+
+		_mm256_storeu_ps(t, acc[i][0]);
+		_mm256_storeu_ps(t + 8, acc[i][1]);
+		memcpy(s + (size_t) i * s_stride, t, (size_t) np * sizeof(float));
+	}
+}
+
 void quant_attn_scores_f32_avx2(int64_t n, const float *kt, int64_t np, const float *q,
 				size_t q_stride, int64_t nq, float *s, size_t s_stride)
 {
-	for (int64_t i0 = 0; i0 < nq; i0 += 4) {
-		const int m = (int) MIN((int64_t) 4, nq - i0);
-		__m256 acc[4][2];
+	int64_t i0 = 0;
 
-		for (int i = 0; i < 4; i++)
-			acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-		for (int64_t d = 0; d < n; d++) {
-			const __m256 k0 = _mm256_loadu_ps(kt + (size_t) d * 16);
-			const __m256 k1 = _mm256_loadu_ps(kt + (size_t) d * 16 + 8);
-
-			for (int i = 0; i < 4; i++) {
-				if (i >= m)
-					break;
-				const __m256 qv = _mm256_broadcast_ss(q + (size_t) (i0 + i) * q_stride + (size_t) d);
-
-				acc[i][0] = _mm256_fmadd_ps(k0, qv, acc[i][0]);
-				acc[i][1] = _mm256_fmadd_ps(k1, qv, acc[i][1]);
-			}
-		}
-		for (int i = 0; i < m; i++) {
-			float t[16];
-
-			_mm256_storeu_ps(t, acc[i][0]);
-			_mm256_storeu_ps(t + 8, acc[i][1]);
-			memcpy(s + (size_t) (i0 + i) * s_stride, t, (size_t) np * sizeof(float));
-		}
+	for (; i0 + 4 <= nq; i0 += 4)
+		attn_scores_tile(4, n, kt, np, q + (size_t) i0 * q_stride, q_stride,
+				 s + (size_t) i0 * s_stride, s_stride);
+	switch (nq - i0) {
+	case 3:
+		attn_scores_tile(3, n, kt, np, q + (size_t) i0 * q_stride, q_stride, s + (size_t) i0 * s_stride, s_stride);
+		break;
+	case 2:
+		attn_scores_tile(2, n, kt, np, q + (size_t) i0 * q_stride, q_stride, s + (size_t) i0 * s_stride, s_stride);
+		break;
+	case 1:
+		attn_scores_tile(1, n, kt, np, q + (size_t) i0 * q_stride, q_stride, s + (size_t) i0 * s_stride, s_stride);
+		break;
 	}
 }
 
