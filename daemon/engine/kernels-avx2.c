@@ -1058,18 +1058,18 @@ void quant_axpy_f32_avx2(int64_t n, const float *a, int64_t count, const float *
 
 /* ---- attention's softmax (quant_softmax_f32()) ---- */
 
-/* Partial sums of e in double: lanes 0-3 into s[0], 4-7 into s[1]. */
-static inline void sum8_pd(__m256d s[2], __m256 e)
+/* Partial sums of e in double: lanes 0-3 into s0, 4-7 into s1. */
+static inline void sum8_pd(__m256d *s0, __m256d *s1, __m256 e)
 {
-	s[0] = _mm256_add_pd(s[0], _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
-	s[1] = _mm256_add_pd(s[1], _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+	*s0 = _mm256_add_pd(*s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+	*s1 = _mm256_add_pd(*s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
 }
 
 void quant_softmax_f32_avx2(float *x, int64_t n, float scale)
 {
 	const __m256 vs = _mm256_set1_ps(scale);
 	__m256 vmax = _mm256_set1_ps(-INFINITY);
-	__m256d s[2] = { _mm256_setzero_pd(), _mm256_setzero_pd() };
+	__m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd(); /* not an array: kept in registers */
 	float maxv, inv, t[8] = { 0 };
 	int64_t i = 0, rem = n % 8;
 	double sum;
@@ -1092,7 +1092,7 @@ void quant_softmax_f32_avx2(float *x, int64_t n, float scale)
 		const __m256 e = exp8_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
 
 		_mm256_storeu_ps(x + i, e);
-		sum8_pd(s, e);
+		sum8_pd(&s0, &s1, e);
 	}
 	if (rem) {
 		/* the tail through the same lanes; the pad lanes are zeroed before the sum */
@@ -1100,10 +1100,10 @@ void quant_softmax_f32_avx2(float *x, int64_t n, float scale)
 		_mm256_storeu_ps(t, exp8_avx2(_mm256_sub_ps(_mm256_loadu_ps(t), vm)));
 		memset(t + rem, 0, (size_t) (8 - rem) * sizeof(float));
 		memcpy(x + i, t, (size_t) rem * sizeof(float));
-		sum8_pd(s, _mm256_loadu_ps(t));
+		sum8_pd(&s0, &s1, _mm256_loadu_ps(t));
 	}
 	{
-		const __m256d s4 = _mm256_add_pd(s[0], s[1]);
+		const __m256d s4 = _mm256_add_pd(s0, s1);
 		const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
 
 		sum = _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
