@@ -888,7 +888,8 @@ static const struct simd_level {
 	{ &kernels_avxvnni, CPU_AVX2 | CPU_AVXVNNI,
 	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01" },
 	{ &quant_kernels_avx2, CPU_AVX2,
-	  "AMD EPYC Zen 3, 2026-11-30; AMD EPYC Zen 5 (family 26 model 2), 2026-12-01" },
+	  "AMD EPYC Zen 3 (family 25 model 1), 2026-11-30 and 2026-12-02; AMD EPYC Zen 5 (family 26 "
+	  "model 2), 2026-12-01" },
 #endif
 	{ &quant_kernels_scalar, 0, "every CPU (portable C)" },
 };
