@@ -308,7 +308,10 @@ TEST(gemm_float_odd_lengths)
 		if (quant_force_simd_level(levels[l]) < 0)
 			continue;
 		for (int64_t n = 1; n <= 41; n += 4)
-			for (uint32_t type = GGML_TYPE_F32; type <= GGML_TYPE_F16; type++) {
+			for (size_t t = 0; t < 3; t++) {
+				static const uint32_t float_types[] = { GGML_TYPE_F32, GGML_TYPE_F16,
+									GGML_TYPE_BF16 };
+				const uint32_t type = float_types[t];
 				struct tile_case c;
 				_cleanup_free_ float *y = NULL;
 				int r;
