@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../basic/array.h"
 #include "bpe-train.h"
 #include "gguf-writer.h"
 #include "vocab-pre.h"
@@ -124,26 +125,6 @@ static uint64_t hash_pair(uint32_t l, uint32_t r)
 	return h ^ (h >> 29);
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-	size_t n = *cap ? *cap : 16;
-	void *q;
-
-	if (need <= *cap)
-		return 0;
-	while (n < need) {
-		if (n > SIZE_MAX / 2 / elem)
-			return -ENOMEM;
-		n *= 2;
-	}
-	q = realloc(*p, n * elem);
-	if (!q)
-		return -ENOMEM;
-	*p = q;
-	*cap = n;
-	return 0;
-}
-
 static uint32_t *slots_new(size_t n, size_t *ret_mask)
 {
 	size_t size = 64;
@@ -248,9 +229,9 @@ static int word_count(struct bpe_train *t, const char *s, size_t n)
 	}
 	if (t->n_words >= MAX_WORDS - 1)
 		return -E2BIG;
-	if ((r = grow((void **) &t->words, &t->cap_words, t->n_words + 1, sizeof(*t->words))) <
+	if ((r = ARRAY_RESERVE(t->words, t->cap_words, t->n_words + 1, 16)) <
 		0 ||
-	    (r = grow((void **) &t->word_bytes, &t->cap_word_bytes, t->n_word_bytes + n, 1)) < 0)
+	    (r = ARRAY_RESERVE(t->word_bytes, t->cap_word_bytes, t->n_word_bytes + n, 16)) < 0)
 		return r;
 	memcpy(t->word_bytes + t->n_word_bytes, s, n);
 	t->words[t->n_words] = (struct word){ .count = 1, .off = t->n_word_bytes,
@@ -329,7 +310,7 @@ static int64_t pair_get(struct bpe_train *t, uint32_t l, uint32_t r)
 	}
 	if (t->n_pairs >= UINT32_MAX - 1)
 		return -ENOMEM;
-	rr = grow((void **) &t->pairs, &t->cap_pairs, t->n_pairs + 1, sizeof(*t->pairs));
+	rr = ARRAY_RESERVE(t->pairs, t->cap_pairs, t->n_pairs + 1, 16);
 	if (rr < 0)
 		return rr;
 	t->pairs[t->n_pairs] = (struct pair){ .left = l, .right = r };
@@ -349,7 +330,7 @@ static int pair_add_word(struct pair *p, uint32_t w)
 		return 0;
 	if (p->n_words == UINT32_MAX)
 		return -ENOMEM;
-	r = grow((void **) &p->words, &cap, (size_t) p->n_words + 1, sizeof(*p->words));
+	r = ARRAY_RESERVE(p->words, cap, (size_t) p->n_words + 1, 16);
 	if (r < 0)
 		return r;
 	p->cap_words = (uint32_t) MIN(cap, (size_t) UINT32_MAX);
@@ -379,7 +360,7 @@ static int word_pairs(struct bpe_train *t, uint32_t wi, int64_t delta, uint32_t 
 				return r;
 			if (rise && p->stamp != stamp) {
 				p->stamp = stamp;
-				r = grow((void **) rise, cap_rise, *n_rise + 1, sizeof(**rise));
+				r = ARRAY_RESERVE((*rise), (*cap_rise), *n_rise + 1, 16);
 				if (r < 0)
 					return r;
 				(*rise)[(*n_rise)++] = (uint32_t) pi;
@@ -424,7 +405,7 @@ static int heap_push(struct bpe_train *t, int64_t count, uint32_t pair)
 	size_t i;
 	int r;
 
-	r = grow((void **) &t->heap, &t->cap_heap, t->n_heap + 1, sizeof(*t->heap));
+	r = ARRAY_RESERVE(t->heap, t->cap_heap, t->n_heap + 1, 16);
 	if (r < 0)
 		return r;
 	i = t->n_heap++;
@@ -475,9 +456,9 @@ static int token_append(struct bpe_train *t, size_t *cap_tokens, const uint8_t *
 
 	if (n > UINT32_MAX)
 		return -E2BIG;
-	if ((r = grow((void **) &t->tokens, cap_tokens, t->n_tokens + 1, sizeof(*t->tokens))) <
+	if ((r = ARRAY_RESERVE(t->tokens, (*cap_tokens), t->n_tokens + 1, 16)) <
 		0 ||
-	    (r = grow((void **) &t->tok_bytes, &t->cap_tok_bytes, t->n_tok_bytes + n, 1)) < 0)
+	    (r = ARRAY_RESERVE(t->tok_bytes, t->cap_tok_bytes, t->n_tok_bytes + n, 16)) < 0)
 		return r;
 	memcpy(t->tok_bytes + off, bytes, n);
 	t->tokens[t->n_tokens++] = (struct token){ .off = off, .len = (uint32_t) n };

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "basic/array.h"
 #include "basic/sha256.h"
 #include "grammar/grammar.h"
 
@@ -55,7 +56,6 @@ struct parser {
 	struct errmsg *e;
 };
 
-
 /* A byte of the grammar as an error message shows it: itself when printable ASCII, else
  * \xNN (messages are UTF-8, and a lone byte of a multi-byte character is not). */
 static const char *shown_byte(char c, char buf[8])
@@ -67,29 +67,12 @@ static const char *shown_byte(char c, char buf[8])
 	return buf;
 }
 
-static int grow(void **p, uint32_t *cap, uint32_t need, size_t size)
-{
-	uint32_t c = *cap ? *cap : 16;
-	void *q;
-
-	if (need <= *cap)
-		return 0;
-	while (c < need)
-		c *= 2;
-	q = realloc(*p, (size_t) c * size);
-	if (!q)
-		return -ENOMEM;
-	*p = q;
-	*cap = c;
-	return 0;
-}
-
 static int emit(struct parser *p, struct elem_vec *b, struct grammar_elem el)
 {
 	if (++p->total > GRAMMAR_MAX_ELEMENTS)
 		return errmsg_set(p->e, -E2BIG, "the grammar is too big (more than %u elements once "
 					       "repetitions are expanded)", GRAMMAR_MAX_ELEMENTS);
-	if (grow((void **) &b->v, &b->cap, b->n + 1, sizeof(*b->v)) < 0)
+	if (ARRAY_RESERVE(b->v, b->cap, b->n + 1, 16) < 0)
 		return -ENOMEM;
 	b->v[b->n++] = el;
 	return 0;
@@ -108,7 +91,7 @@ static int rule_new(struct parser *p, const char *name, size_t n, uint32_t *ret)
 {
 	struct rule *r;
 
-	if (grow((void **) &p->rules, &p->cap_rules, p->n_rules + 1, sizeof(*p->rules)) < 0)
+	if (ARRAY_RESERVE(p->rules, p->cap_rules, p->n_rules + 1, 16) < 0)
 		return -ENOMEM;
 	r = &p->rules[p->n_rules];
 	*r = (struct rule){ .first_line = p->line };
@@ -286,7 +269,7 @@ static int parse_char(struct parser *p, uint32_t *ret)
 
 static int add_range(struct parser *p, uint32_t lo, uint32_t hi)
 {
-	if (grow((void **) &p->ranges, &p->cap_ranges, p->n_ranges + 1, sizeof(*p->ranges)) < 0)
+	if (ARRAY_RESERVE(p->ranges, p->cap_ranges, p->n_ranges + 1, 16) < 0)
 		return -ENOMEM;
 	p->ranges[p->n_ranges++] = (struct grammar_range){ lo, hi };
 	return 0;

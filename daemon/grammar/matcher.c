@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "basic/array.h"
 #include "engine/vocab.h"
 #include "grammar/matcher.h"
 
@@ -109,27 +110,6 @@ struct matcher {
 	uint64_t clock;
 };
 
-/* ---- growable arrays ---- */
-
-static int grow(void **p, uint32_t *cap, uint64_t need, size_t size)
-{
-	uint64_t c = *cap ? *cap : 64;
-	void *q;
-
-	if (need <= *cap)
-		return 0;
-	while (c < need)
-		c *= 2;
-	if (c > UINT32_MAX)
-		return -E2BIG;
-	q = realloc(*p, c * size);
-	if (!q)
-		return -ENOMEM;
-	*p = q;
-	*cap = (uint32_t) c;
-	return 0;
-}
-
 /* ---- token table ---- */
 
 struct grammar_vocab *grammar_vocab_free(struct grammar_vocab *tv)
@@ -173,8 +153,7 @@ static int trie_insert(struct grammar_vocab *tv, const char *s, uint32_t n, int3
 		if (c == NONE || tv->trie[c].byte != b) {
 			uint32_t k = tv->n_trie;
 
-			if (grow((void **) &tv->trie, &tv->cap_trie, (uint64_t) k + 1,
-				 sizeof(*tv->trie)) < 0)
+			if (ARRAY_RESERVE(tv->trie, tv->cap_trie, (uint64_t) k + 1, 64) < 0)
 				return -ENOMEM;
 			tv->trie[k] = (struct trie_node){ .first_child = NONE, .next_sibling = c,
 							  .token = -1, .byte = b };
@@ -216,7 +195,7 @@ static int vocab_table_new(uint32_t n_tokens, struct grammar_vocab **ret)
 	tv->same_next = malloc(sizeof(*tv->same_next) * n_tokens);
 	if (!tv->piece || !tv->piece_len || !tv->same_next)
 		return -ENOMEM;
-	if (grow((void **) &tv->trie, &tv->cap_trie, 1, sizeof(*tv->trie)) < 0)
+	if (ARRAY_RESERVE(tv->trie, tv->cap_trie, 1, 64) < 0)
 		return -ENOMEM;
 	tv->trie[0] = (struct trie_node){ .first_child = NONE, .next_sibling = NONE, .token = -1 };
 	tv->n_trie = 1;
@@ -291,7 +270,7 @@ static uint64_t mix(uint64_t h, uint32_t v)
 
 static int push(struct matcher *m, uint32_t elem, uint32_t parent, uint32_t *ret)
 {
-	if (grow((void **) &m->nodes, &m->cap_nodes, (uint64_t) m->n_nodes + 1, sizeof(*m->nodes)) < 0)
+	if (ARRAY_RESERVE(m->nodes, m->cap_nodes, (uint64_t) m->n_nodes + 1, 64) < 0)
 		return -ENOMEM;
 	m->nodes[m->n_nodes] = (struct node){
 		.elem = elem, .parent = parent,
@@ -365,7 +344,7 @@ static int seen_add(struct matcher *m, uint32_t st, bool *ret_seen)
 
 static int buf_add(struct matcher *m, uint32_t st)
 {
-	if (grow((void **) &m->buf, &m->cap_buf, (uint64_t) m->n_buf + 1, sizeof(*m->buf)) < 0)
+	if (ARRAY_RESERVE(m->buf, m->cap_buf, (uint64_t) m->n_buf + 1, 64) < 0)
 		return -ENOMEM;
 	m->buf[m->n_buf++] = st;
 	return 0;
@@ -373,7 +352,7 @@ static int buf_add(struct matcher *m, uint32_t st)
 
 static int work_add(struct matcher *m, uint32_t st)
 {
-	if (grow((void **) &m->work, &m->cap_work, (uint64_t) m->n_work + 1, sizeof(*m->work)) < 0)
+	if (ARRAY_RESERVE(m->work, m->cap_work, (uint64_t) m->n_work + 1, 64) < 0)
 		return -ENOMEM;
 	m->work[m->n_work++] = st;
 	return 0;
@@ -612,7 +591,7 @@ static int commit(struct matcher *m, uint32_t from, uint32_t n, const struct wal
 		uint32_t depth = 0, top = NONE;
 
 		for (uint32_t st = m->buf[from + i]; st != NONE; st = old[st].parent) {
-			k = grow((void **) &chain, &cap_chain, (uint64_t) depth + 1, sizeof(*chain));
+			k = ARRAY_RESERVE(chain, cap_chain, (uint64_t) depth + 1, 64);
 			if (k < 0)
 				break;
 			chain[depth++] = old[st].elem;
@@ -783,7 +762,7 @@ static int mask_walk(struct matcher *m, uint16_t *minb)
 
 	for (uint32_t t = 0; t < tv->n_tokens; t++)
 		minb[t] = MINB_NONE;
-	if (grow((void **) &fr, &cap_fr, 1, sizeof(*fr)) < 0)
+	if (ARRAY_RESERVE(fr, cap_fr, 1, 64) < 0)
 		return -ENOMEM;
 	k = load_state(m, &fr[0].w);
 	if (k < 0)
@@ -823,7 +802,7 @@ static int mask_walk(struct matcher *m, uint16_t *minb)
 		}
 		if (tv->trie[c].first_child == NONE)
 			continue;
-		k = grow((void **) &fr, &cap_fr, (uint64_t) sp + 1, sizeof(*fr));
+		k = ARRAY_RESERVE(fr, cap_fr, (uint64_t) sp + 1, 64);
 		if (k < 0)
 			goto fail;
 		fr[sp] = (struct frame){ .trie = c, .child = tv->trie[c].first_child, .w = w,
