@@ -13,9 +13,9 @@ on any machine, whatever instruction sets the CPU has: AVX-512 kernels can be ch
 they cannot run.
 
 A loop here is a conditional jump backwards with no other such loop inside it and no call; a
-spill is a vector move or arithmetic instruction with a stack operand (%rsp or %rbp). Stores
-in a tile's epilogue (partial rows through a small buffer) are outside its loop and are not
-counted. Prints one line per loop with at least --min (default 1) stack accesses, and exits 1
+spill is a vector move or arithmetic instruction with a stack operand (%rsp or %rbp). A hit is
+a lead, not a verdict: a partial-row epilogue that the compiler turned into a loop, or a
+constant reloaded from the stack, shows up too; read the loop. Prints one line per loop with at least --min (default 1) stack accesses, and exits 1
 when any is found (0 otherwise), so it can guard a build. Not part of CI: what gcc does with
 a kernel changes with its version and flags; run it after changing a kernel (examples in
 docs/testing.md).

@@ -229,8 +229,7 @@ static int word_count(struct bpe_train *t, const char *s, size_t n)
 	}
 	if (t->n_words >= MAX_WORDS - 1)
 		return -E2BIG;
-	if ((r = ARRAY_RESERVE(t->words, t->cap_words, t->n_words + 1, 16)) <
-		0 ||
+	if ((r = ARRAY_RESERVE(t->words, t->cap_words, t->n_words + 1, 16)) < 0 ||
 	    (r = ARRAY_RESERVE(t->word_bytes, t->cap_word_bytes, t->n_word_bytes + n, 16)) < 0)
 		return r;
 	memcpy(t->word_bytes + t->n_word_bytes, s, n);
@@ -324,16 +323,14 @@ static int64_t pair_get(struct bpe_train *t, uint32_t l, uint32_t r)
 static int pair_add_word(struct pair *p, uint32_t w)
 {
 	int r;
-	size_t cap = p->cap_words;
 
 	if (p->n_words > 0 && p->words[p->n_words - 1] == w)
 		return 0;
 	if (p->n_words == UINT32_MAX)
 		return -ENOMEM;
-	r = ARRAY_RESERVE(p->words, cap, (size_t) p->n_words + 1, 16);
+	r = ARRAY_RESERVE(p->words, p->cap_words, (size_t) p->n_words + 1, 16);
 	if (r < 0)
 		return r;
-	p->cap_words = (uint32_t) MIN(cap, (size_t) UINT32_MAX);
 	p->words[p->n_words++] = w;
 	return 0;
 }
@@ -360,7 +357,7 @@ static int word_pairs(struct bpe_train *t, uint32_t wi, int64_t delta, uint32_t 
 				return r;
 			if (rise && p->stamp != stamp) {
 				p->stamp = stamp;
-				r = ARRAY_RESERVE((*rise), (*cap_rise), *n_rise + 1, 16);
+				r = ARRAY_RESERVE(*rise, *cap_rise, *n_rise + 1, 16);
 				if (r < 0)
 					return r;
 				(*rise)[(*n_rise)++] = (uint32_t) pi;
@@ -456,8 +453,7 @@ static int token_append(struct bpe_train *t, size_t *cap_tokens, const uint8_t *
 
 	if (n > UINT32_MAX)
 		return -E2BIG;
-	if ((r = ARRAY_RESERVE(t->tokens, (*cap_tokens), t->n_tokens + 1, 16)) <
-		0 ||
+	if ((r = ARRAY_RESERVE(t->tokens, *cap_tokens, t->n_tokens + 1, 16)) < 0 ||
 	    (r = ARRAY_RESERVE(t->tok_bytes, t->cap_tok_bytes, t->n_tok_bytes + n, 16)) < 0)
 		return r;
 	memcpy(t->tok_bytes + off, bytes, n);

@@ -690,8 +690,8 @@ void quant_gemm_f16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const 
 }
 
 /* BF16 as F16 (the conversion is a widening and a shift), 3 x 4 the best tile: 10 -> 24 GMAC/s
- * on one Zen 3 core against the pair-by-pair dots (96 rows x 768 x 64 tokens; 3 x 3, 2 x 4 and
- * 4 x 2: 19-21). */
+ * on one Zen 3 core against the pair-by-pair dots (molly-bench --kernels; 3 x 3, 2 x 4 and
+ * 4 x 2: 19-21; docs/PERFORMANCE.md, session 10). */
 static void gemm_bf16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
 			   size_t xs, int64_t nc, float *y, size_t ys)
 {
@@ -988,12 +988,11 @@ void quant_gemm_packed_f32_avx2(int64_t n, const void *w, int64_t nr, const void
 }
 
 /* ---- attention scores against transposed keys (quant_attn_scores_f32()) ----
- * 16 keys in two registers, 4 queries per pass (8 chains), x_i[d] broadcast: each lane is
- * one key's chain over d, the scalar reference's bits. Lanes past np compute on whatever the
- * block holds there (a finished block's other keys, or zeros) and are not stored. */
-/* M (1-4) queries against one block of 16 keys. M is a constant in each caller, so the 2M
- * accumulators stay in registers (with a run-time count gcc 12 kept them on the stack and every
- * multiply-add went through memory). */
+ * 16 keys in two registers, M (1-4) queries per pass (2M chains), x_i[d] broadcast: each lane
+ * is one key's chain over d, the scalar reference's bits. Lanes past np compute on whatever
+ * the block holds there (a finished block's other keys, or zeros) and are not stored. M is a
+ * constant in each call, so the accumulators stay in registers (with a run-time count gcc 12
+ * kept them on the stack and every multiply-add went through memory). */
 INLINE void attn_scores_tile(const int M, int64_t n, const float *kt, int64_t np, const float *q,
 			     size_t q_stride, float *s, size_t s_stride)
 {
@@ -1027,22 +1026,14 @@ INLINE void attn_scores_tile(const int M, int64_t n, const float *kt, int64_t np
 void quant_attn_scores_f32_avx2(int64_t n, const float *kt, int64_t np, const float *q,
 				size_t q_stride, int64_t nq, float *s, size_t s_stride)
 {
-	int64_t i0 = 0;
-
-	for (; i0 + 4 <= nq; i0 += 4)
-		attn_scores_tile(4, n, kt, np, q + (size_t) i0 * q_stride, q_stride,
-				 s + (size_t) i0 * s_stride, s_stride);
-	switch (nq - i0) {
-	case 3:
-		attn_scores_tile(3, n, kt, np, q + (size_t) i0 * q_stride, q_stride, s + (size_t) i0 * s_stride, s_stride);
-		break;
-	case 2:
-		attn_scores_tile(2, n, kt, np, q + (size_t) i0 * q_stride, q_stride, s + (size_t) i0 * s_stride, s_stride);
-		break;
-	case 1:
-		attn_scores_tile(1, n, kt, np, q + (size_t) i0 * q_stride, q_stride, s + (size_t) i0 * s_stride, s_stride);
-		break;
-	}
+	for (; nq >= 4; nq -= 4, q += 4 * q_stride, s += 4 * s_stride)
+		attn_scores_tile(4, n, kt, np, q, q_stride, s, s_stride);
+	if (nq == 3)
+		attn_scores_tile(3, n, kt, np, q, q_stride, s, s_stride);
+	else if (nq == 2)
+		attn_scores_tile(2, n, kt, np, q, q_stride, s, s_stride);
+	else if (nq == 1)
+		attn_scores_tile(1, n, kt, np, q, q_stride, s, s_stride);
 }
 
 /* ---- attention's weighted sum: y += sum_j a[j] * x_j, one FMA per term in j order (the
