@@ -31,7 +31,7 @@
  *
  *   molly-bench --serve --model M --adapters DIR|N --concurrency C [--prompt-tokens P]
  *               [--tokens T] [--sequential] [--threads T] [--hot-type stored|q8_0] [--rounds R]
- *               [--json]
+ *               [--paired] [--json]
  *
  * --serve: C sequences (prompt P = 16 and T = 64 generated tokens by default), each on one of
  * the adapters (DIR: every adapter file or PEFT directory in it; N: N generated ones, rank 16
@@ -39,7 +39,12 @@
  * aggregate generated tokens per second of wall time, prefill included: the median of R timed
  * rounds (default 1), after one untimed round that touches the pool and caches first, as a
  * running daemon has. --sequential runs the same C sequences one after another (max one
- * running) for the unbatched comparison.
+ * running) for the unbatched comparison. --paired runs every round (the untimed one too) a
+ * second time without adapters, right before or after it (alternating), and adds
+ * base_tok_s (that rate's median) and paired_ratio (the median of the rounds' ratios, with
+ * adapters / without): the host's rate drifts by ±5-10 % from one minute to the next, which a
+ * ratio of two separate runs carries whole and a ratio within a pair mostly cancels. steps
+ * then counts both runs' steps.
  *
  *   molly-bench --kernels [--reps R] [--json]
  *   molly-bench --sgmv [--reps R] [--simd LEVEL] [--cold] [--json]   (8 rows on 8 adapters: the
@@ -475,6 +480,7 @@ static int run_serve(int argc, char **argv)
 		{ "threads", required_argument, NULL, 't' },
 		{ "hot-type", required_argument, NULL, 'H' },
 		{ "rounds", required_argument, NULL, 'r' },
+		{ "paired", no_argument, NULL, 'P' },
 		{ "json", no_argument, NULL, 'j' },
 		{}
 	};
@@ -508,6 +514,7 @@ static int run_serve(int argc, char **argv)
 		case 'n': o.gen_tokens = (uint32_t) v; break;
 		case 'q': o.sequential = true; break;
 		case 'r': o.rounds = (uint32_t) v; break;
+		case 'P': o.paired = true; break;
 		case 't': o.n_threads = (int) v; break;
 		case 'H':
 			if (strcmp(optarg, "q8_0") == 0)
@@ -521,7 +528,8 @@ static int run_serve(int argc, char **argv)
 		default:
 			fprintf(stderr, "usage: molly-bench --serve --model M --adapters DIR|N "
 					"--concurrency C [--prompt-tokens P] [--tokens T] [--sequential] "
-					"[--threads T] [--hot-type stored|q8_0] [--rounds R] [--json]\n");
+					"[--threads T] [--hot-type stored|q8_0] [--rounds R] [--paired] "
+					"[--json]\n");
 			return -EINVAL;
 		}
 	}
@@ -553,12 +561,16 @@ static int run_serve(int argc, char **argv)
 		printf("{\"model\":\"%s\",\"threads\":%d,\"concurrency\":%u,\"sequential\":%s,"
 		       "\"adapters_loaded\":%u,\"adapters_resident\":%u,\"adapters_used\":%u,"
 		       "\"prompt_tokens\":%u,\"tokens\":%u,\"generated\":%llu,\"wall_s\":%.3f,"
-		       "\"steps\":%llu,\"aggregate_tok_s\":%.2f,\"cpu_util\":%.3f}\n",
+		       "\"steps\":%llu,\"aggregate_tok_s\":%.2f,\"cpu_util\":%.3f",
 		       m->name, o.n_threads, o.concurrency, o.sequential ? "true" : "false",
 		       res.adapters_loaded, res.adapters_resident, res.adapters_used,
 		       o.prompt_tokens ? o.prompt_tokens : 16, o.gen_tokens ? o.gen_tokens : 64,
 		       (unsigned long long) res.generated, res.wall_s, (unsigned long long) res.steps,
 		       res.aggregate_tok_s, res.cpu_util);
+	if (json && res.paired_ratio > 0)
+		printf(",\"base_tok_s\":%.2f,\"paired_ratio\":%.3f", res.base_tok_s, res.paired_ratio);
+	if (json)
+		printf("}\n");
 	else
 		printf("serve %s: %u sequences%s, %u adapters loaded (%u resident, %u in use): "
 		       "%llu tokens in %.2f s = %.1f tok/s aggregate (%llu steps; cpu_util %.2f)\n",
@@ -566,6 +578,9 @@ static int run_serve(int argc, char **argv)
 		       res.adapters_loaded, res.adapters_resident, res.adapters_used,
 		       (unsigned long long) res.generated, res.wall_s, res.aggregate_tok_s,
 		       (unsigned long long) res.steps, res.cpu_util);
+	if (!json && res.paired_ratio > 0)
+		printf("paired: %.1f tok/s without adapters; with / without, median of the rounds' "
+		       "ratios: %.3f\n", res.base_tok_s, res.paired_ratio);
 	return 0;
 }
 

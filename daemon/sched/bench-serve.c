@@ -129,6 +129,13 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* Sorts v[0..n) and returns its median. */
+static double median(double *v, uint32_t n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 /* Submits conc sequences (sequence i on adapter i mod n_ad) and steps until all are done. */
 static int run_round(struct sched *s, const struct bench_serve_opts *o, uint32_t conc,
 		     uint32_t n_ad, char names[][32], int32_t *prompt, uint32_t P, uint32_t T,
@@ -163,6 +170,21 @@ static int run_round(struct sched *s, const struct bench_serve_opts *o, uint32_t
 	return 0;
 }
 
+/* The same round without adapters (--paired): its rate in *rate. */
+static int run_paired_base(struct sched *s, const struct bench_serve_opts *o, uint32_t conc,
+			   char names[][32], int32_t *prompt, uint32_t P, uint32_t T, double *rate,
+			   struct errmsg *e)
+{
+	struct counter c = {};
+	double t0 = now_s();
+	int r = run_round(s, o, conc, 0, names, prompt, P, T, &c, e);
+
+	if (r < 0)
+		return r;
+	*rate = (double) c.tokens / (now_s() - t0);
+	return 0;
+}
+
 int bench_serve_run(const struct bench_serve_opts *o, struct bench_serve_result *ret,
 		    struct errmsg *e)
 {
@@ -181,7 +203,7 @@ int bench_serve_run(const struct bench_serve_opts *o, struct bench_serve_result 
 	struct sched_stats st;
 	uint32_t n_ad = 0, rounds = o->rounds ? o->rounds : 1;
 	int32_t *prompt;
-	double *rates, wall = 0, cpu = 0;
+	double *rates, *base_rates, *ratios, wall = 0, cpu = 0;
 	uint64_t tokens = 0, warmup_steps = 0;
 	int r;
 
@@ -223,43 +245,59 @@ int bench_serve_run(const struct bench_serve_opts *o, struct bench_serve_result 
 		return -ENOMEM;
 	for (uint32_t i = 0; i < P; i++)
 		prompt[i] = (int32_t) ((i * 7919u + 17) % o->m->hp.n_vocab);
-	rates = calloc(rounds, sizeof(*rates));
+	rates = calloc(3 * (size_t) rounds, sizeof(*rates));
 	if (!rates) {
 		free(prompt);
 		return -ENOMEM;
 	}
+	base_rates = rates + rounds;
+	ratios = base_rates + rounds;
 	/* Round 0 is not timed: it touches the pool's KV pages and the caches for the first
 	 * time, which a running daemon did long before (in a 64-token round that first touch
 	 * is a large and unsteady part of the time). */
 	for (uint32_t round = 0; round <= rounds && r >= 0; round++) {
-		double t0 = now_s(), cpu0 = clock_s(CLOCK_PROCESS_CPUTIME_ID), dt;
+		double t0, cpu0, dt, dcpu;
 
+		double base = 0;
+
+		/* paired: the no-adapter run first in odd rounds, second in even ones */
+		if (o->paired && n_ad && round % 2 == 1 && (r = run_paired_base(s, o, conc, names, prompt, P, T, &base, e)) < 0)
+			continue;
+		t0 = now_s();
+		cpu0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
 		c = (struct counter){};
 		r = run_round(s, o, conc, n_ad, names, prompt, P, T, &c, e);
 		if (r < 0)
+			continue;
+		dt = now_s() - t0;
+		dcpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
+		if (o->paired && n_ad && round % 2 == 0 && (r = run_paired_base(s, o, conc, names, prompt, P, T, &base, e)) < 0)
 			continue;
 		if (round == 0) {
 			sched_get_stats(s, &st);
 			warmup_steps = st.steps;
 			continue;
 		}
-		dt = now_s() - t0;
 		wall += dt;
-		cpu += clock_s(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
+		cpu += dcpu;
 		tokens += c.tokens;
 		rates[round - 1] = (double) c.tokens / dt;
+		base_rates[round - 1] = base;
+		ratios[round - 1] = base > 0 ? rates[round - 1] / base : 0;
 	}
 	free(prompt);
 	if (r < 0) {
 		free(rates);
 		return r;
 	}
-	qsort(rates, rounds, sizeof(*rates), cmp_double);
 	ret->wall_s = wall;
 	ret->cpu_util = cpu / (wall * MAX(o->n_threads, 1));
 	ret->generated = tokens;
-	ret->aggregate_tok_s = rounds % 2 ? rates[rounds / 2]
-					  : (rates[rounds / 2 - 1] + rates[rounds / 2]) / 2;
+	ret->aggregate_tok_s = median(rates, rounds);
+	if (o->paired && n_ad) {
+		ret->base_tok_s = median(base_rates, rounds);
+		ret->paired_ratio = median(ratios, rounds);
+	}
 	free(rates);
 	sched_get_stats(s, &st);
 	ret->steps = st.steps - warmup_steps; /* of the timed rounds */

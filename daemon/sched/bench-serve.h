@@ -24,6 +24,9 @@ struct bench_serve_opts {
 	uint32_t gen_tokens;      /* default 64 */
 	uint32_t rounds;          /* timed rounds of the C sequences, after one untimed; default 1 */
 	bool sequential;          /* one after another instead of together */
+	/* each timed round also run without adapters, next to it (the order alternating), and
+	 * the ratio taken per pair: the adapters' cost free of the host's slow drift */
+	bool paired;
 	int n_threads;
 	uint64_t seed;
 	enum lora_hot_type hot_type; /* the adapters' hot form (--hot-type) */
@@ -40,6 +43,10 @@ struct bench_serve_result {
 	uint32_t adapters_resident;
 	uint32_t adapters_used;
 	uint64_t steps;
+	/* paired: the same rounds' rate without adapters (median), and the median over the
+	 * rounds of (with adapters / without) */
+	double base_tok_s;
+	double paired_ratio;
 };
 
 int bench_serve_run(const struct bench_serve_opts *o, struct bench_serve_result *ret,
