@@ -46,7 +46,7 @@
  * ratio of two separate runs carries whole and a ratio within a pair mostly cancels. steps
  * then counts both runs' steps.
  *
- *   molly-bench --kernels [--reps R] [--json]
+ *   molly-bench --kernels [--reps R] [--simd LEVEL] [--json]
  *   molly-bench --sgmv [--reps R] [--simd LEVEL] [--cold] [--json]   (8 rows on 8 adapters: the
  *               LoRA part of a step; LEVEL: a SIMD level to force; --cold: caches emptied first)
  *   molly-bench --adapter-load FILE... [--path uring|pread|mmap] [--verify] [--json]
@@ -607,8 +607,14 @@ static int run_kernels(int argc, char **argv)
 			reps = atoi(argv[++i]);
 		else if (strcmp(argv[i], "--json") == 0)
 			json = true;
-		else if (strcmp(argv[i], "--kernels") != 0) {
-			fprintf(stderr, "usage: molly-bench --kernels [--reps R] [--json]\n");
+		else if (strcmp(argv[i], "--simd") == 0 && i + 1 < argc) {
+			/* another level's tiles, for an A/B in one run (as --sgmv) */
+			if (quant_force_simd_level(argv[++i]) < 0) {
+				fprintf(stderr, "molly-bench: SIMD level '%s' does not run here\n", argv[i]);
+				return -EINVAL;
+			}
+		} else if (strcmp(argv[i], "--kernels") != 0) {
+			fprintf(stderr, "usage: molly-bench --kernels [--reps R] [--simd LEVEL] [--json]\n");
 			return -EINVAL;
 		}
 	}
@@ -669,14 +675,14 @@ static int run_kernels(int argc, char **argv)
 
 			if (json)
 				printf("%s{\"type\":\"%s\",\"layout\":\"%s\",\"rows\":%lld,\"n\":%lld,"
-				       "\"tokens\":%lld,\"gmac_per_cpu_s\":%.2f}",
+				       "\"tokens\":%lld,\"gmac_per_cpu_s\":%.2f,\"simd\":\"%s\"}",
 				       ti || k ? "," : "", quant_type_name(type), packed ? "packed" : "gguf",
-				       (long long) nr, (long long) n, (long long) nc, gmacs);
+				       (long long) nr, (long long) n, (long long) nc, gmacs, quant_simd_level());
 			else
 				printf("%-5s %-6s %lld rows x %lld x %2lld tokens: %6.2f GMAC per CPU-second "
-				       "(best of %d)\n",
+				       "(best of %d, %s)\n",
 				       quant_type_name(type), packed ? "packed" : "gguf", (long long) nr,
-				       (long long) n, (long long) nc, gmacs, reps);
+				       (long long) n, (long long) nc, gmacs, reps, quant_simd_level());
 		}
 		free(f), free(w), free(x), free(wp), free(sums), free(y);
 	}

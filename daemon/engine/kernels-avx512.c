@@ -76,6 +76,10 @@ INLINE __m512i dot_i8i8(__m512i w, __m512i y, bool vnni)
 /* Hides v from the optimizer: clang fuses a madd followed by an add into the VNNI
  * instruction vpdpwssd when the file is compiled with -mavx512vnni, which the "avx512"
  * kernels must not contain. */
+/* An empty asm that "changes" v (any vector register, zmm16-31 too): the compiler must
+ * materialise v here and cannot move the arithmetic across it. */
+#define REG_BARRIER(v) __asm__("" : "+v"(v))
+
 INLINE __m512i opaque(__m512i v)
 {
 	__asm__("" : "+v"(v));
@@ -674,11 +678,13 @@ INLINE void qtile(const int C, const bool q4, const bool vnni, int64_t nb, const
 		prefetch_block(g0, bb);
 		if (g1 != g0)
 			prefetch_block(g1, bb);
+		/* the start values (the nibble or sign offset times sum(y)); without VNNI, Q4_0
+		 * adds its offset after the nibble loop instead, where 8 tokens' sums would
+		 * otherwise hold 8 more registers through it (24 live with acc and s16: spilled) */
 		for (int c = 0; c < C; c++) {
 			const int s = sums ? sums[(size_t) c * nb + b] : 0;
 
-			isum[c] = (vnni || q4) ? _mm512_set1_epi32((vnni && !q4 ? -128 : -8) * s)
-					       : _mm512_setzero_si512();
+			isum[c] = vnni ? _mm512_set1_epi32((q4 ? -8 : -128) * s) : _mm512_setzero_si512();
 		}
 		if (q4) {
 			/* with VNNI, two chains per token (low and high nibbles), so that 8 tokens keep
@@ -702,12 +708,20 @@ INLINE void qtile(const int C, const bool q4, const bool vnni, int64_t nb, const
 						s16[c] = _mm512_add_epi16(s16[c], _mm512_maddubs_epi16(lo, bcast4(q + 4 * k)));
 						s16[c] = _mm512_add_epi16(s16[c],
 									  _mm512_maddubs_epi16(hi, bcast4(q + 16 + 4 * k)));
+						/* as in kernels-avx2.c: otherwise gcc hoists the block's 64
+						 * broadcasts (8 tokens) out of the unrolled loop and spills them */
+						if (C > 2)
+							REG_BARRIER(s16[c]);
 					}
 				}
 			}
 			for (int c = 0; c < C; c++)
-				isum[c] = _mm512_add_epi32(isum[c], vnni ? s16[c]
-									 : opaque(_mm512_madd_epi16(s16[c], ones)));
+				if (vnni)
+					isum[c] = _mm512_add_epi32(isum[c], s16[c]);
+				else
+					isum[c] = _mm512_add_epi32(
+						_mm512_set1_epi32(-8 * (sums ? sums[(size_t) c * nb + b] : 0)),
+						opaque(_mm512_madd_epi16(s16[c], ones)));
 		} else {
 			for (int k = 0; k < 8; k++) {
 				const __m512i raw = load_2groups(g0 + 16 + 32 * k, g1 + 16 + 32 * k);
@@ -731,6 +745,8 @@ INLINE void qtile(const int C, const bool q4, const bool vnni, int64_t nb, const
 
 						isum[c] = _mm512_add_epi32(
 							isum[c], opaque(_mm512_madd_epi16(_mm512_maddubs_epi16(aw, sy), ones)));
+						if (C > 2)
+							REG_BARRIER(isum[c]);
 					}
 				}
 			}

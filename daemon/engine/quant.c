@@ -884,7 +884,7 @@ static const struct simd_level {
 	{ &quant_kernels_avx512vnni, CPU_AVX2 | CPU_AVX512 | CPU_AVX512VNNI,
 	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01" },
 	{ &quant_kernels_avx512, CPU_AVX2 | CPU_AVX512,
-	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01" },
+	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01 and 2026-12-02 (packed tiles in registers)" },
 	{ &kernels_avxvnni, CPU_AVX2 | CPU_AVXVNNI,
 	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01" },
 	{ &quant_kernels_avx2, CPU_AVX2,
