@@ -459,9 +459,30 @@ DEFINE_INT_DOTS(q6_K)
 typedef void (*ftile_fn)(int64_t n, const char *w, size_t ws, const char *x, size_t xs, float *y,
 			 size_t ys);
 
-INLINE __m512 load_flt(const bool f16, const char *p, __mmask16 k)
+/* The element types of the float tiles (weights and converted activations alike). */
+enum flt { FLT_F32, FLT_F16, FLT_BF16 };
+
+INLINE __m512 load_flt(const enum flt t, const char *p, __mmask16 k)
 {
-	return f16 ? load_f16((const uint16_t *) p, k) : load_f32((const float *) p, k);
+	if (t == FLT_F16)
+		return load_f16((const uint16_t *) p, k);
+	if (t == FLT_BF16)
+		return load_bf16((const uint16_t *) p, k);
+	return load_f32((const float *) p, k);
+}
+
+INLINE float flt_elem(const enum flt t, const char *p, int64_t k)
+{
+	if (t == FLT_F16)
+		return fp16(((const uint16_t *) p)[k]);
+	if (t == FLT_BF16) {
+		uint32_t u = (uint32_t) ((const uint16_t *) p)[k] << 16;
+		float f;
+
+		memcpy(&f, &u, sizeof(f));
+		return f;
+	}
+	return ((const float *) p)[k];
 }
 
 /*
@@ -500,32 +521,32 @@ INLINE void reduce16(const __m512 *v, const int m, float *out)
 }
 
 /* 16 values (k: the lanes loaded) of every pair of the tile. */
-INLINE void ftile_step(const int R, const int C, const bool f16, const char *w, size_t ws,
+INLINE void ftile_step(const int R, const int C, const enum flt t, const char *w, size_t ws,
 		       const char *x, size_t xs, __mmask16 k, __m512 acc[FTILE_R * FTILE_C])
 {
 	__m512 wv[FTILE_R];
 
 	for (int r = 0; r < R; r++)
-		wv[r] = load_flt(f16, w + (size_t) r * ws, k);
+		wv[r] = load_flt(t, w + (size_t) r * ws, k);
 	for (int c = 0; c < C; c++) {
-		const __m512 xv = load_flt(f16, x + (size_t) c * xs, k);
+		const __m512 xv = load_flt(t, x + (size_t) c * xs, k);
 
 		for (int r = 0; r < R; r++)
 			acc[r * C + c] = _mm512_fmadd_ps(wv[r], xv, acc[r * C + c]);
 	}
 }
 
-INLINE void ftile(const int R, const int C, const bool f16, int64_t n, const char *w, size_t ws,
+INLINE void ftile(const int R, const int C, const enum flt t, int64_t n, const char *w, size_t ws,
 		  const char *x, size_t xs, float *y, size_t ys)
 {
-	const size_t vb = f16 ? 2 : 4;
+	const size_t vb = t == FLT_F32 ? 4 : 2;
 	__m512 acc[FTILE_R * FTILE_C]; /* flat: gcc 12 keeps a 2-D one in memory */
 	int64_t i = 0;
 
 	for (int r = 0; r < R * C; r++)
 		acc[r] = _mm512_setzero_ps();
 	for (; i + 16 <= n; i += 16)
-		ftile_step(R, C, f16, w + (size_t) i * vb, ws, x + (size_t) i * vb, xs, 0xffff, acc);
+		ftile_step(R, C, t, w + (size_t) i * vb, ws, x + (size_t) i * vb, xs, 0xffff, acc);
 	/* the last n % 16 values one by one after the sum, as kernels-avx2.c does: a masked
 	 * vector step here makes gcc 12 keep every accumulator in memory through the loop, and
 	 * so does a loop here that it does not unroll */
@@ -542,30 +563,29 @@ INLINE void ftile(const int R, const int C, const bool f16, int64_t n, const cha
 			float sum = sums[r * C + c];
 
 			for (int64_t k = i; k < n; k++)
-				sum = f16 ? fmaf(fp16(((const uint16_t *) wr)[k]), fp16(((const uint16_t *) xc)[k]), sum)
-					  : fmaf(((const float *) wr)[k], ((const float *) xc)[k], sum);
+				sum = fmaf(flt_elem(t, wr, k), flt_elem(t, xc, k), sum);
 			y[(size_t) c * ys + r] = sum;
 		}
 }
 
-#define FTILE_DEFINE(name, f16, R, C)                                                             \
+#define FTILE_DEFINE(name, t, R, C)                                                             \
 	static void name##_##R##x##C(int64_t n, const char *w, size_t ws, const char *x, size_t xs, \
 				     float *y, size_t ys)                                           \
 	{                                                                                         \
-		ftile(R, C, f16, n, w, ws, x, xs, y, ys);                                         \
+		ftile(R, C, t, n, w, ws, x, xs, y, ys);                                         \
 	}
-#define FTILE_ROW(name, f16, R)                                                                   \
-	FTILE_DEFINE(name, f16, R, 1)                                                             \
-	FTILE_DEFINE(name, f16, R, 2)                                                             \
-	FTILE_DEFINE(name, f16, R, 3)                                                             \
-	FTILE_DEFINE(name, f16, R, 4)                                                             \
-	FTILE_DEFINE(name, f16, R, 5)                                                             \
-	FTILE_DEFINE(name, f16, R, 6)
-#define FTILE_TABLE(name, f16)                                                                    \
-	FTILE_ROW(name, f16, 1)                                                                   \
-	FTILE_ROW(name, f16, 2)                                                                   \
-	FTILE_ROW(name, f16, 3)                                                                   \
-	FTILE_ROW(name, f16, 4)                                                                   \
+#define FTILE_ROW(name, t, R)                                                                   \
+	FTILE_DEFINE(name, t, R, 1)                                                             \
+	FTILE_DEFINE(name, t, R, 2)                                                             \
+	FTILE_DEFINE(name, t, R, 3)                                                             \
+	FTILE_DEFINE(name, t, R, 4)                                                             \
+	FTILE_DEFINE(name, t, R, 5)                                                             \
+	FTILE_DEFINE(name, t, R, 6)
+#define FTILE_TABLE(name, t)                                                                    \
+	FTILE_ROW(name, t, 1)                                                                   \
+	FTILE_ROW(name, t, 2)                                                                   \
+	FTILE_ROW(name, t, 3)                                                                   \
+	FTILE_ROW(name, t, 4)                                                                   \
 	static const ftile_fn name[FTILE_R][FTILE_C] = {                                          \
 		{ name##_1x1, name##_1x2, name##_1x3, name##_1x4, name##_1x5, name##_1x6 },       \
 		{ name##_2x1, name##_2x2, name##_2x3, name##_2x4, name##_2x5, name##_2x6 },       \
@@ -573,8 +593,9 @@ INLINE void ftile(const int R, const int C, const bool f16, int64_t n, const cha
 		{ name##_4x1, name##_4x2, name##_4x3, name##_4x4, name##_4x5, name##_4x6 },       \
 	};
 
-FTILE_TABLE(ftiles_f32, false)
-FTILE_TABLE(ftiles_f16, true)
+FTILE_TABLE(ftiles_f32, FLT_F32)
+FTILE_TABLE(ftiles_f16, FLT_F16)
+FTILE_TABLE(ftiles_bf16, FLT_BF16)
 
 /* Row tiles outermost: a tile's weight rows stay in L1 while it sweeps the tokens. */
 static void ftile_drive(const ftile_fn t[FTILE_R][FTILE_C], int64_t n, const void *w, size_t ws,
@@ -602,6 +623,15 @@ static void gemm_f16_avx512(int64_t n, const void *w, size_t ws, int64_t nr, con
 			    size_t xs, int64_t nc, float *y, size_t ys)
 {
 	ftile_drive(ftiles_f16, n, w, ws, nr, x, xs, nc, y, ys);
+}
+
+/* For CPUs without AVX512-BF16 (its level has its own, kernels-avx512bf16.c): a BF16 value
+ * widens to F32 with a shift, so these are the F16 tiles with another load (the pair-by-pair
+ * fallback they replace ran below the AVX2 level's BF16 tiles). */
+static void gemm_bf16_avx512(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
+			     size_t xs, int64_t nc, float *y, size_t ys)
+{
+	ftile_drive(ftiles_bf16, n, w, ws, nr, x, xs, nc, y, ys);
 }
 
 /* ---- packed Q8_0 and Q4_0 (quant_gemm_packed()): 16 rows to a register ----
@@ -1121,6 +1151,7 @@ const struct quant_kernels quant_kernels_avx512 = {
 	/* the GGUF-layout Q8_0/Q4_0 tiles are the AVX2 ones (models repack those types) */
 	.gemm_f32 = gemm_f32_avx512,
 	.gemm_f16 = gemm_f16_avx512,
+	.gemm_bf16 = gemm_bf16_avx512,
 	.gemm_q8_0 = quant_gemm_q8_0_avx2,
 	.gemm_q4_0 = quant_gemm_q4_0_avx2,
 	.gemm_packed_q8_0 = gemm_packed_q8_0_avx512,
@@ -1148,6 +1179,7 @@ const struct quant_kernels quant_kernels_avx512vnni = {
 	.dot_q6_K = dot_q6_K_avx512vnni,
 	.gemm_f32 = gemm_f32_avx512,
 	.gemm_f16 = gemm_f16_avx512,
+	.gemm_bf16 = gemm_bf16_avx512,
 	.gemm_q8_0 = quant_gemm_q8_0_avx2,
 	.gemm_q4_0 = quant_gemm_q4_0_avx2,
 	.gemm_packed_q8_0 = gemm_packed_q8_0_avx512vnni,
