@@ -117,6 +117,7 @@ struct quant_kernels {
 	quant_gemm_fn gemm_bf16;
 	quant_gemm_fn gemm_q8_0;
 	quant_gemm_fn gemm_q4_0;
+	quant_gemm_fn gemm_q4_K;
 	/* Packed tile products (quant_gemm_packed()); NULL: the scalar reference. */
 	quant_gemm_packed_fn gemm_packed_q8_0;
 	quant_gemm_packed_fn gemm_packed_q4_0;
