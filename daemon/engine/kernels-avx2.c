@@ -352,55 +352,128 @@ static float dot_q4_0_avx2(int64_t n, const void *w, const void *x)
  * activation bytes. Nibbles are unsigned, so maddubs takes them directly; the 16-bit pair
  * sums (at most 2 * 15 * 128) are scaled by the 6-bit sub-block scale in the madd. The
  * mins term uses the activation's bsums: sum_j m_j * (bsums[2j] + bsums[2j+1]).
+ *
+ * One weight row against C tokens (out[c]), as kernels-avx512.c does: each 64-value step's
+ * nibbles and scale vectors are made once for the C tokens, whose integer sums stay in
+ * registers through the super-block (16 ymm registers: 4 tokens). Per token the float
+ * operations are the dot's, in its order, and integer sums do not depend on the order they
+ * are added in, so a pair's result is the same in any tile; the dot is the one-token tile.
  */
-static float dot_q4_K_avx2(int64_t n, const void *w, const void *x)
+#define Q4K_TILE_C 4
+#define Q4K_BARRIER(v) __asm__("" : "+x"(v)) /* REG_BARRIER(), defined further down */
+
+static inline __attribute__((always_inline)) void
+q4_K_tile(const int C, int64_t n, const void *w, const char *x, size_t xs, float *out)
 {
 	static const uint8_t pick[8][32] = { PICK(0, 0), PICK(1, 1), PICK(2, 2), PICK(3, 3),
 					     PICK(4, 4), PICK(5, 5), PICK(6, 6), PICK(7, 7) };
 	const struct block_q4_K *a = w;
-	const struct block_q8_K *b = x;
 	const __m256i m4 = _mm256_set1_epi8(0xf);
-	__m256 acc = _mm256_setzero_ps();
-	__m128 acc_m = _mm_setzero_ps();
+	__m256 acc[Q4K_TILE_C];
+	__m128 acc_m[Q4K_TILE_C];
 
+	for (int c = 0; c < C; c++) {
+		acc[c] = _mm256_setzero_ps();
+		acc_m[c] = _mm_setzero_ps();
+	}
 	for (int64_t i = 0; i < n / QK_K; i++) {
 		uint32_t words[4];
+		__m256i sumi[Q4K_TILE_C];
 
 		q4_K_scales_words(a[i].scales, words);
 		const __m128i scm = _mm_loadu_si128((const __m128i *) words); /* 8 scales, 8 mins */
 		const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm));
+		const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(scm, 8));
+		const float dmin = fp16(a[i].dmin);
 
-		/* mins: 8 int16 mins times the 8 sums of 32 activations */
-		const __m128i bs_lo = _mm_loadu_si128((const __m128i *) b[i].bsums);
-		const __m128i bs_hi = _mm_loadu_si128((const __m128i *) (b[i].bsums + 8));
-		const __m128i ysum32 = _mm_hadd_epi16(bs_lo, bs_hi); /* |.| <= 32 * 127 */
-		const __m128i pm = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(scm, 8)), ysum32);
-		acc_m = _mm_fmadd_ps(_mm_set1_ps(fp16(a[i].dmin) * b[i].d), _mm_cvtepi32_ps(pm), acc_m);
+		for (int c = 0; c < C; c++) {
+			const struct block_q8_K *b = (const struct block_q8_K *) (x + (size_t) c * xs) + i;
+			/* mins: 8 int16 mins times the 8 sums of 32 activations */
+			const __m128i bs_lo = _mm_loadu_si128((const __m128i *) b->bsums);
+			const __m128i bs_hi = _mm_loadu_si128((const __m128i *) (b->bsums + 8));
+			const __m128i ysum32 = _mm_hadd_epi16(bs_lo, bs_hi); /* |.| <= 32 * 127 */
+			const __m128i pm = _mm_madd_epi16(mins, ysum32);
 
-		const uint8_t *q4 = a[i].qs;
-		const int8_t *q8 = b[i].qs;
-		__m256i sumi = _mm256_setzero_si256();
-		for (int j = 0; j < QK_K / 64; j++, q4 += 32, q8 += 64) {
-			const __m256i bits = _mm256_loadu_si256((const __m256i *) q4);
+			acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(dmin * b->d), _mm_cvtepi32_ps(pm), acc_m[c]);
+			sumi[c] = _mm256_setzero_si256();
+		}
+		for (int j = 0; j < QK_K / 64; j++) {
+			const __m256i bits = _mm256_loadu_si256((const __m256i *) (a[i].qs + 32 * j));
 			const __m256i lo = _mm256_and_si256(bits, m4);
 			const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-			const __m256i plo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *) q8));
-			const __m256i phi = _mm256_maddubs_epi16(hi,
-								 _mm256_loadu_si256((const __m256i *) (q8 + 32)));
 			const __m256i sc_lo = _mm256_shuffle_epi8(
 				scales, _mm256_loadu_si256((const __m256i *) pick[2 * j]));
 			const __m256i sc_hi = _mm256_shuffle_epi8(
 				scales, _mm256_loadu_si256((const __m256i *) pick[2 * j + 1]));
 
-			sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, sc_lo));
-			sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, sc_hi));
+			for (int c = 0; c < C; c++) {
+				const int8_t *q8 = ((const struct block_q8_K *) (x + (size_t) c * xs) + i)->qs + 64 * j;
+				const __m256i plo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *) q8));
+				const __m256i phi = _mm256_maddubs_epi16(hi,
+									 _mm256_loadu_si256((const __m256i *) (q8 + 32)));
+
+				sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(plo, sc_lo));
+				sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(phi, sc_hi));
+				/* otherwise gcc loads the super-block's activations ahead for every
+				 * token and spills them (REG_BARRIER, as in ptile_q4_0) */
+				if (C > 1)
+					Q4K_BARRIER(sumi[c]);
+			}
 		}
-		acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi),
-				      acc);
+		const float dw = fp16(a[i].d);
+
+		for (int c = 0; c < C; c++) {
+			const struct block_q8_K *b = (const struct block_q8_K *) (x + (size_t) c * xs) + i;
+
+			acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * b->d), _mm256_cvtepi32_ps(sumi[c]),
+						 acc[c]);
+		}
 	}
-	acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-	acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
-	return hsum_f32x8(acc) - _mm_cvtss_f32(acc_m);
+	for (int c = 0; c < C; c++) {
+		__m128 m = _mm_add_ps(acc_m[c], _mm_movehl_ps(acc_m[c], acc_m[c]));
+
+		m = _mm_add_ss(m, _mm_movehdup_ps(m));
+		out[c] = hsum_f32x8(acc[c]) - _mm_cvtss_f32(m);
+	}
+}
+
+static float dot_q4_K_avx2(int64_t n, const void *w, const void *x)
+{
+	float out;
+
+	q4_K_tile(1, n, w, (const char *) x, 0, &out);
+	return out;
+}
+
+typedef void (*q4_K_tile_fn)(int64_t n, const void *w, const char *x, size_t xs, float *out);
+
+#define Q4K_TILE_DEFINE(C)                                                                        \
+	static void q4_K_tile_##C(int64_t n, const void *w, const char *x, size_t xs, float *out) \
+	{                                                                                         \
+		q4_K_tile(C, n, w, x, xs, out);                                                   \
+	}
+Q4K_TILE_DEFINE(1)
+Q4K_TILE_DEFINE(2)
+Q4K_TILE_DEFINE(3)
+Q4K_TILE_DEFINE(4)
+
+static const q4_K_tile_fn q4_K_tiles[Q4K_TILE_C] = { q4_K_tile_1, q4_K_tile_2, q4_K_tile_3,
+						     q4_K_tile_4 };
+
+/* Rows outermost: a row stays in L1 while its token tiles sweep the activations. */
+void quant_gemm_q4_K_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
+			  size_t xs, int64_t nc, float *y, size_t ys)
+{
+	for (int64_t r = 0; r < nr; r++)
+		for (int64_t c = 0; c < nc; c += Q4K_TILE_C) {
+			const int C = (int) MIN((int64_t) Q4K_TILE_C, nc - c);
+			float out[Q4K_TILE_C];
+
+			q4_K_tiles[C - 1](n, (const char *) w + (size_t) r * ws,
+					  (const char *) x + (size_t) c * xs, xs, out);
+			for (int k = 0; k < C; k++)
+				y[(size_t) (c + k) * ys + (size_t) r] = out[k];
+		}
 }
 
 /*
@@ -1151,6 +1224,7 @@ const struct quant_kernels quant_kernels_avx2 = {
 	.gemm_bf16 = gemm_bf16_avx2,
 	.gemm_q8_0 = quant_gemm_q8_0_avx2,
 	.gemm_q4_0 = quant_gemm_q4_0_avx2,
+	.gemm_q4_K = quant_gemm_q4_K_avx2,
 	.gemm_packed_q8_0 = quant_gemm_packed_q8_0_avx2,
 	.gemm_packed_q4_0 = quant_gemm_packed_q4_0_avx2,
 	.gemm_packed_f32 = quant_gemm_packed_f32_avx2,

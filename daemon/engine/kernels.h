@@ -167,6 +167,8 @@ void quant_gemm_q8_0_avx2(int64_t n, const void *w, size_t w_stride, int64_t nr,
 			  size_t x_stride, int64_t nc, float *y, size_t y_stride);
 void quant_gemm_q4_0_avx2(int64_t n, const void *w, size_t w_stride, int64_t nr, const void *x,
 			  size_t x_stride, int64_t nc, float *y, size_t y_stride);
+void quant_gemm_q4_K_avx2(int64_t n, const void *w, size_t w_stride, int64_t nr, const void *x,
+			  size_t x_stride, int64_t nc, float *y, size_t y_stride);
 void quant_gemm_packed_q8_0_avx2(int64_t n, const void *w, int64_t nr, const void *x,
 				 size_t x_stride, const int16_t *x_sums, int64_t nc, float *y,
 				 size_t y_stride);
