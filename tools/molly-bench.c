@@ -57,7 +57,7 @@
  *   molly-bench --tier-serve --model M [--adapters 64,...,1000]   (daemon/sched/bench-tiers.h)
  *
  * --kernels: the packed Q8_0, Q4_0 and F32 tile kernels (quant_gemm_packed(); F32 packs since
- * issue 15) and the F16, BF16 and Q4_K ones on the GGUF layout (quant_gemm()) on one thread, from
+ * issue 15) and the F16, BF16, Q4_K and Q6_K ones on the GGUF layout (quant_gemm()) on one thread, from
  * cache-sized random data: 256 rows × 2048 values
  * against 64 tokens (prefill-like) and 1 token (decode-like); GMAC/s of thread CPU time
  * (CLOCK_THREAD_CPUTIME_ID), best of R (default 5). Thread CPU time is what the kernel
@@ -596,7 +596,8 @@ static double thread_cpu_s(void)
 static int run_kernels(int argc, char **argv)
 {
 	static const uint32_t types[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_F32,
-					  GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q4_K };
+					  GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q4_K,
+					  GGML_TYPE_Q6_K };
 	const int64_t n = 2048, nr = 256;
 	int reps = 5;
 	bool json = false;

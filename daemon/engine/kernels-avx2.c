@@ -460,20 +460,27 @@ Q4K_TILE_DEFINE(4)
 static const q4_K_tile_fn q4_K_tiles[Q4K_TILE_C] = { q4_K_tile_1, q4_K_tile_2, q4_K_tile_3,
 						     q4_K_tile_4 };
 
-/* Rows outermost: a row stays in L1 while its token tiles sweep the activations. */
-void quant_gemm_q4_K_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
-			  size_t xs, int64_t nc, float *y, size_t ys)
+/* Rows outermost: a row stays in L1 while its token tiles (tc tokens at most; t[C - 1] for
+ * C of them) sweep the activations. */
+static void k_quant_drive(const q4_K_tile_fn *t, int tc, int64_t n, const void *w, size_t ws,
+			  int64_t nr, const void *x, size_t xs, int64_t nc, float *y, size_t ys)
 {
 	for (int64_t r = 0; r < nr; r++)
-		for (int64_t c = 0; c < nc; c += Q4K_TILE_C) {
-			const int C = (int) MIN((int64_t) Q4K_TILE_C, nc - c);
-			float out[Q4K_TILE_C];
+		for (int64_t c = 0; c < nc; c += tc) {
+			const int C = (int) MIN((int64_t) tc, nc - c);
+			float out[8];
 
-			q4_K_tiles[C - 1](n, (const char *) w + (size_t) r * ws,
-					  (const char *) x + (size_t) c * xs, xs, out);
+			t[C - 1](n, (const char *) w + (size_t) r * ws, (const char *) x + (size_t) c * xs,
+				 xs, out);
 			for (int k = 0; k < C; k++)
 				y[(size_t) (c + k) * ys + (size_t) r] = out[k];
 		}
+}
+
+void quant_gemm_q4_K_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
+			  size_t xs, int64_t nc, float *y, size_t ys)
+{
+	k_quant_drive(q4_K_tiles, Q4K_TILE_C, n, w, ws, nr, x, xs, nc, y, ys);
 }
 
 /*
@@ -482,55 +489,100 @@ void quant_gemm_q4_K_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const
  * at most 2 * 63 * 128); the -32 offset is applied once per block through bsums:
  * sum_g sc_g * sum((q - 32) y) = sum_g sc_g * (q . y)_g - 32 * sum_g sc_g * bsums[g].
  */
-static float dot_q6_K_avx2(int64_t n, const void *w, const void *x)
+#define Q6K_TILE_C 4
+
+/* One row against C tokens, as q4_K_tile(): each run's 6-bit levels and scale vector made
+ * once for the C tokens; per token the dot's float operations in its order. */
+static inline __attribute__((always_inline)) void
+q6_K_tile(const int C, int64_t n, const void *w, const char *x, size_t xs, float *out)
 {
 	/* run k of a half covers scale groups 2k (low 128-bit lane) and 2k+1 (high lane) */
 	static const uint8_t pick[4][32] = { PICK(0, 1), PICK(2, 3), PICK(4, 5), PICK(6, 7) };
 	const struct block_q6_K *a = w;
-	const struct block_q8_K *b = x;
 	const __m256i m4 = _mm256_set1_epi8(0xf), m2 = _mm256_set1_epi8(3);
-	__m256 acc = _mm256_setzero_ps();
+	__m256 acc[Q6K_TILE_C];
 
+	for (int c = 0; c < C; c++)
+		acc[c] = _mm256_setzero_ps();
 	for (int64_t i = 0; i < n / QK_K; i++) {
 		const __m128i scales8 = _mm_loadu_si128((const __m128i *) a[i].scales);
-		const __m256i bsums = _mm256_loadu_si256((const __m256i *) b[i].bsums);
-		/* 32 * sum_g sc_g * bsums[g], spread over 8 lanes */
-		__m256i sumi = _mm256_sub_epi32(
-			_mm256_setzero_si256(),
-			_mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(scales8), bsums), 5));
+		const __m256i scales16 = _mm256_cvtepi8_epi16(scales8);
+		__m256i sumi[Q6K_TILE_C];
 
+		for (int c = 0; c < C; c++) {
+			const struct block_q8_K *b = (const struct block_q8_K *) (x + (size_t) c * xs) + i;
+			const __m256i bsums = _mm256_loadu_si256((const __m256i *) b->bsums);
+
+			/* 32 * sum_g sc_g * bsums[g], spread over 8 lanes */
+			sumi[c] = _mm256_sub_epi32(_mm256_setzero_si256(),
+						   _mm256_slli_epi32(_mm256_madd_epi16(scales16, bsums), 5));
+		}
 		for (int h = 0; h < QK_K / 128; h++) {
 			const uint8_t *ql = a[i].ql + 64 * h, *qh = a[i].qh + 32 * h;
-			const int8_t *q8 = b[i].qs + 128 * h;
 			/* this half's 8 scales as int16, in both 128-bit lanes */
 			const __m256i sc16 = _mm256_broadcastsi128_si256(
 				_mm_cvtepi8_epi16(h ? _mm_srli_si128(scales8, 8) : scales8));
 			const __m256i l0 = _mm256_loadu_si256((const __m256i *) ql);
 			const __m256i l1 = _mm256_loadu_si256((const __m256i *) (ql + 32));
 			const __m256i hb = _mm256_loadu_si256((const __m256i *) qh);
-			__m256i q[4];
 
-			q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
-					       _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4));
-			q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-					       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4));
-			q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-					       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4));
-			q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-					       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4));
 			for (int k = 0; k < 4; k++) {
-				const __m256i p16 = _mm256_maddubs_epi16(
-					q[k], _mm256_loadu_si256((const __m256i *) (q8 + 32 * k)));
+				const __m256i l = k & 1 ? l1 : l0;
+				const __m256i q = _mm256_or_si256(
+					_mm256_and_si256(k < 2 ? l : _mm256_srli_epi16(l, 4), m4),
+					_mm256_slli_epi16(_mm256_and_si256(k ? _mm256_srli_epi16(hb, 2 * k) : hb, m2), 4));
 				const __m256i sc = _mm256_shuffle_epi8(
 					sc16, _mm256_loadu_si256((const __m256i *) pick[k]));
 
-				sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, sc));
+				for (int c = 0; c < C; c++) {
+					const int8_t *q8 = ((const struct block_q8_K *) (x + (size_t) c * xs) + i)->qs +
+							   128 * h + 32 * k;
+					const __m256i p16 = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *) q8));
+
+					sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(p16, sc));
+					if (C > 1)
+						Q4K_BARRIER(sumi[c]);
+				}
 			}
 		}
-		acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi),
-				      acc);
+		const float dw = fp16(a[i].d);
+
+		for (int c = 0; c < C; c++) {
+			const struct block_q8_K *b = (const struct block_q8_K *) (x + (size_t) c * xs) + i;
+
+			acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * b->d), _mm256_cvtepi32_ps(sumi[c]),
+						 acc[c]);
+		}
 	}
-	return hsum_f32x8(acc);
+	for (int c = 0; c < C; c++)
+		out[c] = hsum_f32x8(acc[c]);
+}
+
+static float dot_q6_K_avx2(int64_t n, const void *w, const void *x)
+{
+	float out;
+
+	q6_K_tile(1, n, w, (const char *) x, 0, &out);
+	return out;
+}
+
+#define Q6K_TILE_DEFINE(C)                                                                        \
+	static void q6_K_tile_##C(int64_t n, const void *w, const char *x, size_t xs, float *out) \
+	{                                                                                         \
+		q6_K_tile(C, n, w, x, xs, out);                                                   \
+	}
+Q6K_TILE_DEFINE(1)
+Q6K_TILE_DEFINE(2)
+Q6K_TILE_DEFINE(3)
+Q6K_TILE_DEFINE(4)
+
+static const q4_K_tile_fn q6_K_tiles[Q6K_TILE_C] = { q6_K_tile_1, q6_K_tile_2, q6_K_tile_3,
+						     q6_K_tile_4 };
+
+void quant_gemm_q6_K_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
+			  size_t xs, int64_t nc, float *y, size_t ys)
+{
+	k_quant_drive(q6_K_tiles, Q6K_TILE_C, n, w, ws, nr, x, xs, nc, y, ys);
 }
 
 /* ---- tile products (matmul) ----
@@ -1225,6 +1277,7 @@ const struct quant_kernels quant_kernels_avx2 = {
 	.gemm_q8_0 = quant_gemm_q8_0_avx2,
 	.gemm_q4_0 = quant_gemm_q4_0_avx2,
 	.gemm_q4_K = quant_gemm_q4_K_avx2,
+	.gemm_q6_K = quant_gemm_q6_K_avx2,
 	.gemm_packed_q8_0 = quant_gemm_packed_q8_0_avx2,
 	.gemm_packed_q4_0 = quant_gemm_packed_q4_0_avx2,
 	.gemm_packed_f32 = quant_gemm_packed_f32_avx2,

@@ -413,51 +413,72 @@ INLINE float dot_q4_K_impl(int64_t n, const void *w, const void *x, bool vnni)
  * of values l, l+32, l+64, l+96 in bit pairs 0, 2, 4, 6. The levels 0..63 go to maddubs
  * unsigned and the -32 offset comes in once per block through bsums, as in kernels-avx2.c.
  */
-INLINE float dot_q6_K_impl(int64_t n, const void *w, const void *x, bool vnni)
+#define Q6K_TILE_C 8
+
+/* One row against C tokens, as q4_K_tile(): the row's levels and scale vectors of each
+ * super-block made once; per token the dot's instructions in its order. */
+INLINE void q6_K_tile(const int C, int64_t n, const void *w, const char *x, size_t xs,
+		      float *out, bool vnni)
 {
 	const struct block_q6_K *a = w;
-	const struct block_q8_K *b = x;
 	const __m512i m4 = _mm512_set1_epi8(0xf), m2 = _mm512_set1_epi8(3);
 	/* pshufb, per 128-bit lane: bytes 0..3 (of 8 scales) repeated 8 times each */
 	const __m256i pick_lo = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
 						 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
 	const __m256i pick_hi = _mm256_add_epi8(pick_lo, _mm256_set1_epi8(4));
-	__m512 acc = _mm512_setzero_ps();
+	__m512 acc[Q6K_TILE_C];
 
+	for (int c = 0; c < C; c++)
+		acc[c] = _mm512_setzero_ps();
 	for (int64_t i = 0; i < n / QK_K; i++) {
 		const __m256i scales16 = _mm256_cvtepi8_epi16(
 			_mm_loadu_si128((const __m128i *) a[i].scales));
-		const __m256i bsums = _mm256_loadu_si256((const __m256i *) b[i].bsums);
-		const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(scales16, bsums), 5);
-		__m512i sumi = join_i256(_mm256_sub_epi32(_mm256_setzero_si256(), corr),
-					 _mm256_setzero_si256());
+		const float dw = fp16(a[i].d);
+		__m512i q01[2], q23[2], sc01[2], sc23[2];
 
 		for (int h = 0; h < QK_K / 128; h++) {
 			const __m512i l = _mm512_loadu_si512(a[i].ql + 64 * h);
 			const __m256i hb = _mm256_loadu_si256((const __m256i *) (a[i].qh + 32 * h));
 			const __m512i h01 = join_i256(hb, _mm256_srli_epi16(hb, 2));
 			const __m512i h23 = join_i256(_mm256_srli_epi16(hb, 4), _mm256_srli_epi16(hb, 6));
-			const __m512i q01 = _mm512_or_si512(_mm512_and_si512(l, m4),
-							    _mm512_slli_epi16(_mm512_and_si512(h01, m2), 4));
-			const __m512i q23 = _mm512_or_si512(
-				_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-				_mm512_slli_epi16(_mm512_and_si512(h23, m2), 4));
-			const __m512i y01 = _mm512_loadu_si512(b[i].qs + 128 * h);
-			const __m512i y23 = _mm512_loadu_si512(b[i].qs + 128 * h + 64);
 			int64_t sc8;
 
+			q01[h] = _mm512_or_si512(_mm512_and_si512(l, m4),
+						 _mm512_slli_epi16(_mm512_and_si512(h01, m2), 4));
+			q23[h] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+						 _mm512_slli_epi16(_mm512_and_si512(h23, m2), 4));
 			memcpy(&sc8, a[i].scales + 8 * h, sizeof(sc8));
 			const __m256i s = _mm256_set1_epi64x(sc8);
-			const __m512i sc01 = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(s, pick_lo));
-			const __m512i sc23 = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(s, pick_hi));
-
-			sumi = madd_acc(sumi, _mm512_maddubs_epi16(q01, y01), sc01, vnni);
-			sumi = madd_acc(sumi, _mm512_maddubs_epi16(q23, y23), sc23, vnni);
+			sc01[h] = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(s, pick_lo));
+			sc23[h] = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(s, pick_hi));
 		}
-		acc = _mm512_fmadd_ps(_mm512_set1_ps(fp16(a[i].d) * b[i].d), _mm512_cvtepi32_ps(sumi),
-				      acc);
+		for (int c = 0; c < C; c++) {
+			const struct block_q8_K *b = (const struct block_q8_K *) (x + (size_t) c * xs) + i;
+			const __m256i bsums = _mm256_loadu_si256((const __m256i *) b->bsums);
+			const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(scales16, bsums), 5);
+			__m512i sumi = join_i256(_mm256_sub_epi32(_mm256_setzero_si256(), corr),
+						 _mm256_setzero_si256());
+
+			for (int h = 0; h < QK_K / 128; h++) {
+				const __m512i y01 = _mm512_loadu_si512(b->qs + 128 * h);
+				const __m512i y23 = _mm512_loadu_si512(b->qs + 128 * h + 64);
+
+				sumi = madd_acc(sumi, _mm512_maddubs_epi16(q01[h], y01), sc01[h], vnni);
+				sumi = madd_acc(sumi, _mm512_maddubs_epi16(q23[h], y23), sc23[h], vnni);
+			}
+			acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(dw * b->d), _mm512_cvtepi32_ps(sumi), acc[c]);
+		}
 	}
-	return _mm512_reduce_add_ps(acc);
+	for (int c = 0; c < C; c++)
+		out[c] = _mm512_reduce_add_ps(acc[c]);
+}
+
+INLINE float dot_q6_K_impl(int64_t n, const void *w, const void *x, bool vnni)
+{
+	float out;
+
+	q6_K_tile(1, n, w, (const char *) x, 0, &out, vnni);
+	return out;
 }
 
 #define DEFINE_INT_DOTS(kind)                                                                      \
@@ -475,6 +496,7 @@ DEFINE_INT_DOTS(q4_0)
 DEFINE_INT_DOTS(q4_K)
 DEFINE_INT_DOTS(q6_K)
 
+/* A K-quant row tile: one row against C tokens (C from the table index), out[c]. */
 typedef void (*q4_K_tile_fn)(int64_t n, const void *w, const char *x, size_t xs, float *out);
 
 #define Q4K_TILE_DEFINE(suffix, vnni, C)                                                          \
@@ -501,8 +523,33 @@ typedef void (*q4_K_tile_fn)(int64_t n, const void *w, const char *x, size_t xs,
 Q4K_TILE_TABLE(avx512, false)
 Q4K_TILE_TABLE(avx512vnni, true)
 
-/* Rows outermost: a row (144 bytes per 256 values) stays in L1 while its token tiles
- * sweep the activations (L1/L2 for the token chunks matmul() passes). */
+#define Q6K_TILE_DEFINE(suffix, vnni, C)                                                          \
+	static void q6_K_tile_##suffix##_##C(int64_t n, const void *w, const char *x, size_t xs,   \
+					     float *out)                                            \
+	{                                                                                         \
+		q6_K_tile(C, n, w, x, xs, out, vnni);                                             \
+	}
+#define Q6K_TILE_TABLE(suffix, vnni)                                                              \
+	Q6K_TILE_DEFINE(suffix, vnni, 1)                                                          \
+	Q6K_TILE_DEFINE(suffix, vnni, 2)                                                          \
+	Q6K_TILE_DEFINE(suffix, vnni, 3)                                                          \
+	Q6K_TILE_DEFINE(suffix, vnni, 4)                                                          \
+	Q6K_TILE_DEFINE(suffix, vnni, 5)                                                          \
+	Q6K_TILE_DEFINE(suffix, vnni, 6)                                                          \
+	Q6K_TILE_DEFINE(suffix, vnni, 7)                                                          \
+	Q6K_TILE_DEFINE(suffix, vnni, 8)                                                          \
+	static const q4_K_tile_fn q6_K_tiles_##suffix[Q6K_TILE_C] = {                             \
+		q6_K_tile_##suffix##_1, q6_K_tile_##suffix##_2, q6_K_tile_##suffix##_3,           \
+		q6_K_tile_##suffix##_4, q6_K_tile_##suffix##_5, q6_K_tile_##suffix##_6,           \
+		q6_K_tile_##suffix##_7, q6_K_tile_##suffix##_8,                                   \
+	};
+
+Q6K_TILE_TABLE(avx512, false)
+Q6K_TILE_TABLE(avx512vnni, true)
+
+/* Rows outermost: a row (144 or 210 bytes per 256 values) stays in L1 while its token
+ * tiles sweep the activations (L1/L2 for the token chunks matmul() passes). Q4_K and Q6_K
+ * (tables of 8 tiles each). */
 static void q4_K_drive(const q4_K_tile_fn *t, int64_t n, const void *w, size_t ws, int64_t nr,
 		       const void *x, size_t xs, int64_t nc, float *y, size_t ys)
 {
@@ -528,6 +575,18 @@ static void gemm_q4_K_avx512vnni(int64_t n, const void *w, size_t ws, int64_t nr
 				 size_t xs, int64_t nc, float *y, size_t ys)
 {
 	q4_K_drive(q4_K_tiles_avx512vnni, n, w, ws, nr, x, xs, nc, y, ys);
+}
+
+static void gemm_q6_K_avx512(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
+			     size_t xs, int64_t nc, float *y, size_t ys)
+{
+	q4_K_drive(q6_K_tiles_avx512, n, w, ws, nr, x, xs, nc, y, ys);
+}
+
+static void gemm_q6_K_avx512vnni(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
+				 size_t xs, int64_t nc, float *y, size_t ys)
+{
+	q4_K_drive(q6_K_tiles_avx512vnni, n, w, ws, nr, x, xs, nc, y, ys);
 }
 
 /* ---- tile products on the GGUF layout: F32 and F16 (quant_gemm()) ----
@@ -1240,6 +1299,7 @@ const struct quant_kernels quant_kernels_avx512 = {
 	.gemm_q8_0 = quant_gemm_q8_0_avx2,
 	.gemm_q4_0 = quant_gemm_q4_0_avx2,
 	.gemm_q4_K = gemm_q4_K_avx512,
+	.gemm_q6_K = gemm_q6_K_avx512,
 	.gemm_packed_q8_0 = gemm_packed_q8_0_avx512,
 	.gemm_packed_q4_0 = gemm_packed_q4_0_avx512,
 	.gemm_packed_f32 = gemm_packed_f32_avx512,
@@ -1269,6 +1329,7 @@ const struct quant_kernels quant_kernels_avx512vnni = {
 	.gemm_q8_0 = quant_gemm_q8_0_avx2,
 	.gemm_q4_0 = quant_gemm_q4_0_avx2,
 	.gemm_q4_K = gemm_q4_K_avx512vnni,
+	.gemm_q6_K = gemm_q6_K_avx512vnni,
 	.gemm_packed_q8_0 = gemm_packed_q8_0_avx512vnni,
 	.gemm_packed_q4_0 = gemm_packed_q4_0_avx512vnni,
 	.gemm_packed_f32 = gemm_packed_f32_avx512,

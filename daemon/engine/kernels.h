@@ -118,6 +118,7 @@ struct quant_kernels {
 	quant_gemm_fn gemm_q8_0;
 	quant_gemm_fn gemm_q4_0;
 	quant_gemm_fn gemm_q4_K;
+	quant_gemm_fn gemm_q6_K;
 	/* Packed tile products (quant_gemm_packed()); NULL: the scalar reference. */
 	quant_gemm_packed_fn gemm_packed_q8_0;
 	quant_gemm_packed_fn gemm_packed_q4_0;
@@ -168,6 +169,8 @@ void quant_gemm_q8_0_avx2(int64_t n, const void *w, size_t w_stride, int64_t nr,
 void quant_gemm_q4_0_avx2(int64_t n, const void *w, size_t w_stride, int64_t nr, const void *x,
 			  size_t x_stride, int64_t nc, float *y, size_t y_stride);
 void quant_gemm_q4_K_avx2(int64_t n, const void *w, size_t w_stride, int64_t nr, const void *x,
+			  size_t x_stride, int64_t nc, float *y, size_t y_stride);
+void quant_gemm_q6_K_avx2(int64_t n, const void *w, size_t w_stride, int64_t nr, const void *x,
 			  size_t x_stride, int64_t nc, float *y, size_t y_stride);
 void quant_gemm_packed_q8_0_avx2(int64_t n, const void *w, int64_t nr, const void *x,
 				 size_t x_stride, const int16_t *x_sums, int64_t nc, float *y,

@@ -1189,6 +1189,9 @@ static void gemm(const struct quant_kernels *k, uint32_t type, int64_t n, const 
 	case GGML_TYPE_Q4_K:
 		fn = k->gemm_q4_K;
 		break;
+	case GGML_TYPE_Q6_K:
+		fn = k->gemm_q6_K;
+		break;
 	}
 	if (fn) {
 		fn(n, w, w_stride, nr, x, x_stride, nc, y, y_stride);
