@@ -879,17 +879,19 @@ static const struct simd_level {
 } simd_levels[] = {
 #if defined(__x86_64__)
 	{ &kernels_amx, CPU_AVX2 | CPU_AVX512 | CPU_AVX512VNNI | CPU_AVX512BF16 | CPU_AMX, NULL },
+	/* "and 2026-12-02": again after that day's kernel changes (K-quant row tiles on every
+	 * level; AVX-512 BF16 tiles and packed tiles without spills on avx512) */
 	{ &kernels_avx512bf16, CPU_AVX2 | CPU_AVX512 | CPU_AVX512VNNI | CPU_AVX512BF16,
-	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01" },
+	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01 and 2026-12-02" },
 	{ &quant_kernels_avx512vnni, CPU_AVX2 | CPU_AVX512 | CPU_AVX512VNNI,
-	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01" },
+	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01 and 2026-12-02" },
 	{ &quant_kernels_avx512, CPU_AVX2 | CPU_AVX512,
-	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01 and 2026-12-02 (packed tiles in registers)" },
+	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01 and 2026-12-02" },
 	{ &kernels_avxvnni, CPU_AVX2 | CPU_AVXVNNI,
-	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01" },
+	  "AMD EPYC Zen 5 (family 26 model 2), 2026-12-01 and 2026-12-02" },
 	{ &quant_kernels_avx2, CPU_AVX2,
-	  "AMD EPYC Zen 3 (family 25 model 1), 2026-11-30 and 2026-12-02; AMD EPYC Zen 5 (family 26 "
-	  "model 2), 2026-12-01" },
+	  "AMD EPYC Zen 3 (family 25 model 1), 2026-11-30 and 2026-12-02 (before the K-quant "
+	  "tiles); AMD EPYC Zen 5 (family 26 model 2), 2026-12-01 and 2026-12-02" },
 #endif
 	{ &quant_kernels_scalar, 0, "every CPU (portable C)" },
 };
