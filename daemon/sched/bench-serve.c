@@ -256,12 +256,12 @@ int bench_serve_run(const struct bench_serve_opts *o, struct bench_serve_result 
 	 * time, which a running daemon did long before (in a 64-token round that first touch
 	 * is a large and unsteady part of the time). */
 	for (uint32_t round = 0; round <= rounds && r >= 0; round++) {
-		double t0, cpu0, dt, dcpu;
-
-		double base = 0;
+		const bool paired = o->paired && n_ad > 0; /* without adapters there is no pair */
+		double t0, cpu0, dt, dcpu, base = 0;
 
 		/* paired: the no-adapter run first in odd rounds, second in even ones */
-		if (o->paired && n_ad && round % 2 == 1 && (r = run_paired_base(s, o, conc, names, prompt, P, T, &base, e)) < 0)
+		if (paired && round % 2 == 1 &&
+		    (r = run_paired_base(s, o, conc, names, prompt, P, T, &base, e)) < 0)
 			continue;
 		t0 = now_s();
 		cpu0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
@@ -271,7 +271,8 @@ int bench_serve_run(const struct bench_serve_opts *o, struct bench_serve_result 
 			continue;
 		dt = now_s() - t0;
 		dcpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
-		if (o->paired && n_ad && round % 2 == 0 && (r = run_paired_base(s, o, conc, names, prompt, P, T, &base, e)) < 0)
+		if (paired && round % 2 == 0 &&
+		    (r = run_paired_base(s, o, conc, names, prompt, P, T, &base, e)) < 0)
 			continue;
 		if (round == 0) {
 			sched_get_stats(s, &st);
