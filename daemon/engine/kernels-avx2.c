@@ -347,6 +347,13 @@ static float dot_q4_0_avx2(int64_t n, const void *w, const void *x)
 #define PICK8(a) PICK2(a), PICK2(a), PICK2(a), PICK2(a), PICK2(a), PICK2(a), PICK2(a), PICK2(a)
 #define PICK(a, b) { PICK8(a), PICK8(b) }
 
+/* An empty asm that "changes" v: the compiler must materialise v here and cannot reorder
+ * the arithmetic across it. */
+#define REG_BARRIER(v) __asm__("" : "+x"(v))
+
+/* Tokens per K-quant row tile (the tables below hold tiles of 1..KQ_TILE_C tokens). */
+#define KQ_TILE_C 4
+
 /*
  * Q4_K: per 64 values, 32 bytes of nibbles (low = sub-block 2j, high = 2j+1) against 64
  * activation bytes. Nibbles are unsigned, so maddubs takes them directly; the 16-bit pair
@@ -359,9 +366,6 @@ static float dot_q4_0_avx2(int64_t n, const void *w, const void *x)
  * operations are the dot's, in its order, and integer sums do not depend on the order they
  * are added in, so a pair's result is the same in any tile; the dot is the one-token tile.
  */
-#define Q4K_TILE_C 4
-#define Q4K_BARRIER(v) __asm__("" : "+x"(v)) /* REG_BARRIER(), defined further down */
-
 static inline __attribute__((always_inline)) void
 q4_K_tile(const int C, int64_t n, const void *w, const char *x, size_t xs, float *out)
 {
@@ -369,8 +373,8 @@ q4_K_tile(const int C, int64_t n, const void *w, const char *x, size_t xs, float
 					     PICK(4, 4), PICK(5, 5), PICK(6, 6), PICK(7, 7) };
 	const struct block_q4_K *a = w;
 	const __m256i m4 = _mm256_set1_epi8(0xf);
-	__m256 acc[Q4K_TILE_C];
-	__m128 acc_m[Q4K_TILE_C];
+	__m256 acc[KQ_TILE_C];
+	__m128 acc_m[KQ_TILE_C];
 
 	for (int c = 0; c < C; c++) {
 		acc[c] = _mm256_setzero_ps();
@@ -378,7 +382,7 @@ q4_K_tile(const int C, int64_t n, const void *w, const char *x, size_t xs, float
 	}
 	for (int64_t i = 0; i < n / QK_K; i++) {
 		uint32_t words[4];
-		__m256i sumi[Q4K_TILE_C];
+		__m256i sumi[KQ_TILE_C];
 
 		q4_K_scales_words(a[i].scales, words);
 		const __m128i scm = _mm_loadu_si128((const __m128i *) words); /* 8 scales, 8 mins */
@@ -417,7 +421,7 @@ q4_K_tile(const int C, int64_t n, const void *w, const char *x, size_t xs, float
 				/* otherwise gcc loads the super-block's activations ahead for every
 				 * token and spills them (REG_BARRIER, as in ptile_q4_0) */
 				if (C > 1)
-					Q4K_BARRIER(sumi[c]);
+					REG_BARRIER(sumi[c]);
 			}
 		}
 		const float dw = fp16(a[i].d);
@@ -445,30 +449,33 @@ static float dot_q4_K_avx2(int64_t n, const void *w, const void *x)
 	return out;
 }
 
-typedef void (*q4_K_tile_fn)(int64_t n, const void *w, const char *x, size_t xs, float *out);
+/* A K-quant row tile: one row against C tokens (C from the table index), out[c]. */
+typedef void (*kq_tile_fn)(int64_t n, const void *w, const char *x, size_t xs, float *out);
 
-#define Q4K_TILE_DEFINE(C)                                                                        \
-	static void q4_K_tile_##C(int64_t n, const void *w, const char *x, size_t xs, float *out) \
+/* kind: q4_K or q6_K (its kind##_tile()) */
+#define KQ_TILE_DEFINE(kind, C)                                                                   \
+	static void kind##_tile_##C(int64_t n, const void *w, const char *x, size_t xs, float *out) \
 	{                                                                                         \
-		q4_K_tile(C, n, w, x, xs, out);                                                   \
+		kind##_tile(C, n, w, x, xs, out);                                                 \
 	}
-Q4K_TILE_DEFINE(1)
-Q4K_TILE_DEFINE(2)
-Q4K_TILE_DEFINE(3)
-Q4K_TILE_DEFINE(4)
+#define KQ_TILE_TABLE(kind)                                                                       \
+	KQ_TILE_DEFINE(kind, 1)                                                                   \
+	KQ_TILE_DEFINE(kind, 2)                                                                   \
+	KQ_TILE_DEFINE(kind, 3)                                                                   \
+	KQ_TILE_DEFINE(kind, 4)                                                                   \
+	static const kq_tile_fn kind##_tiles[KQ_TILE_C] = { kind##_tile_1, kind##_tile_2,       \
+							    kind##_tile_3, kind##_tile_4 };
 
-static const q4_K_tile_fn q4_K_tiles[Q4K_TILE_C] = { q4_K_tile_1, q4_K_tile_2, q4_K_tile_3,
-						     q4_K_tile_4 };
+KQ_TILE_TABLE(q4_K)
 
-/* Rows outermost: a row stays in L1 while its token tiles (tc tokens at most; t[C - 1] for
- * C of them) sweep the activations. */
-static void k_quant_drive(const q4_K_tile_fn *t, int tc, int64_t n, const void *w, size_t ws,
-			  int64_t nr, const void *x, size_t xs, int64_t nc, float *y, size_t ys)
+/* Rows outermost: a row stays in L1 while its token tiles sweep the activations. */
+static void kq_drive(const kq_tile_fn *t, int64_t n, const void *w, size_t ws, int64_t nr,
+		     const void *x, size_t xs, int64_t nc, float *y, size_t ys)
 {
 	for (int64_t r = 0; r < nr; r++)
-		for (int64_t c = 0; c < nc; c += tc) {
-			const int C = (int) MIN((int64_t) tc, nc - c);
-			float out[8];
+		for (int64_t c = 0; c < nc; c += KQ_TILE_C) {
+			const int C = (int) MIN((int64_t) KQ_TILE_C, nc - c);
+			float out[KQ_TILE_C];
 
 			t[C - 1](n, (const char *) w + (size_t) r * ws, (const char *) x + (size_t) c * xs,
 				 xs, out);
@@ -480,7 +487,7 @@ static void k_quant_drive(const q4_K_tile_fn *t, int tc, int64_t n, const void *
 void quant_gemm_q4_K_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
 			  size_t xs, int64_t nc, float *y, size_t ys)
 {
-	k_quant_drive(q4_K_tiles, Q4K_TILE_C, n, w, ws, nr, x, xs, nc, y, ys);
+	kq_drive(q4_K_tiles, n, w, ws, nr, x, xs, nc, y, ys);
 }
 
 /*
@@ -489,8 +496,6 @@ void quant_gemm_q4_K_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const
  * at most 2 * 63 * 128); the -32 offset is applied once per block through bsums:
  * sum_g sc_g * sum((q - 32) y) = sum_g sc_g * (q . y)_g - 32 * sum_g sc_g * bsums[g].
  */
-#define Q6K_TILE_C 4
-
 /* One row against C tokens, as q4_K_tile(): each run's 6-bit levels and scale vector made
  * once for the C tokens; per token the dot's float operations in its order. */
 static inline __attribute__((always_inline)) void
@@ -500,14 +505,14 @@ q6_K_tile(const int C, int64_t n, const void *w, const char *x, size_t xs, float
 	static const uint8_t pick[4][32] = { PICK(0, 1), PICK(2, 3), PICK(4, 5), PICK(6, 7) };
 	const struct block_q6_K *a = w;
 	const __m256i m4 = _mm256_set1_epi8(0xf), m2 = _mm256_set1_epi8(3);
-	__m256 acc[Q6K_TILE_C];
+	__m256 acc[KQ_TILE_C];
 
 	for (int c = 0; c < C; c++)
 		acc[c] = _mm256_setzero_ps();
 	for (int64_t i = 0; i < n / QK_K; i++) {
 		const __m128i scales8 = _mm_loadu_si128((const __m128i *) a[i].scales);
 		const __m256i scales16 = _mm256_cvtepi8_epi16(scales8);
-		__m256i sumi[Q6K_TILE_C];
+		__m256i sumi[KQ_TILE_C];
 
 		for (int c = 0; c < C; c++) {
 			const struct block_q8_K *b = (const struct block_q8_K *) (x + (size_t) c * xs) + i;
@@ -541,7 +546,7 @@ q6_K_tile(const int C, int64_t n, const void *w, const char *x, size_t xs, float
 
 					sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(p16, sc));
 					if (C > 1)
-						Q4K_BARRIER(sumi[c]);
+						REG_BARRIER(sumi[c]);
 				}
 			}
 		}
@@ -566,23 +571,12 @@ static float dot_q6_K_avx2(int64_t n, const void *w, const void *x)
 	return out;
 }
 
-#define Q6K_TILE_DEFINE(C)                                                                        \
-	static void q6_K_tile_##C(int64_t n, const void *w, const char *x, size_t xs, float *out) \
-	{                                                                                         \
-		q6_K_tile(C, n, w, x, xs, out);                                                   \
-	}
-Q6K_TILE_DEFINE(1)
-Q6K_TILE_DEFINE(2)
-Q6K_TILE_DEFINE(3)
-Q6K_TILE_DEFINE(4)
-
-static const q4_K_tile_fn q6_K_tiles[Q6K_TILE_C] = { q6_K_tile_1, q6_K_tile_2, q6_K_tile_3,
-						     q6_K_tile_4 };
+KQ_TILE_TABLE(q6_K)
 
 void quant_gemm_q6_K_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
 			  size_t xs, int64_t nc, float *y, size_t ys)
 {
-	k_quant_drive(q6_K_tiles, Q6K_TILE_C, n, w, ws, nr, x, xs, nc, y, ys);
+	kq_drive(q6_K_tiles, n, w, ws, nr, x, xs, nc, y, ys);
 }
 
 /* ---- tile products (matmul) ----
@@ -840,10 +834,6 @@ static void gemm_bf16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, cons
  * 32767) before one madd; the -8 offset is taken off once per block as 8 * sum(y).
  */
 #define PTILE_C 6
-
-/* An empty asm that "changes" v: the compiler must materialise v here and cannot reorder
- * the arithmetic across it. */
-#define REG_BARRIER(v) __asm__("" : "+x"(v))
 
 /*
  * Software prefetch PREFETCH_BYTES ahead of the weight stream. A group is one sequential

@@ -338,15 +338,16 @@ INLINE __m512i two_scales16(int lo, int hi)
  * a third of llama.cpp's repacked Q4_K). Per token the instructions are the dot's, in its
  * order, so a pair's result is the same in any tile; the dot is the tile of one token.
  */
-#define Q4K_TILE_C 8
+/* Tokens per K-quant row tile (the tables below hold tiles of 1..KQ_TILE_C tokens). */
+#define KQ_TILE_C 8
 
 INLINE void q4_K_tile(const int C, int64_t n, const void *w, const char *x, size_t xs,
 		      float *out, bool vnni)
 {
 	const struct block_q4_K *a = w;
 	const __m512i m4 = _mm512_set1_epi8(0xf);
-	__m512 acc[Q4K_TILE_C];
-	float acc_m[Q4K_TILE_C];
+	__m512 acc[KQ_TILE_C];
+	float acc_m[KQ_TILE_C];
 
 	for (int c = 0; c < C; c++) {
 		acc[c] = _mm512_setzero_ps();
@@ -413,8 +414,6 @@ INLINE float dot_q4_K_impl(int64_t n, const void *w, const void *x, bool vnni)
  * of values l, l+32, l+64, l+96 in bit pairs 0, 2, 4, 6. The levels 0..63 go to maddubs
  * unsigned and the -32 offset comes in once per block through bsums, as in kernels-avx2.c.
  */
-#define Q6K_TILE_C 8
-
 /* One row against C tokens, as q4_K_tile(): the row's levels and scale vectors of each
  * super-block made once; per token the dot's instructions in its order. */
 INLINE void q6_K_tile(const int C, int64_t n, const void *w, const char *x, size_t xs,
@@ -426,7 +425,7 @@ INLINE void q6_K_tile(const int C, int64_t n, const void *w, const char *x, size
 	const __m256i pick_lo = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
 						 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
 	const __m256i pick_hi = _mm256_add_epi8(pick_lo, _mm256_set1_epi8(4));
-	__m512 acc[Q6K_TILE_C];
+	__m512 acc[KQ_TILE_C];
 
 	for (int c = 0; c < C; c++)
 		acc[c] = _mm512_setzero_ps();
@@ -497,66 +496,44 @@ DEFINE_INT_DOTS(q4_K)
 DEFINE_INT_DOTS(q6_K)
 
 /* A K-quant row tile: one row against C tokens (C from the table index), out[c]. */
-typedef void (*q4_K_tile_fn)(int64_t n, const void *w, const char *x, size_t xs, float *out);
+typedef void (*kq_tile_fn)(int64_t n, const void *w, const char *x, size_t xs, float *out);
 
-#define Q4K_TILE_DEFINE(suffix, vnni, C)                                                          \
-	static void q4_K_tile_##suffix##_##C(int64_t n, const void *w, const char *x, size_t xs,   \
-					     float *out)                                            \
+/* kind: q4_K or q6_K (its kind##_tile()); suffix: the level */
+#define KQ_TILE_DEFINE(kind, suffix, vnni, C)                                                     \
+	static void kind##_tile_##suffix##_##C(int64_t n, const void *w, const char *x, size_t xs, \
+					       float *out)                                          \
 	{                                                                                         \
-		q4_K_tile(C, n, w, x, xs, out, vnni);                                             \
+		kind##_tile(C, n, w, x, xs, out, vnni);                                           \
 	}
-#define Q4K_TILE_TABLE(suffix, vnni)                                                              \
-	Q4K_TILE_DEFINE(suffix, vnni, 1)                                                          \
-	Q4K_TILE_DEFINE(suffix, vnni, 2)                                                          \
-	Q4K_TILE_DEFINE(suffix, vnni, 3)                                                          \
-	Q4K_TILE_DEFINE(suffix, vnni, 4)                                                          \
-	Q4K_TILE_DEFINE(suffix, vnni, 5)                                                          \
-	Q4K_TILE_DEFINE(suffix, vnni, 6)                                                          \
-	Q4K_TILE_DEFINE(suffix, vnni, 7)                                                          \
-	Q4K_TILE_DEFINE(suffix, vnni, 8)                                                          \
-	static const q4_K_tile_fn q4_K_tiles_##suffix[Q4K_TILE_C] = {                             \
-		q4_K_tile_##suffix##_1, q4_K_tile_##suffix##_2, q4_K_tile_##suffix##_3,           \
-		q4_K_tile_##suffix##_4, q4_K_tile_##suffix##_5, q4_K_tile_##suffix##_6,           \
-		q4_K_tile_##suffix##_7, q4_K_tile_##suffix##_8,                                   \
+#define KQ_TILE_TABLE(kind, suffix, vnni)                                                         \
+	KQ_TILE_DEFINE(kind, suffix, vnni, 1)                                                     \
+	KQ_TILE_DEFINE(kind, suffix, vnni, 2)                                                     \
+	KQ_TILE_DEFINE(kind, suffix, vnni, 3)                                                     \
+	KQ_TILE_DEFINE(kind, suffix, vnni, 4)                                                     \
+	KQ_TILE_DEFINE(kind, suffix, vnni, 5)                                                     \
+	KQ_TILE_DEFINE(kind, suffix, vnni, 6)                                                     \
+	KQ_TILE_DEFINE(kind, suffix, vnni, 7)                                                     \
+	KQ_TILE_DEFINE(kind, suffix, vnni, 8)                                                     \
+	static const kq_tile_fn kind##_tiles_##suffix[KQ_TILE_C] = {                              \
+		kind##_tile_##suffix##_1, kind##_tile_##suffix##_2, kind##_tile_##suffix##_3,     \
+		kind##_tile_##suffix##_4, kind##_tile_##suffix##_5, kind##_tile_##suffix##_6,     \
+		kind##_tile_##suffix##_7, kind##_tile_##suffix##_8,                               \
 	};
 
-Q4K_TILE_TABLE(avx512, false)
-Q4K_TILE_TABLE(avx512vnni, true)
-
-#define Q6K_TILE_DEFINE(suffix, vnni, C)                                                          \
-	static void q6_K_tile_##suffix##_##C(int64_t n, const void *w, const char *x, size_t xs,   \
-					     float *out)                                            \
-	{                                                                                         \
-		q6_K_tile(C, n, w, x, xs, out, vnni);                                             \
-	}
-#define Q6K_TILE_TABLE(suffix, vnni)                                                              \
-	Q6K_TILE_DEFINE(suffix, vnni, 1)                                                          \
-	Q6K_TILE_DEFINE(suffix, vnni, 2)                                                          \
-	Q6K_TILE_DEFINE(suffix, vnni, 3)                                                          \
-	Q6K_TILE_DEFINE(suffix, vnni, 4)                                                          \
-	Q6K_TILE_DEFINE(suffix, vnni, 5)                                                          \
-	Q6K_TILE_DEFINE(suffix, vnni, 6)                                                          \
-	Q6K_TILE_DEFINE(suffix, vnni, 7)                                                          \
-	Q6K_TILE_DEFINE(suffix, vnni, 8)                                                          \
-	static const q4_K_tile_fn q6_K_tiles_##suffix[Q6K_TILE_C] = {                             \
-		q6_K_tile_##suffix##_1, q6_K_tile_##suffix##_2, q6_K_tile_##suffix##_3,           \
-		q6_K_tile_##suffix##_4, q6_K_tile_##suffix##_5, q6_K_tile_##suffix##_6,           \
-		q6_K_tile_##suffix##_7, q6_K_tile_##suffix##_8,                                   \
-	};
-
-Q6K_TILE_TABLE(avx512, false)
-Q6K_TILE_TABLE(avx512vnni, true)
+KQ_TILE_TABLE(q4_K, avx512, false)
+KQ_TILE_TABLE(q4_K, avx512vnni, true)
+KQ_TILE_TABLE(q6_K, avx512, false)
+KQ_TILE_TABLE(q6_K, avx512vnni, true)
 
 /* Rows outermost: a row (144 or 210 bytes per 256 values) stays in L1 while its token
- * tiles sweep the activations (L1/L2 for the token chunks matmul() passes). Q4_K and Q6_K
- * (tables of 8 tiles each). */
-static void q4_K_drive(const q4_K_tile_fn *t, int64_t n, const void *w, size_t ws, int64_t nr,
-		       const void *x, size_t xs, int64_t nc, float *y, size_t ys)
+ * tiles sweep the activations (L1/L2 for the token chunks matmul() passes). */
+static void kq_drive(const kq_tile_fn *t, int64_t n, const void *w, size_t ws, int64_t nr,
+	     const void *x, size_t xs, int64_t nc, float *y, size_t ys)
 {
 	for (int64_t r = 0; r < nr; r++)
-		for (int64_t c = 0; c < nc; c += Q4K_TILE_C) {
-			const int C = (int) MIN((int64_t) Q4K_TILE_C, nc - c);
-			float out[Q4K_TILE_C];
+		for (int64_t c = 0; c < nc; c += KQ_TILE_C) {
+			const int C = (int) MIN((int64_t) KQ_TILE_C, nc - c);
+			float out[KQ_TILE_C];
 
 			t[C - 1](n, (const char *) w + (size_t) r * ws, (const char *) x + (size_t) c * xs,
 				 xs, out);
@@ -568,25 +545,25 @@ static void q4_K_drive(const q4_K_tile_fn *t, int64_t n, const void *w, size_t w
 static void gemm_q4_K_avx512(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
 			     size_t xs, int64_t nc, float *y, size_t ys)
 {
-	q4_K_drive(q4_K_tiles_avx512, n, w, ws, nr, x, xs, nc, y, ys);
+	kq_drive(q4_K_tiles_avx512, n, w, ws, nr, x, xs, nc, y, ys);
 }
 
 static void gemm_q4_K_avx512vnni(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
 				 size_t xs, int64_t nc, float *y, size_t ys)
 {
-	q4_K_drive(q4_K_tiles_avx512vnni, n, w, ws, nr, x, xs, nc, y, ys);
+	kq_drive(q4_K_tiles_avx512vnni, n, w, ws, nr, x, xs, nc, y, ys);
 }
 
 static void gemm_q6_K_avx512(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
 			     size_t xs, int64_t nc, float *y, size_t ys)
 {
-	q4_K_drive(q6_K_tiles_avx512, n, w, ws, nr, x, xs, nc, y, ys);
+	kq_drive(q6_K_tiles_avx512, n, w, ws, nr, x, xs, nc, y, ys);
 }
 
 static void gemm_q6_K_avx512vnni(int64_t n, const void *w, size_t ws, int64_t nr, const void *x,
 				 size_t xs, int64_t nc, float *y, size_t ys)
 {
-	q4_K_drive(q6_K_tiles_avx512vnni, n, w, ws, nr, x, xs, nc, y, ys);
+	kq_drive(q6_K_tiles_avx512vnni, n, w, ws, nr, x, xs, nc, y, ys);
 }
 
 /* ---- tile products on the GGUF layout: F32 and F16 (quant_gemm()) ----
